@@ -1,0 +1,1 @@
+"""Lineage helpers shared by the Airflow and Metaflow sides."""

@@ -1,0 +1,52 @@
+"""Validate OpenLineage events against the official JSON schemas (copied in openlineage-spec/).
+
+The core schema checks the event; every facet is checked against the schema its ``_schemaURL``
+names, so a facet we build wrongly fails here even though the core schema allows any facet.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+SPEC_DIR = Path(__file__).parent / "openlineage-spec"
+
+
+@functools.cache
+def _registry():
+    from referencing import Registry, Resource
+
+    resources = []
+    for path in [SPEC_DIR / "OpenLineage.json", *sorted((SPEC_DIR / "facets").glob("*.json"))]:
+        schema = json.loads(path.read_text())
+        resources.append((schema["$id"], Resource.from_contents(schema)))
+    return Registry().with_resources(resources)
+
+
+def _validator(ref: str):
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator({"$ref": ref}, registry=_registry())
+
+
+def _facets(event: dict):
+    yield from (event.get("run", {}).get("facets") or {}).values()
+    yield from (event.get("job", {}).get("facets") or {}).values()
+    for dataset in [*(event.get("inputs") or []), *(event.get("outputs") or [])]:
+        for key in ("facets", "inputFacets", "outputFacets"):
+            yield from (dataset.get(key) or {}).values()
+
+
+def validation_errors(event: dict) -> list[str]:
+    """Every way ``event`` (a dict as serialised) breaks the spec; empty when it is valid."""
+    core = json.loads((SPEC_DIR / "OpenLineage.json").read_text())["$id"]
+    errors = [f"event: {e.message}" for e in _validator(core).iter_errors(event)]
+    known = {ref.split("#")[0] for ref in _registry()}
+    for facet in _facets(event):
+        url = facet.get("_schemaURL", "")
+        if url.split("#")[0] not in known:
+            errors.append(f"facet schema not in the copied spec: {url}")
+            continue
+        errors += [f"{url}: {e.message}" for e in _validator(url).iter_errors(facet)]
+    return errors

@@ -1,0 +1,70 @@
+"""Test set-up: every test run gets its own state directory, one Spark session and one moto server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_STATE = Path(tempfile.mkdtemp(prefix="nyc-taxi-test-state-"))
+
+
+def pytest_configure(config):
+    # Before anything reads the settings: isolate from the developer's .state/ and .env values.
+    os.environ.update({"STATE_DIR": str(_STATE), "PROFILE": "local", "SPARK_LOCAL_IP": "127.0.0.1",
+                       "AIRFLOW_HOME": str(_STATE / "airflow")})
+    for name in ("DATAHUB_PLATFORM_INSTANCE", "DATAHUB_ENV", "TLC_BASE_URL", "NOAA_BASE_URL", "SPARK_MASTER", "S3_BUCKET"):
+        os.environ.pop(name, None)
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_STATE, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def settings():
+    from nyc_taxi.settings import get_settings
+
+    return get_settings()
+
+
+@pytest.fixture(scope="session")
+def spark(settings):
+    """One real local Spark session on the test state's Iceberg catalog, shared by all tests."""
+    from nyc_taxi import infra
+    from nyc_taxi.spark import get_spark, stop_spark
+
+    infra.create(settings)
+    yield get_spark(settings)
+    stop_spark()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """A moto server on 127.0.0.1: real HTTP AWS APIs (S3, Glue, STS) without an AWS account."""
+    from moto.server import ThreadedMotoServer
+
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")}
+    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
+    os.environ.pop("AWS_SESSION_TOKEN", None)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def aws_settings(moto_endpoint, tmp_path):
+    from nyc_taxi.settings import Settings
+
+    return Settings(_env_file=None, profile="aws", aws_profile="", aws_endpoint_url=moto_endpoint,
+                    aws_region="eu-west-1", state_dir=tmp_path)

@@ -16,11 +16,20 @@ def catalog_properties(settings: Settings) -> dict[str, str]:
     return props
 
 
+def prepare_local_catalog_file(settings: Settings) -> None:
+    """Create the SQLite catalog file in WAL mode, so Spark's open reads never block pyiceberg's commits."""
+    import sqlite3
+
+    settings.catalog_db_path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(settings.catalog_db_path) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+
+
 def load_catalog(settings: Settings | None = None):
     """pyiceberg catalog named like Spark's catalog, so both read the same SQLite rows locally."""
     from pyiceberg.catalog import load_catalog as _load
 
     settings = settings or get_settings()
     if settings.is_local:
-        settings.catalog_db_path.parent.mkdir(parents=True, exist_ok=True)
+        prepare_local_catalog_file(settings)
     return _load(settings.catalog_name, **catalog_properties(settings))

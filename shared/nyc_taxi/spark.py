@@ -7,6 +7,7 @@ Iceberg's Spark runtime jar comes from the locked PyPI package ``snowpark-connec
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -42,6 +43,9 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
             f"{prefix}.jdbc.schema-version": "V1",
             # Without this a long-lived session would not see another process's commits.
             f"{prefix}.cache-enabled": "false",
+            # pyiceberg creates the catalog tables (same V1 schema); Spark's own start-up check
+            # leaves a read transaction open that hides later commits by other connections.
+            f"{prefix}.jdbc.init-catalog-tables": "false",
         }
     else:
         conf |= {
@@ -92,9 +96,14 @@ def get_spark(settings: Settings | None = None):
             return _session
         from pyspark.sql import SparkSession
 
+        # py4j logs every socket at INFO, into task logs and into closed streams at exit.
+        logging.getLogger("py4j").setLevel(logging.WARNING)
+
         settings = settings or get_settings()
         if settings.is_local:
-            settings.catalog_db_path.parent.mkdir(parents=True, exist_ok=True)
+            from nyc_taxi.catalog import load_catalog
+
+            load_catalog(settings)  # creates the SQLite catalog tables if this is a new catalog
         if not settings.spark_master or settings.spark_master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = SparkSession.builder

@@ -1,0 +1,108 @@
+"""Real Spark on real Iceberg tables: DDL from the registry, write, MERGE, read back by pyiceberg."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from pyiceberg.transforms import DayTransform, MonthTransform, YearTransform
+
+from nyc_taxi import registry
+from nyc_taxi.catalog import load_catalog
+from nyc_taxi.spark import get_spark
+from nyc_taxi.tables import ensure_tables
+
+pytestmark = pytest.mark.spark
+
+ICEBERG_TYPE = {"INT": "int", "BIGINT": "long", "DOUBLE": "double", "STRING": "string", "DATE": "date",
+                "TIMESTAMP_NTZ": "timestamp", "TIMESTAMP": "timestamptz"}
+TRANSFORM = {"days": DayTransform, "months": MonthTransform, "years": YearTransform}
+
+
+@pytest.fixture(scope="module")
+def tables(spark):
+    ensure_tables(spark)
+    ensure_tables(spark)  # idempotent
+    return load_catalog()
+
+
+def test_one_spark_session_per_process(spark):
+    assert get_spark() is spark
+
+
+@pytest.mark.parametrize("table", list(registry.TABLES.values()), ids=lambda t: t.name)
+def test_tables_are_created_from_the_registry(tables, table):
+    iceberg = tables.load_table(table.identifier())
+    fields = iceberg.schema().fields
+    assert [f.name for f in fields] == table.column_names
+    assert [str(f.field_type) for f in fields] == [ICEBERG_TYPE[c.type] for c in table.columns]
+    assert [f.required for f in fields] == [not c.nullable for c in table.columns]
+    assert [f.doc for f in fields] == [c.doc for c in table.columns]
+    spec = [(type(p.transform), iceberg.schema().find_field(p.source_id).name) for p in iceberg.spec().fields]
+    expected = [(TRANSFORM[t.split("(")[0]], t.split("(")[1].rstrip(")")) for t in table.partitioned_by]
+    assert spec == expected
+    assert iceberg.location().removeprefix("file:") == table.location()  # Hadoop writes local paths as file:/...
+    assert iceberg.properties.get("nyc_taxi.primary-key", "") == ",".join(table.primary_key)
+
+
+def _trip(key: str, pickup: dt.datetime, fare: float) -> dict:
+    row = {c.name: None for c in registry.YELLOW_TAXI_RAW.columns}
+    row |= {"row_key": key, "source_file": "yellow_tripdata_2024-01.parquet",
+            "ingested_at": dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc), "vendor_id": 2,
+            "pickup_datetime": pickup, "dropoff_datetime": pickup + dt.timedelta(minutes=9),
+            "pickup_location_id": 132, "dropoff_location_id": 161, "fare_amount": fare}
+    return row
+
+
+def _frame(spark, rows):
+    schema = ", ".join(f"{c.name} {c.type}" for c in registry.YELLOW_TAXI_RAW.columns)
+    return spark.createDataFrame(rows, schema)
+
+
+def test_spark_write_and_merge_are_read_by_pyiceberg_at_the_same_snapshot(spark, tables):
+    raw = registry.YELLOW_TAXI_RAW
+    first = [_trip("a", dt.datetime(2024, 1, 5, 8, 0), 10.0), _trip("b", dt.datetime(2024, 1, 6, 23, 59), 20.0)]
+    _frame(spark, first).writeTo(raw.spark_name()).append()
+
+    batch = [_trip("b", dt.datetime(2024, 1, 6, 23, 59), 25.0), _trip("c", dt.datetime(2024, 1, 31, 1, 30), 30.0)]
+    _frame(spark, batch).createOrReplaceTempView("batch")
+    merge = f"""
+        MERGE INTO {raw.spark_name()} t USING batch s ON t.row_key = s.row_key
+        WHEN MATCHED AND t.fare_amount IS DISTINCT FROM s.fare_amount THEN UPDATE SET *
+        WHEN NOT MATCHED THEN INSERT *"""
+    spark.sql(merge)
+    spark_snapshot = spark.sql(f"SELECT snapshot_id FROM {raw.spark_name()}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
+
+    table = tables.load_table(raw.identifier())
+    assert table.current_snapshot().snapshot_id == spark_snapshot
+    rows = sorted(table.scan().to_arrow().select(["row_key", "pickup_datetime", "fare_amount"]).to_pylist(), key=lambda r: r["row_key"])
+    assert rows == [
+        {"row_key": "a", "pickup_datetime": dt.datetime(2024, 1, 5, 8, 0), "fare_amount": 10.0},
+        {"row_key": "b", "pickup_datetime": dt.datetime(2024, 1, 6, 23, 59), "fare_amount": 25.0},
+        {"row_key": "c", "pickup_datetime": dt.datetime(2024, 1, 31, 1, 30), "fare_amount": 30.0},
+    ]
+    # Local wall-clock timestamps stay what they were (no time-zone shift on the way in or out).
+    assert spark.sql(f"SELECT max(pickup_datetime) FROM {raw.spark_name()}").first()[0] == dt.datetime(2024, 1, 31, 1, 30)
+
+    spark.sql(merge)  # the same batch again: nothing to change
+    again = tables.load_table(raw.identifier())
+    assert again.scan().to_arrow().num_rows == 3
+    assert {r["row_key"]: r["fare_amount"] for r in again.scan().to_arrow().to_pylist()} == {"a": 10.0, "b": 25.0, "c": 30.0}
+    # Time travel to the first write still shows the old fare.
+    first_snapshot = spark.sql(f"SELECT snapshot_id FROM {raw.spark_name()}.snapshots ORDER BY committed_at LIMIT 1").first()[0]
+    old = spark.sql(f"SELECT fare_amount FROM {raw.spark_name()} VERSION AS OF {first_snapshot} WHERE row_key = 'b'").first()[0]
+    assert old == 20.0
+
+
+def test_pyiceberg_appends_are_seen_by_spark(spark, tables):
+    """The two engines share one catalog: a commit by one is visible to the other at once."""
+    import pyarrow as pa
+
+    weather = registry.WEATHER_RAW
+    table = tables.load_table(weather.identifier())
+    row = {"county_code": "30061", "county_name": "NY: New York County", "date": dt.date(2024, 1, 2), "tmax_c": 3.0,
+           "tmin_c": -1.0, "tavg_c": 1.0, "prcp_mm": 0.0, "source_status": "scaled",
+           "ingested_at": dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc)}
+    table.append(pa.Table.from_pylist([row], schema=table.schema().as_arrow()))
+    got = spark.sql(f"SELECT county_code, date, tavg_c FROM {weather.spark_name()}").collect()
+    assert [tuple(r) for r in got] == [("30061", dt.date(2024, 1, 2), 1.0)]

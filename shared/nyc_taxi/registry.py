@@ -39,6 +39,7 @@ class Column:
     type: str  # Spark SQL type; Iceberg maps TIMESTAMP_NTZ -> timestamp, TIMESTAMP -> timestamptz
     doc: str
     nullable: bool = True
+    source: str | None = None  # column name in the source file (matched case-insensitively)
 
 
 @dataclass(frozen=True)
@@ -201,26 +202,26 @@ class Model:
 # (2022-2025 shapes) is cast to. Source names are matched case-insensitively.
 # --------------------------------------------------------------------------------------------
 YELLOW_TRIP_COLUMNS: tuple[Column, ...] = (
-    Column("vendor_id", "INT", "TPEP provider: 1 Creative Mobile, 2 Curb, 6 Myle, 7 Helix (source VendorID)"),
-    Column("pickup_datetime", "TIMESTAMP_NTZ", "Meter engaged, New York local wall-clock time (source tpep_pickup_datetime)"),
-    Column("dropoff_datetime", "TIMESTAMP_NTZ", "Meter disengaged, New York local wall-clock time (source tpep_dropoff_datetime)"),
-    Column("passenger_count", "BIGINT", "Passengers, as entered by the driver"),
-    Column("trip_distance", "DOUBLE", "Miles reported by the taximeter"),
-    Column("ratecode_id", "BIGINT", "Final rate code; 99 = unknown (source RatecodeID)"),
-    Column("store_and_fwd_flag", "STRING", "Y/N: trip record held in vehicle memory before sending"),
-    Column("pickup_location_id", "INT", "TLC taxi zone of pickup, 1..265 (source PULocationID)"),
-    Column("dropoff_location_id", "INT", "TLC taxi zone of drop-off, 1..265 (source DOLocationID)"),
-    Column("payment_type", "BIGINT", "0 flex fare, 1 credit card, 2 cash, 3 no charge, 4 dispute, 5 unknown, 6 voided"),
-    Column("fare_amount", "DOUBLE", "Time-and-distance fare, USD"),
-    Column("extra", "DOUBLE", "Miscellaneous extras and surcharges, USD"),
-    Column("mta_tax", "DOUBLE", "MTA tax, USD"),
-    Column("tip_amount", "DOUBLE", "Credit card tips, USD"),
-    Column("tolls_amount", "DOUBLE", "Tolls, USD"),
-    Column("improvement_surcharge", "DOUBLE", "Improvement surcharge, USD"),
-    Column("total_amount", "DOUBLE", "Total charged to passengers (cash tips excluded), USD"),
-    Column("congestion_surcharge", "DOUBLE", "NYS congestion surcharge, USD"),
-    Column("airport_fee", "DOUBLE", "Airport fee for LaGuardia/JFK pickups, USD (source Airport_fee / airport_fee)"),
-    Column("cbd_congestion_fee", "DOUBLE", "MTA congestion relief zone fee from 2025-01, USD; null before"),
+    Column("vendor_id", "INT", "TPEP provider: 1 Creative Mobile, 2 Curb, 6 Myle, 7 Helix (source VendorID)", source="VendorID"),
+    Column("pickup_datetime", "TIMESTAMP_NTZ", "Meter engaged, New York local wall-clock time (source tpep_pickup_datetime)", source="tpep_pickup_datetime"),
+    Column("dropoff_datetime", "TIMESTAMP_NTZ", "Meter disengaged, New York local wall-clock time (source tpep_dropoff_datetime)", source="tpep_dropoff_datetime"),
+    Column("passenger_count", "BIGINT", "Passengers, as entered by the driver", source="passenger_count"),
+    Column("trip_distance", "DOUBLE", "Miles reported by the taximeter", source="trip_distance"),
+    Column("ratecode_id", "BIGINT", "Final rate code; 99 = unknown (source RatecodeID)", source="RatecodeID"),
+    Column("store_and_fwd_flag", "STRING", "Y/N: trip record held in vehicle memory before sending", source="store_and_fwd_flag"),
+    Column("pickup_location_id", "INT", "TLC taxi zone of pickup, 1..265 (source PULocationID)", source="PULocationID"),
+    Column("dropoff_location_id", "INT", "TLC taxi zone of drop-off, 1..265 (source DOLocationID)", source="DOLocationID"),
+    Column("payment_type", "BIGINT", "0 flex fare, 1 credit card, 2 cash, 3 no charge, 4 dispute, 5 unknown, 6 voided", source="payment_type"),
+    Column("fare_amount", "DOUBLE", "Time-and-distance fare, USD", source="fare_amount"),
+    Column("extra", "DOUBLE", "Miscellaneous extras and surcharges, USD", source="extra"),
+    Column("mta_tax", "DOUBLE", "MTA tax, USD", source="mta_tax"),
+    Column("tip_amount", "DOUBLE", "Credit card tips, USD", source="tip_amount"),
+    Column("tolls_amount", "DOUBLE", "Tolls, USD", source="tolls_amount"),
+    Column("improvement_surcharge", "DOUBLE", "Improvement surcharge, USD", source="improvement_surcharge"),
+    Column("total_amount", "DOUBLE", "Total charged to passengers (cash tips excluded), USD", source="total_amount"),
+    Column("congestion_surcharge", "DOUBLE", "NYS congestion surcharge, USD", source="congestion_surcharge"),
+    Column("airport_fee", "DOUBLE", "Airport fee for LaGuardia/JFK pickups, USD (source Airport_fee / airport_fee)", source="Airport_fee"),
+    Column("cbd_congestion_fee", "DOUBLE", "MTA congestion relief zone fee from 2025-01, USD; null before", source="cbd_congestion_fee"),
 )
 LOAD_COLUMNS: tuple[Column, ...] = (
     Column("row_key", "STRING", "Deterministic key of the source row: same file row, same key", nullable=False),

@@ -107,6 +107,16 @@ class Table:
         settings = settings or get_settings()
         return f"{settings.warehouse}/{settings.database}/{self.name}"
 
+    def asset_uri(self, settings: Settings | None = None) -> str:
+        """The Airflow Asset URI (no cloud call: safe while a DAG file is parsed)."""
+        settings = settings or get_settings()
+        return f"{ICEBERG_PLATFORM}://{_datahub_name(self.identifier(settings), settings)}"
+
+    def airflow_asset(self, settings: Settings | None = None):
+        from airflow.sdk import Asset
+
+        return Asset(name=self.identifier(settings), uri=self.asset_uri(settings))
+
     def identity(self, settings: Settings | None = None) -> Identity:
         settings = settings or get_settings()
         dh_name = _datahub_name(self.identifier(settings), settings)
@@ -125,7 +135,7 @@ class Table:
             ol_namespace=f"{ICEBERG_PLATFORM}://{settings.catalog_name}",
             ol_name=dh_name,
             ol_symlinks=tuple(symlinks),
-            asset_uri=f"{ICEBERG_PLATFORM}://{dh_name}",
+            asset_uri=self.asset_uri(settings),
             location=location,
         )
 

@@ -1,0 +1,101 @@
+"""Airflow glue: the operator that runs one ingestion step for the run's month and tells both
+lineage systems exactly what it read and wrote (identities from the registry).
+
+OpenLineage gets typed datasets through the operator's ``get_openlineage_facets_on_*`` methods;
+DataHub's Airflow plugin reads the same methods and maps the datasets to the registry's URNs, and
+this operator adds the schema and an Operation carrying the Iceberg snapshot id through the
+plugin's own connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Callable, Sequence
+
+from airflow.providers.openlineage.extractors import OperatorLineage
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
+from nyc_taxi.lineage.report import DatasetUse, StepReport, datahub_records, openlineage_input, openlineage_output
+from nyc_taxi.registry import SourceFiles, Table
+
+log = logging.getLogger(__name__)
+
+MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+DEFAULT_ARGS = {"owner": "data-platform", "retries": 1}
+
+
+def target_month(context) -> tuple[int, int]:
+    """The month a run works on: the `month` param of a manual run, else the run's data interval."""
+    requested = (context.get("params") or {}).get("month")
+    if requested:
+        match = MONTH.match(str(requested))
+        if not match:
+            raise AirflowFailException(f"month {requested!r} is not YYYY-MM (e.g. 2024-01)")
+        return int(match[1]), int(match[2])
+    when = context.get("data_interval_start") or context.get("logical_date") or context["dag_run"].run_after
+    return when.year, when.month
+
+
+class IngestStepOperator(BaseOperator):
+    """Run ``step(year, month) -> StepReport`` and report its lineage.
+
+    A month the source has not published yet skips the task (and what follows); a source file
+    that is not what the source publishes fails it without retries, with the reason.
+    """
+
+    ui_color = "#e8f4fd"
+
+    def __init__(self, *, step: Callable[[int, int], StepReport], reads: Sequence[Table | SourceFiles],
+                 writes: Sequence[Table], **kwargs):
+        kwargs.setdefault("outlets", [t.airflow_asset() for t in writes if t.layer == "raw"])
+        super().__init__(**kwargs)
+        self.step, self.reads, self.writes = step, list(reads), list(writes)
+        self._report: StepReport | None = None
+
+    def execute(self, context):
+        year, month = target_month(context)
+        try:
+            self._report = self.step(year, month)
+        except NotPublishedYet as missing:
+            raise AirflowSkipException(f"not published yet: {missing}") from None
+        except BadSourceFile as bad:
+            raise AirflowFailException(str(bad)) from None
+        self._emit_datahub_extras(context)
+        log.info("%s", self._report.summary)
+        return self._report.summary
+
+    def _emit_datahub_extras(self, context) -> None:
+        """Schema and snapshot id of what was written, on the DataHub plugin's own connection."""
+        try:
+            from datahub_airflow_plugin._config import get_lineage_config
+
+            config = get_lineage_config()
+            if not config.enabled:
+                return
+            emitter = config.make_emitter_hook().make_emitter()
+            actor = f"airflow:{self.dag_id}.{self.task_id}"
+            for record in datahub_records(self._report, actor):
+                emitter.emit(record)
+            emitter.flush()
+        except Exception as error:  # lineage must never fail the data work
+            log.warning("DataHub records for %s not emitted: %s", self.task_id, error)
+
+    # ---- OpenLineage (read by the OpenLineage provider and by DataHub's plugin) ----
+    def _declared(self) -> OperatorLineage:
+        return OperatorLineage(inputs=[openlineage_input(DatasetUse(d)) for d in self.reads],
+                               outputs=[openlineage_output(DatasetUse(d)) for d in self.writes])
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        return self._declared()
+
+    def get_openlineage_facets_on_complete(self, task_instance) -> OperatorLineage:
+        if self._report is None:
+            return self._declared()
+        return OperatorLineage(inputs=[openlineage_input(u) for u in self._report.inputs],
+                               outputs=[openlineage_output(u) for u in self._report.outputs])
+
+    def get_openlineage_facets_on_failure(self, task_instance) -> OperatorLineage:
+        return self._declared()

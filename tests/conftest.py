@@ -10,18 +10,38 @@ from pathlib import Path
 import pytest
 
 _STATE = Path(tempfile.mkdtemp(prefix="nyc-taxi-test-state-"))
+SITE = _STATE / "site"  # a fixture copy of the TLC and NOAA sites, served on 127.0.0.1
+_server = None
 
 
 def pytest_configure(config):
-    # Before anything reads the settings: isolate from the developer's .state/ and .env values.
+    """Before anything reads the settings or imports Airflow: isolated state, sources on 127.0.0.1."""
+    global _server
+    from nyc_taxi.fixtures.server import FixtureServer
+
+    SITE.mkdir(parents=True)
+    _server = FixtureServer(SITE)
+    url = _server.start()
     os.environ.update({"STATE_DIR": str(_STATE), "PROFILE": "local", "SPARK_LOCAL_IP": "127.0.0.1",
-                       "AIRFLOW_HOME": str(_STATE / "airflow")})
-    for name in ("DATAHUB_PLATFORM_INSTANCE", "DATAHUB_ENV", "TLC_BASE_URL", "NOAA_BASE_URL", "SPARK_MASTER", "S3_BUCKET"):
+                       "TLC_BASE_URL": url, "NOAA_BASE_URL": url, "DATAHUB_TELEMETRY_ENABLED": "false"})
+    for name in ("DATAHUB_PLATFORM_INSTANCE", "DATAHUB_ENV", "DATAHUB_GMS_URL", "OPENLINEAGE_URL", "SPARK_MASTER",
+                 "S3_BUCKET", "AIRFLOW_CONFIG"):
         os.environ.pop(name, None)
+    from nyc_taxi.airflow_env import airflow_environment, prepare_directories
+
+    os.environ.update(airflow_environment())
+    prepare_directories()
 
 
 def pytest_unconfigure(config):
+    if _server is not None:
+        _server.stop()
     shutil.rmtree(_STATE, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def site() -> Path:
+    return SITE
 
 
 @pytest.fixture(scope="session")
@@ -68,3 +88,23 @@ def aws_settings(moto_endpoint, tmp_path):
 
     return Settings(_env_file=None, profile="aws", aws_profile="", aws_endpoint_url=moto_endpoint,
                     aws_region="eu-west-1", state_dir=tmp_path)
+
+
+@pytest.fixture(scope="session")
+def airflow_db(settings):
+    """An initialised Airflow metadata database in the test state (what dag.test() needs)."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    return settings.airflow_home
+
+
+@pytest.fixture(scope="session")
+def dagbag(airflow_db, spark):
+    from airflow.dag_processing.dagbag import DagBag
+    from nyc_taxi.airflow_env import DAGS_FOLDER
+
+    bag = DagBag(dag_folder=str(DAGS_FOLDER))
+    assert bag.import_errors == {}
+    return bag

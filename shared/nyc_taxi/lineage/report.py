@@ -17,7 +17,7 @@ from datahub.metadata import schema_classes as dhs
 from openlineage.client.event_v2 import InputDataset, OutputDataset
 from openlineage.client.facet_v2 import (
     data_quality_assertions_dataset,
-    data_quality_metrics_dataset,
+    data_quality_metrics_input_dataset,
     dataset_version_dataset,
     datasource_dataset,
     output_statistics_output_dataset,
@@ -83,10 +83,6 @@ def _dataset_facets(use: DatasetUse, settings: Settings) -> dict[str, Any]:
         facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(use.snapshot_id))
     if use.source_url:
         facets["dataSource"] = datasource_dataset.DatasourceDatasetFacet(name=use.dataset.name, uri=use.source_url)
-    if use.row_count is not None and (use.null_counts or use.checks):
-        facets["dataQualityMetrics"] = data_quality_metrics_dataset.DataQualityMetricsDatasetFacet(
-            rowCount=use.row_count,
-            columnMetrics={c: data_quality_metrics_dataset.ColumnMetrics(nullCount=n) for c, n in use.null_counts.items()})
     return facets
 
 
@@ -94,6 +90,10 @@ def openlineage_input(use: DatasetUse, settings: Settings | None = None) -> Inpu
     settings = settings or get_settings()
     ident = use.dataset.identity(settings)
     input_facets = {}
+    if use.row_count is not None:
+        input_facets["dataQualityMetrics"] = data_quality_metrics_input_dataset.DataQualityMetricsInputDatasetFacet(
+            rowCount=use.row_count,
+            columnMetrics={c: data_quality_metrics_input_dataset.ColumnMetrics(nullCount=n) for c, n in use.null_counts.items()})
     if use.checks:
         input_facets["dataQualityAssertions"] = data_quality_assertions_dataset.DataQualityAssertionsDatasetFacet(
             assertions=[data_quality_assertions_dataset.Assertion(

@@ -1,0 +1,261 @@
+"""The ingestion DAGs run for real (dag.test) on fixture files served over 127.0.0.1.
+
+Raw tables are compared with an independent pyarrow computation from the same files, and the
+lineage each task emitted is checked against the registry and the tables' real snapshot ids.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from nyc_taxi import registry
+from nyc_taxi.airflow_env import DAGS_FOLDER, datahub_airflow_file, openlineage_airflow_file
+from nyc_taxi.catalog import load_catalog
+from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
+from nyc_taxi.lineage.spec import validation_errors
+
+pytestmark = [pytest.mark.spark, pytest.mark.airflow]
+
+# The TLC -> target column contract, written out independently of the product's registry/SQL.
+TLC_TO_TARGET = {
+    "vendorid": ("vendor_id", pa.int32()), "tpep_pickup_datetime": ("pickup_datetime", pa.timestamp("us")),
+    "tpep_dropoff_datetime": ("dropoff_datetime", pa.timestamp("us")), "passenger_count": ("passenger_count", pa.int64()),
+    "trip_distance": ("trip_distance", pa.float64()), "ratecodeid": ("ratecode_id", pa.int64()),
+    "store_and_fwd_flag": ("store_and_fwd_flag", pa.string()), "pulocationid": ("pickup_location_id", pa.int32()),
+    "dolocationid": ("dropoff_location_id", pa.int32()), "payment_type": ("payment_type", pa.int64()),
+    **{c: (c, pa.float64()) for c in ("fare_amount", "extra", "mta_tax", "tip_amount", "tolls_amount",
+                                      "improvement_surcharge", "total_amount", "congestion_surcharge", "airport_fee",
+                                      "cbd_congestion_fee")},
+}
+
+
+class LineageLog:
+    """The records both lineage systems wrote since the mark."""
+
+    def __init__(self, settings):
+        self.ol_path, self.dh_path = openlineage_airflow_file(settings), datahub_airflow_file(settings)
+        self.ol_mark = len(self._ol_all())
+        self.dh_mark = len(self._dh_all())
+
+    def _ol_all(self):
+        return self.ol_path.read_text().splitlines() if self.ol_path.exists() else []
+
+    def _dh_all(self):
+        return json.loads(self.dh_path.read_text()) if self.dh_path.exists() else []
+
+    def openlineage(self) -> list[dict]:
+        return [json.loads(line) for line in self._ol_all()[self.ol_mark:]]
+
+    def datahub(self) -> list[dict]:
+        return self._dh_all()[self.dh_mark:]
+
+    def ol_event(self, event_type: str, task_id: str) -> dict:
+        [event] = [e for e in self.openlineage() if e["eventType"] == event_type and e["job"]["name"].endswith(f".{task_id}")]
+        return event
+
+
+def run_dag(dagbag, dag_id: str, month: str) -> dict[str, str]:
+    run = dagbag.get_dag(dag_id).test(run_conf={"month": month})
+    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+
+
+def snapshot_id(table: registry.Table) -> int | None:
+    snapshot = load_catalog().load_table(table.identifier()).current_snapshot()
+    return snapshot.snapshot_id if snapshot else None
+
+
+def raw_rows(table: registry.Table, **equal) -> pa.Table:
+    arrow = load_catalog().load_table(table.identifier()).scan().to_arrow()
+    for column, value in equal.items():
+        arrow = arrow.filter(pc.equal(arrow[column], value))
+    return arrow
+
+
+def expected_taxi_rows(path: Path) -> pa.Table:
+    """What raw must hold for one TLC file: renamed case-insensitively, cast, keyed by file and row."""
+    source = pq.read_table(path)
+    columns = {TLC_TO_TARGET[name.lower()][0]: source[name].cast(TLC_TO_TARGET[name.lower()][1]) for name in source.column_names}
+    if "cbd_congestion_fee" not in columns:
+        columns["cbd_congestion_fee"] = pa.nulls(source.num_rows, pa.float64())
+    keys = pa.array([f"{path.name}:{i}" for i in range(source.num_rows)])
+    return pa.table({"row_key": keys, **columns}).sort_by("row_key")
+
+
+def comparable(table: pa.Table) -> pa.Table:
+    names = ["row_key"] + [name for name, _ in TLC_TO_TARGET.values()]
+    return table.select(names).cast(pa.schema([(n, table.schema.field(n).type) for n in names])).sort_by("row_key")
+
+
+# ---------------------------------------------------------------------------------------------
+
+def test_dags_import_without_database_or_network(tmp_path):
+    """Parsing touches neither the metadata database (a path that cannot exist) nor the network."""
+    probe = f"""
+import json, socket
+def refuse(*a, **k): raise AssertionError("network access while parsing DAGs")
+socket.socket.connect = refuse
+socket.create_connection = refuse
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder={str(DAGS_FOLDER)!r})
+print(json.dumps({{"errors": {{k: str(v) for k, v in bag.import_errors.items()}},
+    "tasks": {{d: sorted(dag.task_ids) for d, dag in bag.dags.items()}},
+    "outlets": {{d: sorted(a.uri for t in dag.tasks for a in t.outlets) for d, dag in bag.dags.items()}}}}))
+"""
+    env = {**os.environ, "PROFILE": "aws", "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AIRFLOW_HOME": str(tmp_path),
+           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite:////nonexistent/dir/airflow.db"}
+    result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert parsed["errors"] == {}
+    assert parsed["tasks"] == {
+        "ingest_yellow_taxi_data": ["create_tables", "download_and_stage_data", "merge_upsert_staging_into_raw_yellow"],
+        "ingest_weather_data": ["create_tables", "download_and_stage_data", "merge_upsert_staging_into_raw_weather"],
+    }
+    assert parsed["outlets"] == {"ingest_yellow_taxi_data": [registry.YELLOW_TAXI_RAW.airflow_asset().uri],
+                                 "ingest_weather_data": [registry.WEATHER_RAW.airflow_asset().uri]}
+
+
+def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, site, settings):
+    path = add_taxi_month(site, 2024, 2, rows=8_000, seed=11)
+    log = LineageLog(settings)
+    assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-02") == {
+        "create_tables": "success", "download_and_stage_data": "success", "merge_upsert_staging_into_raw_yellow": "success"}
+
+    got = raw_rows(registry.YELLOW_TAXI_RAW, source_file=path.name)
+    assert comparable(got).equals(comparable(expected_taxi_rows(path)))
+    raw_snapshot, staging_snapshot = snapshot_id(registry.YELLOW_TAXI_RAW), snapshot_id(registry.YELLOW_TAXI_STAGING)
+
+    # OpenLineage: each task's inputs and outputs are the registry's identities, with versions.
+    ident = {d.name: d.identity(settings) for d in registry.DATASETS.values()}
+    download = log.ol_event("COMPLETE", "download_and_stage_data")
+    assert [(i["namespace"], i["name"]) for i in download["inputs"]] == [
+        (ident["tlc_yellow_tripdata_files"].ol_namespace, ident["tlc_yellow_tripdata_files"].ol_name)]
+    assert download["inputs"][0]["facets"]["dataSource"]["uri"] == registry.TLC_YELLOW_TRIP_FILES.url(2024, 2, settings)
+    assert [(o["namespace"], o["name"]) for o in download["outputs"]] == [
+        (ident["yellow_taxi_staging"].ol_namespace, ident["yellow_taxi_staging"].ol_name)]
+    merge = log.ol_event("COMPLETE", "merge_upsert_staging_into_raw_yellow")
+    assert [i["name"] for i in merge["inputs"]] == [ident["yellow_taxi_staging"].ol_name]
+    assert [o["name"] for o in merge["outputs"]] == [ident["yellow_taxi_raw"].ol_name]
+    assert merge["inputs"][0]["facets"]["version"]["datasetVersion"] == str(staging_snapshot)
+    assert merge["outputs"][0]["facets"]["version"]["datasetVersion"] == str(raw_snapshot)
+    assert merge["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 8_000
+    assert [f["name"] for f in merge["outputs"][0]["facets"]["schema"]["fields"]] == registry.YELLOW_TAXI_RAW.column_names
+    assertions = {a["assertion"].split(" ")[0]: a for a in merge["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]}
+    outside = pc.sum(pc.or_(pc.less(got["pickup_datetime"], pa.scalar(dt.datetime(2024, 2, 1), pa.timestamp("us"))),
+                            pc.greater_equal(got["pickup_datetime"], pa.scalar(dt.datetime(2024, 3, 1), pa.timestamp("us"))))).as_py()
+    assert outside > 0 and assertions["pickup_outside_month"]["assertion"] == f"pickup_outside_month ({outside} rows, kept)"
+    assert assertions["pickup_outside_month"]["success"] is False
+    for event in log.openlineage():
+        assert validation_errors(event) == [], event["job"]["name"]
+
+    # DataHub: per-task lineage with the registry's URNs, and the snapshot id the table really has.
+    records = log.datahub()
+    io = {r["entityUrn"].rsplit(",", 1)[1].rstrip(")"): r["aspect"]["json"] for r in records
+          if r.get("aspectName") == "dataJobInputOutput" and "ingest_yellow_taxi_data" in r["entityUrn"]}
+    assert io["download_and_stage_data"]["inputDatasets"] == [ident["tlc_yellow_tripdata_files"].datahub_urn]
+    assert io["download_and_stage_data"]["outputDatasets"] == [ident["yellow_taxi_staging"].datahub_urn]
+    assert io["merge_upsert_staging_into_raw_yellow"]["inputDatasets"] == [ident["yellow_taxi_staging"].datahub_urn]
+    assert io["merge_upsert_staging_into_raw_yellow"]["outputDatasets"] == [ident["yellow_taxi_raw"].datahub_urn]
+    operations = [r["aspect"]["json"]["customProperties"] for r in records if r.get("aspectName") == "operation"
+                  and r["entityUrn"] == ident["yellow_taxi_raw"].datahub_urn and r["aspect"]["json"].get("customProperties")]
+    assert operations[-1]["snapshot_id"] == str(raw_snapshot)
+    dataset_urns = {r["entityUrn"] for r in records if r.get("entityType") == "dataset"}
+    assert dataset_urns <= {i.datahub_urn for i in ident.values()}
+    check = subprocess.run([sys.executable, "-m", "datahub", "check", "metadata-file", str(log.dh_path)],
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+
+    # Re-running the month changes nothing: no new snapshot, the same rows.
+    assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-02")["merge_upsert_staging_into_raw_yellow"] == "success"
+    assert snapshot_id(registry.YELLOW_TAXI_RAW) == raw_snapshot
+    assert comparable(raw_rows(registry.YELLOW_TAXI_RAW, source_file=path.name)).equals(comparable(expected_taxi_rows(path)))
+
+
+@pytest.mark.parametrize("month", ["2023-03", "2025-01"])
+def test_other_years_file_shapes_load(dagbag, site, month):
+    year, number = map(int, month.split("-"))
+    path = add_taxi_month(site, year, number, rows=3_000, seed=5)
+    assert run_dag(dagbag, "ingest_yellow_taxi_data", month)["merge_upsert_staging_into_raw_yellow"] == "success"
+    got = raw_rows(registry.YELLOW_TAXI_RAW, source_file=path.name)
+    assert comparable(got).equals(comparable(expected_taxi_rows(path)))
+    assert (pc.sum(pc.is_valid(got["cbd_congestion_fee"])).as_py() > 0) == (year >= 2025)
+    assert pc.sum(pc.greater(got["airport_fee"], 0)).as_py() > 0  # lowercase airport_fee in 2023 files
+
+
+def test_truncated_file_fails_the_task_and_leaves_tables_untouched(dagbag, site, settings):
+    good = add_taxi_month(site, 2024, 4, rows=3_000, seed=2)
+    good.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    before = {t.name: snapshot_id(t) for t in (registry.YELLOW_TAXI_RAW, registry.YELLOW_TAXI_STAGING)}
+    log = LineageLog(settings)
+    states = run_dag(dagbag, "ingest_yellow_taxi_data", "2024-04")
+    assert states["download_and_stage_data"] == "failed"
+    assert states["merge_upsert_staging_into_raw_yellow"] == "upstream_failed"
+    assert {t.name: snapshot_id(t) for t in (registry.YELLOW_TAXI_RAW, registry.YELLOW_TAXI_STAGING)} == before
+    assert not Path(registry.TLC_YELLOW_TRIP_FILES.landed_path(2024, 4, settings)).exists()
+    failed = log.ol_event("FAIL", "download_and_stage_data")
+    assert "truncated" in failed["run"]["facets"]["errorMessage"]["message"]
+    assert validation_errors(failed) == []
+
+
+def test_unpublished_month_skips_cleanly(dagbag):
+    before = snapshot_id(registry.YELLOW_TAXI_RAW)
+    states = run_dag(dagbag, "ingest_yellow_taxi_data", "2031-01")
+    assert states == {"create_tables": "success", "download_and_stage_data": "skipped",
+                      "merge_upsert_staging_into_raw_yellow": "skipped"}
+    assert snapshot_id(registry.YELLOW_TAXI_RAW) == before
+
+
+def expected_weather(site: Path, year: int, month: int, status: str) -> dict[tuple[str, dt.date], dict]:
+    """Parse the four county files independently: NYC counties, real days, -999.99 dropped."""
+    from nyc_taxi.ingest.weather import NYC_COUNTIES
+
+    days = calendar.monthrange(year, month)[1]
+    out: dict[tuple[str, dt.date], dict] = {}
+    for var, column in (("tmax", "tmax_c"), ("tmin", "tmin_c"), ("tavg", "tavg_c"), ("prcp", "prcp_mm")):
+        path = site / f"pub/data/daily-grids/v1-0-0/averages/{year}/{var}-{year}{month:02d}-cty-{status}.csv"
+        for line in path.read_text().split("\n"):
+            fields = line.split(",")
+            if fields[1] not in NYC_COUNTIES:
+                continue
+            for day, value in enumerate(fields[6:6 + days], start=1):
+                if value.strip() != "-999.99":
+                    out.setdefault((fields[1], dt.date(year, month, day)), {})[column] = float(value)
+    return out
+
+
+def weather_in_raw(year: int, month: int) -> dict[tuple[str, dt.date], dict]:
+    rows = raw_rows(registry.WEATHER_RAW).to_pylist()
+    return {(r["county_code"], r["date"]): r for r in rows if (r["date"].year, r["date"].month) == (year, month)}
+
+
+def test_weather_prelim_then_scaled_overwrites(dagbag, site):
+    add_weather_month(site, 2024, 6, seed=1, n_counties=80, through_day=10)
+    assert run_dag(dagbag, "ingest_weather_data", "2024-06")["merge_upsert_staging_into_raw_weather"] == "success"
+    expected = expected_weather(site, 2024, 6, "prelim")
+    got = weather_in_raw(2024, 6)
+    assert set(got) == set(expected) and len(got) == 5 * 10
+    assert all({k: got[key][k] for k in expected[key]} == expected[key] for key in expected)
+    assert {r["source_status"] for r in got.values()} == {"prelim"}
+
+    add_weather_month(site, 2024, 6, seed=2, n_counties=80)  # the final file, with revised values
+    assert run_dag(dagbag, "ingest_weather_data", "2024-06")["merge_upsert_staging_into_raw_weather"] == "success"
+    expected = expected_weather(site, 2024, 6, "scaled")
+    got = weather_in_raw(2024, 6)
+    assert set(got) == set(expected) and len(got) == 5 * 30
+    assert all({k: got[key][k] for k in expected[key]} == expected[key] for key in expected)
+    assert {r["source_status"] for r in got.values()} == {"scaled"}
+
+    before = snapshot_id(registry.WEATHER_RAW)
+    assert run_dag(dagbag, "ingest_weather_data", "2024-06")["merge_upsert_staging_into_raw_weather"] == "success"
+    assert snapshot_id(registry.WEATHER_RAW) == before  # re-run: nothing to change

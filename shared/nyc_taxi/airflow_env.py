@@ -50,6 +50,7 @@ def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
         "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__API__HOST": "127.0.0.1",  # the UI/API listens on this machine only
         # Simple auth manager: user admin; Airflow generates its password into
         # $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated (never a fixed one).
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",

@@ -108,3 +108,10 @@ def dagbag(airflow_db, spark):
     bag = DagBag(dag_folder=str(DAGS_FOLDER))
     assert bag.import_errors == {}
     return bag
+
+
+@pytest.fixture
+def real_source_defaults(monkeypatch):
+    """Settings built in the test see the real public source URLs, not the session's fixture server."""
+    for name in ("TLC_BASE_URL", "NOAA_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)

@@ -68,7 +68,7 @@ def test_datahub_plugin_translates_our_asset_and_openlineage_dataset_to_our_urn(
     assert translate_ol_to_datahub_urn(ident.openlineage_dataset(), env=settings.datahub_env) == ident.datahub_urn
 
 
-def test_source_files_identity_and_urls():
+def test_source_files_identity_and_urls(real_source_defaults):
     settings = _local(tlc_base_url="http://127.0.0.1:8123/")
     files = registry.TLC_YELLOW_TRIP_FILES
     assert files.url(2024, 3, settings) == "http://127.0.0.1:8123/trip-data/yellow_tripdata_2024-03.parquet"

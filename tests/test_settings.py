@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from nyc_taxi.settings import NOAA_BASE_URL, TLC_BASE_URL, Settings
 
 
-def test_defaults_are_the_local_profile_and_the_real_sources(tmp_path):
+def test_defaults_are_the_local_profile_and_the_real_sources(tmp_path, real_source_defaults):
     s = Settings(_env_file=None, state_dir=tmp_path)
     assert s.profile == "local" and s.database == "nyc_taxi"
     assert s.tlc_base_url == TLC_BASE_URL == "https://d37ci6vzurychx.cloudfront.net"
@@ -28,7 +28,7 @@ def test_environment_overrides(monkeypatch, tmp_path):
     assert s.spark_master == "spark://127.0.0.1:7077"
 
 
-def test_dotenv_file_is_read(tmp_path):
+def test_dotenv_file_is_read(tmp_path, real_source_defaults):
     env_file = tmp_path / ".env"
     env_file.write_text("NOAA_BASE_URL=http://127.0.0.1:1234\nDATAHUB_ENV=DEV\n")
     s = Settings(_env_file=env_file, state_dir=tmp_path)

@@ -1,0 +1,150 @@
+"""`bash run bench ingest`: Spark ingestion of realistic TLC months against a DuckDB reference.
+
+Everything runs on 127.0.0.1 in a throw-away state directory: generated months served over HTTP
+(the real download code runs), the local Iceberg catalog, and DuckDB doing the same work
+(normalise, key, upsert with INSERT ... ON CONFLICT DO UPDATE on a primary key) on the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+
+def _duckdb_reference(path: Path, db) -> float:
+    """Upsert one TLC file into the DuckDB reference table; seconds taken."""
+    from nyc_taxi import registry
+
+    present = {c[0].lower() for c in db.execute(f"DESCRIBE SELECT * FROM read_parquet('{path}')").fetchall()}
+    columns = [f"CAST({c.source} AS {c.type.replace('_NTZ', '')}) AS {c.name}" if c.source.lower() in present
+               else f"CAST(NULL AS {c.type.replace('_NTZ', '')}) AS {c.name}" for c in registry.YELLOW_TRIP_COLUMNS]
+    names = [c.name for c in registry.LOAD_COLUMNS + registry.YELLOW_TRIP_COLUMNS]
+    updates = ", ".join(f"{n} = excluded.{n}" for n in names if n != "row_key")
+    start = time.perf_counter()
+    db.execute(f"""
+        INSERT INTO raw
+        SELECT '{path.name}:' || file_row_number AS row_key, '{path.name}' AS source_file, now() AS ingested_at,
+               {', '.join(columns)}
+        FROM read_parquet('{path}', file_row_number = true)
+        ON CONFLICT (row_key) DO UPDATE SET {updates}""")
+    return time.perf_counter() - start
+
+
+def _duckdb_table(db) -> None:
+    from nyc_taxi import registry
+
+    columns = ", ".join(f"{c.name} {c.type.replace('_NTZ', '').replace('TIMESTAMP', 'TIMESTAMP') if c.type != 'TIMESTAMP' else 'TIMESTAMPTZ'}"
+                        + (" PRIMARY KEY" if c.name == "row_key" else "")
+                        for c in registry.LOAD_COLUMNS + registry.YELLOW_TRIP_COLUMNS)
+    db.execute(f"CREATE TABLE raw ({columns})")
+
+
+def _data_files(spark, table: str) -> int:
+    return spark.sql(f"SELECT count(*) FROM {table}.files").first()[0]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="bash run bench ingest", description=__doc__)
+    parser.add_argument("--rows", type=int, default=3_500_000, help="rows per month (a real 2024 month: 3.0-3.8M)")
+    parser.add_argument("--months", type=int, default=6, help="months merged one after another (first is 2024-01)")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    from nyc_taxi.fixtures.server import FixtureServer
+    from nyc_taxi.fixtures.site import add_taxi_month
+
+    months = [(2024, m) for m in range(1, args.months + 1)]
+    t = time.perf_counter()
+    files = [add_taxi_month(work / "site", y, m, rows=args.rows, seed=m) for y, m in months]
+    print(f"generated {len(files)} months of {args.rows:,} rows in {time.perf_counter() - t:.1f} s ({work})")
+    server = FixtureServer(work / "site")
+    url = server.start()
+    # The settings are read after this point, so the whole run uses the throw-away state and server.
+    os.environ.update({"STATE_DIR": str(work / "state"), "PROFILE": "local", "TLC_BASE_URL": url})
+
+    import duckdb
+
+    from nyc_taxi import infra, registry
+    from nyc_taxi.bench.memory import PeakMemory
+    from nyc_taxi.ingest import taxi
+    from nyc_taxi.ingest.common import current_snapshot_id
+    from nyc_taxi.settings import get_settings
+    from nyc_taxi.spark import get_spark
+    from nyc_taxi.tables import ensure_tables
+
+    settings = get_settings()
+    infra.create(settings)
+    figures: dict = {"rows_per_month": args.rows, "spark_driver_memory": settings.spark_driver_memory}
+    with PeakMemory() as mem:
+        t = time.perf_counter()
+        spark = get_spark(settings)
+        ensure_tables(spark, [registry.YELLOW_TAXI_STAGING, registry.YELLOW_TAXI_RAW])
+        spark.sql("SELECT 1").collect()
+        figures["startup_s"] = time.perf_counter() - t
+    figures["startup_peak_gib"] = mem.gib
+    raw = registry.YELLOW_TAXI_RAW.spark_name(settings)
+
+    def spark_month(year: int, month: int) -> dict:
+        with PeakMemory() as m:
+            t0 = time.perf_counter()
+            taxi.download_and_stage(year, month, settings)
+            t1 = time.perf_counter()
+            report = taxi.merge_into_raw(year, month, settings)
+            t2 = time.perf_counter()
+        return {"stage_s": t1 - t0, "merge_s": t2 - t1, "merged_rows": report.summary["merged_rows"], "peak_gib": m.gib}
+
+    db = duckdb.connect(str(work / "reference.duckdb"))
+    _duckdb_table(db)
+
+    first = spark_month(*months[0])
+    first["duckdb_s"] = _duckdb_reference(files[0], db)
+    first["rows_per_s"] = args.rows / (first["stage_s"] + first["merge_s"])
+    figures["new_month"] = first
+
+    snapshot, data_files = current_snapshot_id(spark, raw), _data_files(spark, raw)
+    again = spark_month(*months[0])
+    again["duckdb_s"] = _duckdb_reference(files[0], db)
+    again["new_snapshot"] = current_snapshot_id(spark, raw) != snapshot
+    again["new_data_files"] = _data_files(spark, raw) - data_files
+    figures["rerun_unchanged_month"] = again
+
+    figures["growing_table"] = [{"month": f"{y}-{m:02d}", **spark_month(y, m)} for y, m in months[1:]]
+    server.stop()
+
+    new, rerun, grow = figures["new_month"], figures["rerun_unchanged_month"], figures["growing_table"]
+    spark_new = figures["startup_s"] + new["stage_s"] + new["merge_s"]
+    print()
+    print(f"{'figure':58s} {'value':>12s}")
+    rows = [
+        ("Spark start-up (session + tables + first query), s", figures["startup_s"]),
+        ("new month: download + stage, s", new["stage_s"]),
+        ("new month: merge into raw, s", new["merge_s"]),
+        ("new month: rows/s (stage + merge)", new["rows_per_s"]),
+        ("new month: peak memory (Python + JVM), GiB", new["peak_gib"]),
+        ("new month: DuckDB reference (normalise, key, upsert), s", new["duckdb_s"]),
+        ("RATIO new month, Spark incl. start-up / DuckDB  (target <= 2)", spark_new / new["duckdb_s"]),
+        ("RATIO new month, stage alone / DuckDB", new["stage_s"] / new["duckdb_s"]),
+        ("re-run unchanged month: Spark stage + merge, s", rerun["stage_s"] + rerun["merge_s"]),
+        ("re-run unchanged month: DuckDB reference, s", rerun["duckdb_s"]),
+        ("RATIO re-run, Spark / DuckDB  (target <= 1.5)", (rerun["stage_s"] + rerun["merge_s"]) / rerun["duckdb_s"]),
+        ("re-run: new data files written (target 0)", rerun["new_data_files"]),
+    ]
+    for entry in grow:
+        rows.append((f"growing raw: merge of {entry['month']}, s", entry["merge_s"]))
+    if len(grow) >= 2:
+        rows.append((f"RATIO merge {grow[-1]['month']} / {grow[0]['month']}  (target <= 1.2)", grow[-1]["merge_s"] / grow[0]["merge_s"]))
+    rows.append(("peak memory over all months, GiB", max([new["peak_gib"], rerun["peak_gib"]] + [g["peak_gib"] for g in grow])))
+    for name, value in rows:
+        print(f"{name:58s} {value:12.2f}" if isinstance(value, float) else f"{name:58s} {value:12,}")
+    out = Path(settings.state_dir) / "bench-ingest.json"
+    out.write_text(json.dumps(figures, indent=2))
+    print(f"\nfigures: {out}")
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -176,10 +176,29 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
                            capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
 
-    # Re-running the month changes nothing: no new snapshot, the same rows.
+    # Re-running the month changes nothing: the landed file is not fetched again, no new snapshot, the same rows.
+    landed = Path(registry.TLC_YELLOW_TRIP_FILES.landed_path(2024, 2, settings))
+    landed_version = landed.stat().st_mtime_ns
     assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-02")["merge_upsert_staging_into_raw_yellow"] == "success"
     assert snapshot_id(registry.YELLOW_TAXI_RAW) == raw_snapshot
+    assert landed.stat().st_mtime_ns == landed_version
     assert comparable(raw_rows(registry.YELLOW_TAXI_RAW, source_file=path.name)).equals(comparable(expected_taxi_rows(path)))
+
+
+def test_republished_month_updates_changed_rows_in_place(dagbag, site, settings):
+    """TLC republishes a corrected file: fetched again (the landed copy removed), rows updated, no duplicates."""
+    first = add_taxi_month(site, 2024, 5, rows=4_000, seed=1)
+    assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-05")["merge_upsert_staging_into_raw_yellow"] == "success"
+    corrected = pq.read_table(first)
+    fares = corrected["fare_amount"].to_numpy().copy()
+    fares[::10] += 1.0  # every tenth trip corrected
+    corrected = corrected.set_column(corrected.schema.get_field_index("fare_amount"), "fare_amount", pa.array(fares))
+    pq.write_table(corrected, first)
+    Path(registry.TLC_YELLOW_TRIP_FILES.landed_path(2024, 5, settings)).unlink()
+    assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-05")["merge_upsert_staging_into_raw_yellow"] == "success"
+    got = raw_rows(registry.YELLOW_TAXI_RAW, source_file=first.name)
+    assert got.num_rows == 4_000
+    assert comparable(got).equals(comparable(expected_taxi_rows(first)))
 
 
 @pytest.mark.parametrize("month", ["2023-03", "2025-01"])

@@ -16,7 +16,7 @@ from nyc_taxi.settings import Settings
 
 log = logging.getLogger(__name__)
 
-USER_AGENT = "nyc-taxi-lineage/0.1 (+https://github.com/)"
+USER_AGENT = "nyc-taxi-lineage/0.1"
 CHUNK = 1 << 20
 
 

@@ -92,8 +92,10 @@ def download_and_stage(year: int, month: int, settings: Settings | None = None) 
 
 
 def _content_hash(alias: str) -> str:
-    columns = ", ".join(f"{alias}.{c.name}" for c in registry.YELLOW_TRIP_COLUMNS) + f", {alias}.source_file"
-    return f"md5(to_json(struct({columns})))"
+    """A 64-bit hash of a row's content. Spark's hashes skip NULLs, so each column's null flag is
+    hashed too: (NULL, 1) and (1, NULL) must differ."""
+    columns = [f"{alias}.{c.name}" for c in registry.YELLOW_TRIP_COLUMNS] + [f"{alias}.source_file"]
+    return f"xxhash64({', '.join(columns)}, {', '.join(f'isnull({c})' for c in columns)})"
 
 
 def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> StepReport:
@@ -112,8 +114,16 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
 
     days = [r[0] for r in spark.sql(f"SELECT DISTINCT CAST(pickup_datetime AS DATE) FROM {staging}").collect()]
     raw_days = day_ranges_predicate("t.pickup_datetime", days)
-    changed = upsert_changes(spark, "yellow_taxi_changes", "merge_yellow_taxi", staging=staging, raw=raw,
-                             raw_days=raw_days, content_hash=_content_hash("t"), staged_content_hash=_content_hash("s"))
+    hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
+    fingerprint = sql.run(spark, "yellow_taxi_fingerprint", staging=staging, raw=raw, raw_days=raw_days, **hashes).first()
+    if (fingerprint.staged_rows, fingerprint.staged_content) == (fingerprint.raw_rows, fingerprint.raw_content):
+        changed = 0  # raw already holds exactly this batch: commit nothing
+    elif fingerprint.raw_rows == 0:
+        sql.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
+        changed = fingerprint.staged_rows
+    else:
+        changed = upsert_changes(spark, "yellow_taxi_changes", "merge_yellow_taxi", staging=staging, raw=raw,
+                                 raw_days=raw_days, **hashes)
     log.info("merged %d new or changed rows of %d staged into %s", changed, row_count, RAW.name)
     return StepReport(
         inputs=[DatasetUse(STAGING, snapshot_id=current_snapshot_id(spark, staging), row_count=row_count, checks=checks)],

@@ -71,7 +71,12 @@ def run_dag(dagbag, dag_id: str, month: str) -> dict[str, str]:
 
 
 def snapshot_id(table: registry.Table) -> int | None:
-    snapshot = load_catalog().load_table(table.identifier()).current_snapshot()
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        snapshot = load_catalog().load_table(table.identifier()).current_snapshot()
+    except NoSuchTableError:
+        return None
     return snapshot.snapshot_id if snapshot else None
 
 

@@ -7,10 +7,10 @@ Trigger with `{"month": "2024-01"}` to load a given month; a month TLC has not p
 """
 
 import pendulum
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Param
 
 from nyc_taxi import registry
-from nyc_taxi.airflow_tasks import DEFAULT_ARGS, IngestStepOperator
+from nyc_taxi.airflow_tasks import DEFAULT_ARGS, ingestion_tasks
 from nyc_taxi.ingest import taxi
 
 with DAG(
@@ -25,26 +25,5 @@ with DAG(
     tags=["ingestion", "taxi", "spark", "iceberg"],
     doc_md=__doc__,
 ) as dag:
-
-    @task
-    def create_tables():
-        """Create the staging and raw tables from the registry if they do not exist."""
-        from nyc_taxi.spark import get_spark
-        from nyc_taxi.tables import ensure_tables
-
-        ensure_tables(get_spark(), [registry.YELLOW_TAXI_STAGING, registry.YELLOW_TAXI_RAW])
-
-    download_and_stage_data = IngestStepOperator(
-        task_id="download_and_stage_data",
-        step=taxi.download_and_stage,
-        reads=[registry.TLC_YELLOW_TRIP_FILES],
-        writes=[registry.YELLOW_TAXI_STAGING],
-    )
-    merge_upsert_staging_into_raw_yellow = IngestStepOperator(
-        task_id="merge_upsert_staging_into_raw_yellow",
-        step=taxi.merge_into_raw,
-        reads=[registry.YELLOW_TAXI_STAGING],
-        writes=[registry.YELLOW_TAXI_RAW],
-    )
-
-    create_tables() >> download_and_stage_data >> merge_upsert_staging_into_raw_yellow
+    ingestion_tasks(steps=taxi, source=registry.TLC_YELLOW_TRIP_FILES, staging=registry.YELLOW_TAXI_STAGING,
+                    raw=registry.YELLOW_TAXI_RAW, merge_task_id="merge_upsert_staging_into_raw_yellow")

@@ -99,3 +99,26 @@ class IngestStepOperator(BaseOperator):
 
     def get_openlineage_facets_on_failure(self, task_instance) -> OperatorLineage:
         return self._declared()
+
+
+def ingestion_tasks(*, steps, source: SourceFiles, staging: Table, raw: Table, merge_task_id: str):
+    """The ingestion chain of a DAG: create_tables → download_and_stage_data → <merge_task_id>.
+
+    ``steps`` provides ``download_and_stage(year, month)`` and ``merge_into_raw(year, month)``.
+    Call inside a ``with DAG(...)`` block.
+    """
+    from airflow.sdk import task
+
+    @task
+    def create_tables():
+        """Create the staging and raw tables from the registry if they do not exist."""
+        from nyc_taxi.spark import get_spark
+        from nyc_taxi.tables import ensure_tables
+
+        ensure_tables(get_spark(), [staging, raw])
+
+    download = IngestStepOperator(task_id="download_and_stage_data", step=steps.download_and_stage,
+                                  reads=[source], writes=[staging])
+    merge = IngestStepOperator(task_id=merge_task_id, step=steps.merge_into_raw, reads=[staging], writes=[raw])
+    create_tables() >> download >> merge
+    return download, merge

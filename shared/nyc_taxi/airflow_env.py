@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from nyc_taxi.lineage.destinations import openlineage_transport
 from nyc_taxi.settings import REPO_ROOT, Settings, get_settings
 
 DAGS_FOLDER = REPO_ROOT / "airflow" / "dags"
@@ -22,17 +23,6 @@ def datahub_airflow_file(settings: Settings):
 
 def openlineage_airflow_file(settings: Settings):
     return settings.lineage_dir / "openlineage" / "airflow_events.jsonl"
-
-
-def openlineage_transport(settings: Settings, file_path) -> dict:
-    """File transport, plus HTTP to OPENLINEAGE_URL when set (a backend that is down does not stop the file)."""
-    file_transport = {"type": "file", "log_file_path": str(file_path), "append": True}
-    if not settings.openlineage_url:
-        return file_transport
-    http = {"type": "http", "url": settings.openlineage_url, "timeout": 5}
-    if settings.openlineage_api_key:
-        http["auth"] = {"type": "api_key", "apiKey": settings.openlineage_api_key.get_secret_value()}
-    return {"type": "composite", "continue_on_failure": True, "transports": {"file": file_transport, "http": http}}
 
 
 def airflow_environment(settings: Settings | None = None) -> dict[str, str]:

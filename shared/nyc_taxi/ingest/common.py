@@ -40,7 +40,7 @@ def upsert_changes(spark, changes_sql: str, merge_sql: str, **values: object) ->
     A re-run of unchanged data then commits nothing: no snapshot, no rewritten data files.
     Returns the number of rows upserted.
     """
-    from nyc_taxi.ingest import sql
+    from nyc_taxi import sql
 
     changes = sql.run(spark, changes_sql, **values).persist()
     try:

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nyc_taxi import registry
-from nyc_taxi.ingest import download, landing, sql
+from nyc_taxi import sql
+from nyc_taxi.ingest import download, landing
 from nyc_taxi.ingest.common import current_snapshot_id, day_ranges_predicate, month_bounds, upsert_changes
 from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.lineage.report import Check, DatasetUse, StepReport

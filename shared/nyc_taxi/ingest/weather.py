@@ -6,7 +6,8 @@ import logging
 from pathlib import Path
 
 from nyc_taxi import registry
-from nyc_taxi.ingest import download, landing, sql
+from nyc_taxi import sql
+from nyc_taxi.ingest import download, landing
 from nyc_taxi.ingest.common import current_snapshot_id, upsert_changes
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 from nyc_taxi.lineage.report import DatasetUse, StepReport

@@ -55,6 +55,7 @@ class DatasetUse:
     checks: list[Check] = field(default_factory=list)
     source_url: str | None = None
     operation: str = dhs.OperationTypeClass.UPDATE
+    used_by: tuple[str, ...] = ()  # steps of the same flow that read this output (a model's consumers)
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Hourly ride actuals and forecasts per pickup zone (run by the Metaflow flow)."""

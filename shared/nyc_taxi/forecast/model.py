@@ -1,0 +1,84 @@
+"""Forecasting models: seasonal naive (same hour one week earlier) and a weather-adjusted variant."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+SEASON = dt.timedelta(hours=168)
+WET_DAY_MM = 1.0  # a day with at least this much precipitation (NYC average) counts as wet
+
+
+@dataclass
+class SeasonalNaive:
+    """Forecast = the count of the same zone and hour 168 hours earlier (zero where there is none)."""
+
+    history: dict[tuple[int, dt.datetime], int] = field(default_factory=dict)
+    name: str = "seasonal_naive"
+
+    @classmethod
+    def fit(cls, training: list[dict], **_) -> "SeasonalNaive":
+        return cls(history={(r["pickup_location_id"], r["pickup_hour"]): r["ride_count"] for r in training})
+
+    def adjustment(self, hour: dt.datetime) -> float:
+        return 1.0
+
+    def predict(self, zones: list[int], hours: list[dt.datetime]) -> dict[tuple[int, dt.datetime], float]:
+        """Hours beyond one season ahead use the model's own earlier forecasts."""
+        known: dict[tuple[int, dt.datetime], float] = dict(self.history)
+        out = {}
+        for hour in sorted(hours):
+            for zone in zones:
+                base = known.get((zone, hour - SEASON), 0)
+                out[(zone, hour)] = known[(zone, hour)] = float(base) * self.adjustment(hour)
+        return out
+
+
+@dataclass
+class WeatherAdjusted(SeasonalNaive):
+    """Seasonal naive scaled on wet days by the ratio actual / seasonal-naive fitted on the training
+    window's wet days relative to its dry days. Forecast days' precipitation comes from weather_raw
+    (observed values: in a backtest this is the perfect-weather-forecast upper bound)."""
+
+    wet_factor: float = 1.0
+    daily_prcp_mm: dict[dt.date, float] = field(default_factory=dict)
+    name: str = "weather_adjusted"
+
+    @classmethod
+    def fit(cls, training: list[dict], daily_prcp_mm: dict[dt.date, float] | None = None, **_) -> "WeatherAdjusted":
+        daily_prcp_mm = daily_prcp_mm or {}
+        history = {(r["pickup_location_id"], r["pickup_hour"]): r["ride_count"] for r in training}
+        sums = {True: [0.0, 0.0], False: [0.0, 0.0]}  # wet?: [actual, seasonal naive]
+        for (zone, hour), actual in history.items():
+            base = history.get((zone, hour - SEASON))
+            prcp = daily_prcp_mm.get(hour.date())
+            if base is None or prcp is None:
+                continue
+            sums[prcp >= WET_DAY_MM][0] += actual
+            sums[prcp >= WET_DAY_MM][1] += base
+        ratio = {wet: (a / b if b else 1.0) for wet, (a, b) in sums.items()}
+        wet_factor = ratio[True] / ratio[False] if ratio[False] else 1.0
+        return cls(history=history, wet_factor=wet_factor, daily_prcp_mm=daily_prcp_mm)
+
+    def adjustment(self, hour: dt.datetime) -> float:
+        return self.wet_factor if self.daily_prcp_mm.get(hour.date(), 0.0) >= WET_DAY_MM else 1.0
+
+
+MODELS = {"seasonal_naive": SeasonalNaive, "weather_adjusted": WeatherAdjusted}
+
+
+def evaluate(forecasts: dict[tuple[int, dt.datetime], float], actuals: dict[tuple[int, dt.datetime], int]) -> dict:
+    """MAE and WAPE per zone and overall, over the forecast hours that have actuals."""
+    per_zone: dict[int, list[tuple[float, int]]] = {}
+    for key, predicted in forecasts.items():
+        if key in actuals:
+            per_zone.setdefault(key[0], []).append((predicted, actuals[key]))
+
+    def scores(pairs):
+        errors = sum(abs(p - a) for p, a in pairs)
+        total = sum(a for _, a in pairs)
+        return {"mae": errors / len(pairs), "wape": errors / total if total else None, "hours": len(pairs)}
+
+    every = [pair for pairs in per_zone.values() for pair in pairs]
+    return {"overall": scores(every) if every else None,
+            "per_zone": {zone: scores(pairs) for zone, pairs in sorted(per_zone.items())}}

@@ -1,0 +1,24 @@
+"""Where lineage goes: files in the state directory always, real servers when configured."""
+
+from __future__ import annotations
+
+from nyc_taxi.settings import Settings
+
+
+def openlineage_transport(settings: Settings, file_path) -> dict:
+    """File transport, plus HTTP to OPENLINEAGE_URL when set (a backend that is down does not stop the file)."""
+    file_transport = {"type": "file", "log_file_path": str(file_path), "append": True}
+    if not settings.openlineage_url:
+        return file_transport
+    http = {"type": "http", "url": settings.openlineage_url, "timeout": 5}
+    if settings.openlineage_api_key:
+        http["auth"] = {"type": "api_key", "apiKey": settings.openlineage_api_key.get_secret_value()}
+    return {"type": "composite", "continue_on_failure": True, "transports": {"file": file_transport, "http": http}}
+
+
+def metaflow_openlineage_file(settings: Settings):
+    return settings.lineage_dir / "openlineage" / "metaflow_events.jsonl"
+
+
+def metaflow_datahub_file(settings: Settings):
+    return settings.lineage_dir / "datahub" / "metaflow_mcps.json"

@@ -13,6 +13,7 @@ from nyc_taxi.ingest.common import current_snapshot_id, upsert_changes
 from nyc_taxi.lineage.report import DatasetUse, StepReport
 from nyc_taxi.settings import Settings, get_settings
 from nyc_taxi.spark import get_spark
+from nyc_taxi.tables import ensure_tables
 
 log = logging.getLogger(__name__)
 RAW, WEATHER, ACTUALS, FORECAST = (registry.YELLOW_TAXI_RAW, registry.WEATHER_RAW,
@@ -54,6 +55,7 @@ def compute_actuals(as_of: dt.datetime, lookback_days: int, horizon_hours: int, 
     """Hourly counts for the training window and the horizon (so a backtest can be evaluated)."""
     settings = settings or get_settings()
     spark = get_spark(settings)
+    ensure_tables(spark, [ACTUALS], settings)
     w = windows(as_of, lookback_days, horizon_hours)
     computed = sql.run(spark, "hourly_actuals", raw=RAW.spark_name(settings), window_start=w["train_start"],
                        window_end=w["horizon_end"], last_hour=w["horizon_end"] - dt.timedelta(hours=1)).persist()
@@ -109,6 +111,7 @@ def write_forecasts(forecasts: dict, model_name: str, model_version: str, as_of:
                     settings: Settings | None = None) -> StepReport:
     settings = settings or get_settings()
     spark = get_spark(settings)
+    ensure_tables(spark, [FORECAST], settings)
     now = dt.datetime.now(dt.timezone.utc)
     rows = [(zone, hour, value, model_name, model_version, as_of, now) for (zone, hour), value in sorted(forecasts.items())]
     schema = ", ".join(f"{c.name} {c.type}" for c in FORECAST.columns)

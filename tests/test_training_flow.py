@@ -160,6 +160,18 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     rerun_forecasts = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
     assert len(rerun_forecasts) == len(forecasts)
 
+    # `resume` from evaluate: earlier steps are cloned, not re-run; the new run records its origin.
+    mark = len(ol_events())
+    env = {**os.environ, **metaflow_environment()}
+    resumed = subprocess.run([sys.executable, str(FLOW), "--no-pylint", "resume", "evaluate", "--origin-run-id", run_id],
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    events = ol_events(mark)
+    started = [e["job"]["name"] for e in events if e["eventType"] == "START"]
+    assert started == ["TrainForecastModelFlow", "TrainForecastModelFlow.evaluate", "TrainForecastModelFlow.end"]
+    tags = {t["key"]: t["value"] for t in events[1]["run"]["facets"]["tags"]["tags"]}
+    assert tags["metaflow.origin_run_id"] == run_id
+
 
 def test_weather_variant_reads_weather_raw_and_is_a_new_job_version(loaded, settings):
     mark = len(ol_events())

@@ -1,0 +1,134 @@
+"""`bash run bench flow`: the whole TrainForecastModelFlow over six realistic months of raw data,
+against a DuckDB reference computing the same actuals and forecasts from the same trip files.
+
+Reports time per step (Metaflow's own task timestamps), the Spark start-up share, peak memory, and
+the ratio of the flow's time, less a fixed start-up cost measured here, to the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _reference(files: list[Path], start: dt.datetime, as_of: dt.datetime, end: dt.datetime) -> tuple[float, int]:
+    """DuckDB: hourly actuals (zero-filled for active zones) and seasonal-naive forecasts."""
+    import duckdb
+
+    db = duckdb.connect()
+    paths = ", ".join(f"'{p}'" for p in files)
+    t = time.perf_counter()
+    db.execute(f"""
+        CREATE TABLE actuals AS
+        WITH trips AS (
+          SELECT PULocationID AS zone, date_trunc('hour', tpep_pickup_datetime) AS hour
+          FROM read_parquet([{paths}], union_by_name = true)
+          WHERE tpep_pickup_datetime >= TIMESTAMP '{start}' AND tpep_pickup_datetime < TIMESTAMP '{end}'
+            AND PULocationID BETWEEN 1 AND 265),
+        counts AS (SELECT zone, hour, count(*) AS n FROM trips GROUP BY ALL),
+        zones AS (SELECT DISTINCT zone FROM counts),
+        hours AS (SELECT unnest(generate_series(TIMESTAMP '{start}', TIMESTAMP '{end}' - INTERVAL 1 HOUR, INTERVAL 1 HOUR)) AS hour)
+        SELECT z.zone, h.hour, coalesce(c.n, 0) AS ride_count
+        FROM zones z CROSS JOIN hours h LEFT JOIN counts c USING (zone, hour)""")
+    forecasts = db.execute(f"""
+        SELECT a.zone, a.hour + INTERVAL 168 HOUR AS forecast_hour, a.ride_count AS predicted
+        FROM actuals a
+        WHERE a.hour + INTERVAL 168 HOUR >= TIMESTAMP '{as_of}' AND a.hour + INTERVAL 168 HOUR < TIMESTAMP '{end}'
+          AND a.zone IN (SELECT DISTINCT zone FROM actuals WHERE hour < TIMESTAMP '{as_of}')""").fetchall()
+    return time.perf_counter() - t, len(forecasts)
+
+
+def _spark_startup(env: dict) -> float:
+    probe = ("import time; t=time.perf_counter()\nfrom nyc_taxi.spark import get_spark\n"
+             "get_spark().sql('SELECT 1').collect(); print(time.perf_counter()-t)")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="bash run bench flow", description=__doc__)
+    parser.add_argument("--rows", type=int, default=3_500_000, help="rows per month")
+    parser.add_argument("--months", type=int, default=6)
+    parser.add_argument("--lookback-days", type=int, default=30)
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="bench-flow-"))
+    from nyc_taxi.fixtures.server import FixtureServer
+    from nyc_taxi.fixtures.site import add_taxi_month
+
+    months = [(2024, m) for m in range(1, args.months + 1)]
+    files = [add_taxi_month(work / "site", y, m, rows=args.rows, seed=m) for y, m in months]
+    server = FixtureServer(work / "site")
+    os.environ.update({"STATE_DIR": str(work / "state"), "PROFILE": "local", "TLC_BASE_URL": server.start()})
+
+    from nyc_taxi import infra
+    from nyc_taxi.bench.memory import PeakMemory
+    from nyc_taxi.ingest import taxi
+    from nyc_taxi.metaflow_env import metaflow_environment
+    from nyc_taxi.settings import REPO_ROOT, get_settings
+    from nyc_taxi.spark import get_spark, stop_spark
+    from nyc_taxi.tables import ensure_tables
+
+    infra.create(get_settings())
+    t = time.perf_counter()
+    ensure_tables(get_spark())
+    for year, month in months:
+        taxi.download_and_stage(year, month)
+        taxi.merge_into_raw(year, month)
+    stop_spark()
+    server.stop()
+    print(f"ingested {len(months)} months of {args.rows:,} rows in {time.perf_counter() - t:.0f} s")
+
+    last_year, last_month = months[-1]
+    as_of = dt.datetime(last_year, last_month, 21)
+    start, end = as_of - dt.timedelta(days=args.lookback_days), as_of + dt.timedelta(hours=24)
+    env = {**os.environ, **metaflow_environment()}
+    with PeakMemory() as memory:
+        t = time.perf_counter()
+        run = subprocess.run([sys.executable, str(REPO_ROOT / "metaflow" / "train_model_flow.py"), "--no-pylint", "run",
+                              "--as_of_datetime", as_of.isoformat(), "--lookback_days", str(args.lookback_days)],
+                             env=env, capture_output=True, text=True)
+        flow_s = time.perf_counter() - t
+    if run.returncode:
+        raise SystemExit(run.stderr[-3000:])
+    run_id = next(line.split("(run-id ")[1].split(")")[0] for line in run.stderr.splitlines() + run.stdout.splitlines()
+                  if "(run-id " in line)
+    probe = ("import json\nfrom metaflow import Run, namespace\nnamespace(None)\n"
+             f"run = Run('TrainForecastModelFlow/{run_id}')\n"
+             "print(json.dumps({s.id: (s.task.finished_at - s.task.created_at).total_seconds() for s in run}))")
+    steps = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                                      check=True).stdout.strip().splitlines()[-1])
+    startup = _spark_startup(env)
+    reference_s, forecasts = _reference(files, start, as_of, end)
+    spark_steps = ("compute_actuals", "write_forecasts_to_table")
+    # Fixed cost: a JVM per Spark step, and Metaflow's per-task overhead (the `end` step does no work).
+    fixed = startup * len(spark_steps) + steps.get("end", 0) * len(steps)
+
+    print()
+    for name, seconds in sorted(steps.items(), key=lambda kv: kv[1], reverse=True):
+        print(f"step {name:28s} {seconds:8.2f} s")
+    rows = [
+        ("flow wall time, s", flow_s),
+        ("Spark session start-up (one cold JVM), s", startup),
+        ("Spark start-up share of the flow", startup * len(spark_steps) / flow_s),
+        ("fixed start-up cost (JVMs + Metaflow task overhead), s", fixed),
+        ("peak memory (flow processes + JVMs), GiB", memory.gib),
+        (f"DuckDB reference (actuals + {forecasts:,} forecasts), s", reference_s),
+        ("RATIO (flow - fixed) / reference  (target <= 3)", (flow_s - fixed) / reference_s),
+    ]
+    for name, value in rows:
+        print(f"{name:58s} {value:10.2f}")
+    figures = {"steps_s": steps, **{name: value for name, value in rows}}
+    (work / "bench-flow.json").write_text(json.dumps(figures, indent=2))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

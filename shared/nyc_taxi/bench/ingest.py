@@ -15,13 +15,18 @@ import time
 from pathlib import Path
 
 
+def _duckdb_type(spark_type: str) -> str:
+    """Spark's local TIMESTAMP_NTZ is DuckDB's TIMESTAMP; Spark's TIMESTAMP (an instant) is TIMESTAMPTZ."""
+    return {"TIMESTAMP_NTZ": "TIMESTAMP", "TIMESTAMP": "TIMESTAMPTZ"}.get(spark_type, spark_type)
+
+
 def _duckdb_reference(path: Path, db) -> float:
     """Upsert one TLC file into the DuckDB reference table; seconds taken."""
     from nyc_taxi import registry
 
     present = {c[0].lower() for c in db.execute(f"DESCRIBE SELECT * FROM read_parquet('{path}')").fetchall()}
-    columns = [f"CAST({c.source} AS {c.type.replace('_NTZ', '')}) AS {c.name}" if c.source.lower() in present
-               else f"CAST(NULL AS {c.type.replace('_NTZ', '')}) AS {c.name}" for c in registry.YELLOW_TRIP_COLUMNS]
+    columns = [f"CAST({c.source if c.source.lower() in present else 'NULL'} AS {_duckdb_type(c.type)}) AS {c.name}"
+               for c in registry.YELLOW_TRIP_COLUMNS]
     names = [c.name for c in registry.LOAD_COLUMNS + registry.YELLOW_TRIP_COLUMNS]
     updates = ", ".join(f"{n} = excluded.{n}" for n in names if n != "row_key")
     start = time.perf_counter()
@@ -37,8 +42,7 @@ def _duckdb_reference(path: Path, db) -> float:
 def _duckdb_table(db) -> None:
     from nyc_taxi import registry
 
-    columns = ", ".join(f"{c.name} {c.type.replace('_NTZ', '').replace('TIMESTAMP', 'TIMESTAMP') if c.type != 'TIMESTAMP' else 'TIMESTAMPTZ'}"
-                        + (" PRIMARY KEY" if c.name == "row_key" else "")
+    columns = ", ".join(f"{c.name} {_duckdb_type(c.type)}" + (" PRIMARY KEY" if c.name in registry.YELLOW_TAXI_RAW.primary_key else "")
                         for c in registry.LOAD_COLUMNS + registry.YELLOW_TRIP_COLUMNS)
     db.execute(f"CREATE TABLE raw ({columns})")
 

@@ -28,6 +28,10 @@ from nyc_taxi.lineage.spec import validation_errors
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
 # The TLC -> target column contract, written out independently of the product's registry/SQL.
+COLUMNS_2024 = ["VendorID", "tpep_pickup_datetime", "tpep_dropoff_datetime", "passenger_count", "trip_distance",
+                "RatecodeID", "store_and_fwd_flag", "PULocationID", "DOLocationID", "payment_type", "fare_amount",
+                "extra", "mta_tax", "tip_amount", "tolls_amount", "improvement_surcharge", "total_amount",
+                "congestion_surcharge", "Airport_fee"]
 TLC_TO_TARGET = {
     "vendorid": ("vendor_id", pa.int32()), "tpep_pickup_datetime": ("pickup_datetime", pa.timestamp("us")),
     "tpep_dropoff_datetime": ("dropoff_datetime", pa.timestamp("us")), "passenger_count": ("passenger_count", pa.int64()),
@@ -147,6 +151,8 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
     assert [(i["namespace"], i["name"]) for i in download["inputs"]] == [
         (ident["tlc_yellow_tripdata_files"].ol_namespace, ident["tlc_yellow_tripdata_files"].ol_name)]
     assert download["inputs"][0]["facets"]["dataSource"]["uri"] == registry.TLC_YELLOW_TRIP_FILES.url(2024, 2, settings)
+    assert [f["name"] for f in download["inputs"][0]["facets"]["schema"]["fields"]] == [
+        name for name in COLUMNS_2024 + ["cbd_congestion_fee"]]
     assert [(o["namespace"], o["name"]) for o in download["outputs"]] == [
         (ident["yellow_taxi_staging"].ol_namespace, ident["yellow_taxi_staging"].ol_name)]
     merge = log.ol_event("COMPLETE", "merge_upsert_staging_into_raw_yellow")

@@ -246,6 +246,8 @@ TLC_YELLOW_TRIP_FILES = SourceFiles(
     remote_path="/trip-data/yellow_tripdata_{year:04d}-{month:02d}.parquet",
     file_name="yellow_tripdata_{year:04d}-{month:02d}.parquet",
     base_url_setting="tlc_base_url",
+    # Source names (case varies by year); the type is the one each column is cast to.
+    columns=tuple(Column(c.source, c.type, c.doc) for c in YELLOW_TRIP_COLUMNS),
 )
 NOAA_NCLIMGRID_COUNTY_FILES = SourceFiles(
     name="noaa_nclimgrid_daily_county_files",
@@ -254,6 +256,16 @@ NOAA_NCLIMGRID_COUNTY_FILES = SourceFiles(
     remote_path="/pub/data/daily-grids/v1-0-0/averages/{year:04d}/{var}-{year:04d}{month:02d}-cty-{status}.csv",
     file_name="{var}-{year:04d}{month:02d}-cty-{status}.csv",
     base_url_setting="noaa_base_url",
+    # No header row: the 37 fields by position, values as text (two decimals, -999.99 = missing).
+    columns=(
+        Column("region_type", "STRING", "'cty' for county rows"),
+        Column("region_code", "STRING", "NOAA state code (2 digits) + county FIPS (3 digits)"),
+        Column("region_name", "STRING", "'ST: Name County'"),
+        Column("year", "STRING", "YYYY"),
+        Column("month", "STRING", "MM"),
+        Column("variable", "STRING", "PRCP (mm), TAVG, TMAX, TMIN (degrees C)"),
+        *(Column(f"day{d}", "STRING", f"value of day {d}; -999.99 when missing or past the month's end") for d in range(1, 32)),
+    ),
 )
 
 YELLOW_TAXI_STAGING = Table(

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 FILES, STAGING, RAW = registry.NOAA_NCLIMGRID_COUNTY_FILES, registry.WEATHER_STAGING, registry.WEATHER_RAW
 VARIABLES = ("prcp", "tavg", "tmax", "tmin")
-FIELDS = ["region_type", "region_code", "region_name", "year", "month", "variable"] + [f"day{d}" for d in range(1, 32)]
+FIELDS = [c.name for c in FILES.columns]
 # NOAA region codes: NOAA state code (New York = 30) + county FIPS.
 NYC_COUNTIES = {
     "30005": "NY: Bronx County",

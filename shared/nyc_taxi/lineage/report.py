@@ -22,7 +22,6 @@ from openlineage.client.facet_v2 import (
     datasource_dataset,
     output_statistics_output_dataset,
     schema_dataset,
-    symlinks_dataset,
 )
 
 from nyc_taxi.registry import Column, Model, SourceFiles, Table
@@ -73,10 +72,7 @@ def _schema_facet(columns: tuple[Column, ...]) -> schema_dataset.SchemaDatasetFa
 
 
 def _dataset_facets(use: DatasetUse, settings: Settings) -> dict[str, Any]:
-    ident = use.dataset.identity(settings)
-    facets: dict[str, Any] = {}
-    if ident.ol_symlinks:
-        facets["symlinks"] = symlinks_dataset.SymlinksDatasetFacet(identifiers=list(ident.ol_symlinks))
+    facets: dict[str, Any] = dict(use.dataset.identity(settings).openlineage_dataset().facets)
     columns = getattr(use.dataset, "columns", ())
     if columns:
         facets["schema"] = _schema_facet(columns)

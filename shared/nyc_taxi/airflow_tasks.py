@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 from typing import Callable, Sequence
 
 from airflow.providers.openlineage.extractors import OperatorLineage
@@ -18,7 +19,8 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
-from nyc_taxi.lineage.report import DatasetUse, StepReport, datahub_records, openlineage_input, openlineage_output
+from nyc_taxi.lineage.report import (DatasetUse, StepReport, current_versions, datahub_records, openlineage_input,
+                                     openlineage_output, source_code_location)
 from nyc_taxi.registry import SourceFiles, Table
 
 log = logging.getLogger(__name__)
@@ -84,21 +86,24 @@ class IngestStepOperator(BaseOperator):
             log.warning("DataHub records for %s not emitted: %s", self.task_id, error)
 
     # ---- OpenLineage (read by the OpenLineage provider and by DataHub's plugin) ----
-    def _declared(self) -> OperatorLineage:
-        return OperatorLineage(inputs=[openlineage_input(DatasetUse(d)) for d in self.reads],
-                               outputs=[openlineage_output(DatasetUse(d)) for d in self.writes])
+    def _lineage(self, inputs, outputs) -> OperatorLineage:
+        """Datasets plus the code version (git commit and DAG file), so runs can be compared."""
+        dag_file = f"airflow/dags/{Path(self.dag.fileloc).name}"
+        return OperatorLineage(inputs=[openlineage_input(u) for u in inputs],
+                               outputs=[openlineage_output(u) for u in outputs],
+                               job_facets={"sourceCodeLocation": source_code_location(dag_file)})
 
     def get_openlineage_facets_on_start(self) -> OperatorLineage:
-        return self._declared()
+        return self._lineage([DatasetUse(d) for d in self.reads], [DatasetUse(d) for d in self.writes])
 
     def get_openlineage_facets_on_complete(self, task_instance) -> OperatorLineage:
         if self._report is None:
-            return self._declared()
-        return OperatorLineage(inputs=[openlineage_input(u) for u in self._report.inputs],
-                               outputs=[openlineage_output(u) for u in self._report.outputs])
+            return self.get_openlineage_facets_on_start()
+        return self._lineage(self._report.inputs, self._report.outputs)
 
     def get_openlineage_facets_on_failure(self, task_instance) -> OperatorLineage:
-        return self._declared()
+        # the inputs as the catalog holds them now: what this failed run saw, to compare with a good run
+        return self._lineage(current_versions(self.reads), [DatasetUse(d) for d in self.writes])
 
 
 def ingestion_tasks(*, steps, source: SourceFiles, staging: Table, raw: Table, merge_task_id: str):

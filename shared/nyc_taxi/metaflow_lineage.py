@@ -21,15 +21,15 @@ import functools
 import hashlib
 import logging
 import os
-import subprocess
 import time
 import uuid
 from zoneinfo import ZoneInfo
 
 from nyc_taxi.lineage.destinations import metaflow_datahub_file, metaflow_openlineage_file, openlineage_transport
-from nyc_taxi.lineage.report import StepReport, datahub_records, openlineage_input, openlineage_output
+from nyc_taxi.lineage.report import (StepReport, datahub_records, git_revision, openlineage_input, openlineage_output,
+                                     source_code_location)
 from nyc_taxi.registry import Model
-from nyc_taxi.settings import REPO_ROOT, Settings, get_settings
+from nyc_taxi.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 PRODUCER = "https://github.com/nyc-taxi-lineage/airflow-metaflow-lineage/metaflow"
@@ -39,14 +39,6 @@ NEW_YORK = ZoneInfo("America/New_York")
 def run_uuid(*parts: str) -> str:
     """A stable OpenLineage run id for a Metaflow run or step run (the same from every process)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "metaflow:" + "/".join(parts)))
-
-
-@functools.cache
-def _git() -> tuple[str, str]:
-    def git(*args):
-        return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True).stdout.strip()
-
-    return git("remote", "get-url", "origin") or REPO_ROOT.as_uri(), git("rev-parse", "HEAD") or "unknown"
 
 
 class _Recorder:
@@ -65,6 +57,7 @@ class _Recorder:
             local = dt.datetime.fromisoformat(str(as_of)).replace(tzinfo=NEW_YORK)
             self.nominal = local.astimezone(dt.timezone.utc).isoformat()
         self.variant = {k: str(getattr(flow, k)) for k in ("model",) if hasattr(flow, k)}
+        self.parameters = {name: str(getattr(flow, name)) for name, _ in flow._get_parameters()}
         self.started_ms = int(time.time() * 1000)
         self._ol = None
 
@@ -88,12 +81,13 @@ class _Recorder:
                with_parent: bool = True):
         from openlineage.client.event_v2 import Job, Run, RunEvent
         from openlineage.client.facet_v2 import (error_message_run, job_dependencies_run, job_type_job,
-                                                 nominal_time_run, parent_run, source_code_location_job, tags_job,
+                                                 nominal_time_run, parent_run, tags_job,
                                                  tags_run)
 
         ns = self.settings.openlineage_namespace
-        repo, commit = _git()
         run_facets = {"tags": tags_run.TagsRunFacet(tags=[
+            *(tags_run.TagsRunFacetFields(key=f"param.{name}", value=value, source="METAFLOW")
+              for name, value in sorted(self.parameters.items())),
             tags_run.TagsRunFacetFields(key="metaflow.pathspec", value=f"{self.flow}/{self.run_id}/{self.step}/{self.task_id}", source="METAFLOW"),
             *([tags_run.TagsRunFacetFields(key="metaflow.origin_run_id", value=str(self.origin_run_id), source="METAFLOW")]
               if self.origin_run_id else [])])}
@@ -115,8 +109,7 @@ class _Recorder:
                 message=f"{type(error).__name__}: {error}", programmingLanguage="python")
         job_facets = {
             "jobType": job_type_job.JobTypeJobFacet(processingType="BATCH", integration="METAFLOW", jobType=job_type),
-            "sourceCodeLocation": source_code_location_job.SourceCodeLocationJobFacet(
-                type="git", url=repo, repoUrl=repo, path="metaflow/train_model_flow.py", version=commit),
+            "sourceCodeLocation": source_code_location("metaflow/train_model_flow.py"),
         }
         if report is not None and job_type == "STEP":
             job_facets["tags"] = tags_job.TagsJobFacet(tags=[tags_job.TagsJobFacetFields(
@@ -129,7 +122,7 @@ class _Recorder:
 
     def job_version(self, report: StepReport) -> str:
         """Changes when the step's inputs, outputs, variant or code change (lineage evolution)."""
-        _, commit = _git()
+        _, commit = git_revision()
         parts = [self.step, commit, *sorted(u.dataset.name for u in report.inputs),
                  "->", *sorted(u.dataset.name for u in report.outputs), *sorted(f"{k}={v}" for k, v in self.variant.items())]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]

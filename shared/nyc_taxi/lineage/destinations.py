@@ -5,15 +5,21 @@ from __future__ import annotations
 from nyc_taxi.settings import Settings
 
 
+def openlineage_http(settings: Settings) -> dict:
+    """OpenLineage's HTTP transport to OPENLINEAGE_URL (Marquez, DataHub's endpoint, …)."""
+    http = {"type": "http", "url": settings.openlineage_url, "timeout": 5}
+    if settings.openlineage_api_key:
+        http["auth"] = {"type": "api_key", "apiKey": settings.openlineage_api_key.get_secret_value()}
+    return http
+
+
 def openlineage_transport(settings: Settings, file_path) -> dict:
     """File transport, plus HTTP to OPENLINEAGE_URL when set (a backend that is down does not stop the file)."""
     file_transport = {"type": "file", "log_file_path": str(file_path), "append": True}
     if not settings.openlineage_url:
         return file_transport
-    http = {"type": "http", "url": settings.openlineage_url, "timeout": 5}
-    if settings.openlineage_api_key:
-        http["auth"] = {"type": "api_key", "apiKey": settings.openlineage_api_key.get_secret_value()}
-    return {"type": "composite", "continue_on_failure": True, "transports": {"file": file_transport, "http": http}}
+    return {"type": "composite", "continue_on_failure": True,
+            "transports": {"file": file_transport, "http": openlineage_http(settings)}}
 
 
 def metaflow_openlineage_file(settings: Settings):

@@ -7,6 +7,8 @@ identities always come from the registry.
 
 from __future__ import annotations
 
+import functools
+import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +24,11 @@ from openlineage.client.facet_v2 import (
     datasource_dataset,
     output_statistics_output_dataset,
     schema_dataset,
+    source_code_location_job,
 )
 
 from nyc_taxi.registry import Column, Model, SourceFiles, Table
-from nyc_taxi.settings import Settings, get_settings
+from nyc_taxi.settings import REPO_ROOT, Settings, get_settings
 
 Dataset = Table | SourceFiles | Model
 
@@ -152,3 +155,37 @@ def datahub_records(report: StepReport, actor: str, settings: Settings | None = 
                                       numAffectedRows=use.row_count, customProperties=properties,
                                       sourceType=dhs.OperationSourceTypeClass.DATA_PROCESS)))
     return records
+
+
+@functools.cache
+def git_revision() -> tuple[str, str]:
+    """(repository URL, commit) of the code that runs: the code version in both tools' lineage."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True).stdout.strip()
+
+    return git("remote", "get-url", "origin") or REPO_ROOT.as_uri(), git("rev-parse", "HEAD") or "unknown"
+
+
+def source_code_location(path: str) -> source_code_location_job.SourceCodeLocationJobFacet:
+    """OpenLineage's source-code-location job facet for a file of this repository at the running commit."""
+    repo, commit = git_revision()
+    return source_code_location_job.SourceCodeLocationJobFacet(type="git", url=repo, repoUrl=repo, path=path,
+                                                                 version=commit)
+
+
+def current_versions(datasets, settings: Settings | None = None) -> list[DatasetUse]:
+    """The datasets with the snapshot id the catalog holds now (what a failed run saw as input)."""
+    settings = settings or get_settings()
+    uses = []
+    for dataset in datasets:
+        snapshot = None
+        if isinstance(dataset, Table):
+            try:
+                from nyc_taxi.catalog import load_catalog
+
+                current = load_catalog(settings).load_table(dataset.identifier(settings)).current_snapshot()
+                snapshot = current.snapshot_id if current else None
+            except Exception:  # no table yet, or the catalog is down: the run's own error says why
+                snapshot = None
+        uses.append(DatasetUse(dataset, snapshot_id=snapshot))
+    return uses

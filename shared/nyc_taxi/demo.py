@@ -2,22 +2,27 @@
 
 Serves fixture months on 127.0.0.1 (the real download code runs), runs both ingestion DAGs through
 Airflow for two taxi months and their weather, runs the training flow as a backtest, and prints
-the cross-tool lineage that both tools recorded, with the evaluation figures.
+the cross-tool lineage that both tools recorded (loaded into DataHub Lite), with the evaluation
+figures, and writes the lineage picture to images/.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from nyc_taxi import registry
-from nyc_taxi.airflow_env import airflow_environment, datahub_airflow_file, prepare_directories
+from nyc_taxi.airflow_env import airflow_environment, prepare_directories
 from nyc_taxi.fixtures.server import FixtureServer
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
-from nyc_taxi.lineage.destinations import metaflow_datahub_file
+from nyc_taxi.lineage.datahub_server import ingest_catalog
+from nyc_taxi.lineage.graph import load_graph
+from nyc_taxi.lineage.picture import write_picture
 from nyc_taxi.metaflow_env import metaflow_environment
 from nyc_taxi.settings import REPO_ROOT, get_settings
 
@@ -40,20 +45,10 @@ def _run(args: list[str], env: dict, what: str) -> subprocess.CompletedProcess:
     return result
 
 
-def _edges(path) -> dict[str, dict]:
-    """The latest inputs/outputs each job recorded, from a DataHub record file."""
-    if not path.exists():
-        return {}
-    return {r["entityUrn"]: r["aspect"]["json"] for r in json.loads(path.read_text())
-            if r.get("aspectName") == "dataJobInputOutput"}
-
-
-def _name(urn: str, settings) -> str:
-    dataset = registry.by_urn(urn, settings)
-    return dataset.name if dataset else urn
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bash run demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=Path, default=REPO_ROOT / "images", help="where the lineage picture goes")
+    args = parser.parse_args(argv)
     settings = get_settings()
     from nyc_taxi import infra
 
@@ -88,32 +83,24 @@ def main() -> None:
     print("    " + next((line.split("] ", 1)[-1] for line in flow.stdout.splitlines() + flow.stderr.splitlines()
                          if "MAE" in line), "no evaluation line found"))
 
-    _say("lineage both tools recorded (DataHub records in .state/lineage/datahub/)")
-    airflow_edges, metaflow_edges = _edges(datahub_airflow_file(settings)), _edges(metaflow_datahub_file(settings))
-    for tool, edges in (("Airflow", airflow_edges), ("Metaflow", metaflow_edges)):
-        for job, io in edges.items():
-            task = job.rsplit(",", 1)[1].rstrip(")")
-            flow_id = job.split(",")[1]
-            inputs = ", ".join(_name(u, settings) for u in io.get("inputDatasets", [])) or "-"
-            outputs = ", ".join(_name(u, settings) for u in io.get("outputDatasets", [])) or "-"
-            print(f"    [{tool:8s}] {inputs:40s} → {flow_id}.{task} → {outputs}")
-    models = [r for r in json.loads(metaflow_datahub_file(settings).read_text()) if r.get("aspectName") == "mlModelProperties"]
-    if models:
-        jobs = models[-1]["aspect"]["json"]
-        trained = ", ".join(u.rsplit(",", 1)[1].rstrip(")") for u in jobs["trainingJobs"])
-        used = ", ".join(u.rsplit(",", 1)[1].rstrip(")") for u in jobs["downstreamJobs"])
-        print(f"    [Metaflow] model {registry.YELLOW_RIDES_FORECAST_MODEL.name}: trained by {trained}, used by {used}")
-    raw = registry.YELLOW_TAXI_RAW.identity(settings).datahub_urn
-    written = any(raw in io.get("outputDatasets", []) for io in airflow_edges.values())
-    read = any(raw in io.get("inputDatasets", []) for io in metaflow_edges.values())
-    print(f"\n    one node for yellow_taxi_raw: {raw}")
-    print(f"    written by Airflow: {written}; read by Metaflow: {read}")
+    _say("DataHub's own Iceberg source on the catalog (schemas and properties, the same URNs)")
+    print(f"    {ingest_catalog(settings)}")
+
+    _say("cross-tool lineage of the forecast table, from DataHub Lite (bash run lineage yellow_rides_hourly_forecast)")
+    graph = load_graph(settings)
+    print("    " + graph.tree(graph.resolve(registry.YELLOW_RIDES_HOURLY_FORECAST.name)).replace("\n", "\n    "))
+    raw = graph.resolve(registry.YELLOW_TAXI_RAW.name)
+    writers = sorted({graph.nodes[s].tool for s, t, k in graph.edges if t == raw and k == "write"})
+    readers = sorted({graph.nodes[t].tool for s, t, k in graph.edges if s == raw and k == "read"})
+    print(f"\n    one node for yellow_taxi_raw ({raw}): written by {', '.join(writers)}, read by {', '.join(readers)}")
+    svg, page = write_picture(graph, args.images)
+    print(f"    the whole graph: {svg} (open {page} in a browser)")
 
     _say("where to look next")
-    print("    bash run airflow standalone        # the DAG runs in the Airflow UI (http://localhost:8080)")
+    print("    bash run lineage yellow_taxi_raw     # any dataset or job, --json, --runs <job>")
+    print("    bash run airflow standalone          # the DAG runs in the Airflow UI (http://localhost:8080)")
     print("    bash run training-flow card get evaluate evaluation.html   # forecast vs actual, as a page")
-    print(f"    {settings.lineage_dir}   # DataHub records and OpenLineage events of both tools")
-    print("    DATAHUB_GMS_URL=… / OPENLINEAGE_URL=… bash run demo   # the same records to real servers too")
+    print("    DATAHUB_GMS_URL=http://localhost:8080 bash run datahub-push  # the same records in a real DataHub")
 
 
 if __name__ == "__main__":

@@ -115,3 +115,16 @@ def real_source_defaults(monkeypatch):
     """Settings built in the test see the real public source URLs, not the session's fixture server."""
     for name in ("TLC_BASE_URL", "NOAA_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium driven by Playwright (no browser download), on a fresh empty profile."""
+    from playwright.sync_api import sync_playwright
+
+    args = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"]
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=args)
+        yield chromium
+        chromium.close()

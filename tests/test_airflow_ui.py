@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,9 +19,6 @@ from nyc_taxi import registry
 from nyc_taxi.fixtures.site import add_weather_month
 
 pytestmark = [pytest.mark.airflow, pytest.mark.ui]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 
 
 def _free_port() -> int:
@@ -73,44 +69,40 @@ def standalone(airflow_db, settings, tmp_path):
         log.close()
 
 
-def test_trigger_weather_dag_from_the_ui_and_it_succeeds(standalone, site, tmp_path):
-    from playwright.sync_api import sync_playwright
-
+def test_trigger_weather_dag_from_the_ui_and_it_succeeds(standalone, site, tmp_path, browser):
     base, password = standalone
     add_weather_month(site, 2024, 3, n_counties=60)
     screenshots = Path(os.environ.get("SCREENSHOT_DIR", tmp_path))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)  # a fresh, empty profile
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(f"{base}/dags/ingest_weather_data")
-        page.get_by_label("Username").fill("admin")
-        page.get_by_label("Password").fill(password)
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url("**/dags/ingest_weather_data**", timeout=60_000)
-        page.get_by_role("button", name="Trigger").first.click()
-        dialog = page.get_by_role("dialog")
-        dialog.get_by_role("textbox").last.fill("2024-03")
-        dialog.get_by_role("button", name="Trigger").click()
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{base}/dags/ingest_weather_data")
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/dags/ingest_weather_data**", timeout=60_000)
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("textbox").last.fill("2024-03")
+    dialog.get_by_role("button", name="Trigger").click()
 
-        request = urllib.request.Request(f"{base}/auth/token", headers={"Content-Type": "application/json"},
-                                         data=json.dumps({"username": "admin", "password": password}).encode())
-        token = json.load(urllib.request.urlopen(request, timeout=10))["access_token"]
-        deadline, run = time.monotonic() + 300, None
-        while time.monotonic() < deadline:
-            runs = _get(f"{base}/api/v2/dags/ingest_weather_data/dagRuns?order_by=-run_after&limit=20", token)["dag_runs"]
-            run = next((r for r in runs if r["run_type"] == "manual" and r["conf"].get("month") == "2024-03"), None)
-            if run and run["state"] in ("success", "failed"):
-                break
-            time.sleep(3)
-        assert run is not None and run["state"] == "success", run
-        tasks = _get(f"{base}/api/v2/dags/ingest_weather_data/dagRuns/{run['dag_run_id']}/taskInstances", token)
-        assert {t["task_id"]: t["state"] for t in tasks["task_instances"]} == {
-            "create_tables": "success", "download_and_stage_data": "success", "merge_upsert_staging_into_raw_weather": "success"}
-        assets = _get(f"{base}/api/v2/assets?uri_pattern=weather_raw", token)["assets"]
-        assert [a["uri"] for a in assets] == [registry.WEATHER_RAW.airflow_asset().uri]
+    request = urllib.request.Request(f"{base}/auth/token", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({"username": "admin", "password": password}).encode())
+    token = json.load(urllib.request.urlopen(request, timeout=10))["access_token"]
+    deadline, run = time.monotonic() + 300, None
+    while time.monotonic() < deadline:
+        runs = _get(f"{base}/api/v2/dags/ingest_weather_data/dagRuns?order_by=-run_after&limit=20", token)["dag_runs"]
+        run = next((r for r in runs if r["run_type"] == "manual" and r["conf"].get("month") == "2024-03"), None)
+        if run and run["state"] in ("success", "failed"):
+            break
+        time.sleep(3)
+    assert run is not None and run["state"] == "success", run
+    tasks = _get(f"{base}/api/v2/dags/ingest_weather_data/dagRuns/{run['dag_run_id']}/taskInstances", token)
+    assert {t["task_id"]: t["state"] for t in tasks["task_instances"]} == {
+        "create_tables": "success", "download_and_stage_data": "success", "merge_upsert_staging_into_raw_weather": "success"}
+    assets = _get(f"{base}/api/v2/assets?uri_pattern=weather_raw", token)["assets"]
+    assert [a["uri"] for a in assets] == [registry.WEATHER_RAW.airflow_asset().uri]
 
-        page.goto(f"{base}/dags/ingest_weather_data/runs/{run['dag_run_id']}")
-        page.get_by_text("merge_upsert_staging_into_raw_weather").first.wait_for(timeout=30_000)
-        page.wait_for_timeout(1500)
-        page.screenshot(path=str(screenshots / "airflow-ui-ingest_weather_data.png"))
-        browser.close()
+    page.goto(f"{base}/dags/ingest_weather_data/runs/{run['dag_run_id']}")
+    page.get_by_text("merge_upsert_staging_into_raw_weather").first.wait_for(timeout=30_000)
+    page.wait_for_timeout(1500)
+    page.screenshot(path=str(screenshots / "airflow-ui-ingest_weather_data.png"))
+    page.close()

@@ -25,6 +25,27 @@ def openlineage_airflow_file(settings: Settings):
     return settings.lineage_dir / "openlineage" / "airflow_events.jsonl"
 
 
+def datahub_server_answers(settings: Settings) -> bool:
+    """Whether DATAHUB_GMS_URL is set and answers now.
+
+    The plugin sends through one composite emitter whose first failure stops the records after it,
+    so a server that is down would cost the local file its records too: then Airflow writes the
+    file only, says so, and `bash run lineage-replay` sends the records once the server is back.
+    """
+    if not settings.datahub_gms_url:
+        return False
+    import sys
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(settings.datahub_gms_url.rstrip("/") + "/config", timeout=3).close()
+        return True
+    except Exception as error:
+        print(f"warning: DataHub at {settings.datahub_gms_url} does not answer ({error}); Airflow keeps its DataHub "
+              "records in the local file only — send them later with: bash run lineage-replay", file=sys.stderr)
+        return False
+
+
 def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
     settings = settings or get_settings()
     home = settings.airflow_home
@@ -49,13 +70,15 @@ def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
         "AIRFLOW__DATAHUB__DISABLE_OPENLINEAGE_PLUGIN": "False",
         "AIRFLOW__DATAHUB__CLUSTER": settings.datahub_env,
         "AIRFLOW__DATAHUB__CAPTURE_OL_FILE_DATASETS": "True",  # landed source files are real inputs here
-        "AIRFLOW__DATAHUB__CONN_ID": "datahub_rest,datahub_file" if settings.datahub_gms_url else "datahub_file",
+        "AIRFLOW__DATAHUB__CONN_ID": "datahub_file,datahub_rest" if datahub_server_answers(settings) else "datahub_file",
         "AIRFLOW_CONN_DATAHUB_FILE": json.dumps({"conn_type": "datahub-file", "host": str(datahub_file)}),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": settings.openlineage_namespace,
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(openlineage_transport(settings, ol_file)),
     }
     if settings.datahub_gms_url:
-        rest = {"conn_type": "datahub-rest", "host": settings.datahub_gms_url}
+        # one retry and a 5 s timeout: a DataHub that is down must not stretch every task by minutes
+        rest = {"conn_type": "datahub-rest", "host": settings.datahub_gms_url,
+                "extra": {"timeout_sec": 5, "retry_max_times": 1}}
         if settings.datahub_token:
             rest["password"] = settings.datahub_token.get_secret_value()
         env["AIRFLOW_CONN_DATAHUB_REST"] = json.dumps(rest)

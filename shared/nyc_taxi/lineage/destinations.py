@@ -7,7 +7,10 @@ from nyc_taxi.settings import Settings
 
 def openlineage_http(settings: Settings) -> dict:
     """OpenLineage's HTTP transport to OPENLINEAGE_URL (Marquez, DataHub's endpoint, …)."""
-    http = {"type": "http", "url": settings.openlineage_url, "timeout": 5}
+    # a backend that is down must cost seconds, not minutes: one retry, short back-off
+    # (what it did not get stays in the local file; `bash run lineage-replay` sends it later)
+    http = {"type": "http", "url": settings.openlineage_url, "timeout": 5,
+            "retry": {"total": 1, "backoff_factor": 0.2}}
     if settings.openlineage_api_key:
         http["auth"] = {"type": "api_key", "apiKey": settings.openlineage_api_key.get_secret_value()}
     return http

@@ -1,0 +1,84 @@
+"""A Spark JVM killed hard (SIGKILL) in the middle of a MERGE into yellow_taxi_raw: the table keeps its
+previous snapshot and rows, the catalog stays readable, and the next run completes the month."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from nyc_taxi import registry
+from nyc_taxi.fixtures.site import add_taxi_month
+
+pytestmark = [pytest.mark.spark, pytest.mark.faults]
+YEAR, MONTH = 2024, 11
+
+
+def _step(state: Path, code: str, wait: bool = True):
+    env = {**os.environ, "STATE_DIR": str(state)}
+    script = ("from nyc_taxi import infra\nfrom nyc_taxi.ingest import taxi\nfrom nyc_taxi.settings import get_settings\n"
+              "from nyc_taxi.spark import get_spark\nfrom nyc_taxi.tables import ensure_tables\n"
+              f"s = get_settings(); infra.create(s); ensure_tables(get_spark(s), None, s)\n{code}\n")
+    process = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    if wait:
+        out, _ = process.communicate(timeout=900)
+        assert process.returncode == 0, out[-4000:]
+    return process
+
+
+def _raw(settings):
+    from nyc_taxi.catalog import load_catalog
+
+    table = load_catalog(settings).load_table(registry.YELLOW_TAXI_RAW.identifier(settings))
+    return table.current_snapshot().snapshot_id, table.scan(selected_fields=("row_key", "total_amount")).to_arrow()
+
+
+def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_completes(site, tmp_path):
+    from nyc_taxi.settings import Settings
+
+    state = tmp_path / "state"
+    settings = Settings(state_dir=state, profile="local")
+    path = add_taxi_month(site, YEAR, MONTH, rows=400_000, seed=1)
+    _step(state, f"taxi.download_and_stage({YEAR}, {MONTH}, s); taxi.merge_into_raw({YEAR}, {MONTH}, s)")
+    before_snapshot, before = _raw(settings)
+
+    # the month is republished with different values: staging gets it, the merge must rewrite raw
+    add_taxi_month(site, YEAR, MONTH, rows=400_000, seed=2)
+    Path(registry.TLC_YELLOW_TRIP_FILES.landed_path(YEAR, MONTH, settings)).unlink()
+    _step(state, f"taxi.download_and_stage({YEAR}, {MONTH}, s)")
+
+    data_dir = Path(registry.YELLOW_TAXI_RAW.location(settings).removeprefix("file://")) / "data"
+    existing = set(data_dir.rglob("*.parquet"))
+    merge = _step(state, f"taxi.merge_into_raw({YEAR}, {MONTH}, s)", wait=False)
+    killed = False
+    deadline = time.monotonic() + 300
+    while merge.poll() is None and time.monotonic() < deadline:
+        if set(data_dir.rglob("*.parquet")) - existing:  # the MERGE is writing its new data files
+            for child in psutil.Process(merge.pid).children(recursive=True):
+                if child.name() == "java":
+                    os.kill(child.pid, signal.SIGKILL)
+                    killed = True
+            break
+        time.sleep(0.05)
+    merge.communicate(timeout=300)
+    assert killed, "the merge finished before its data files appeared; nothing was killed"
+    assert merge.returncode != 0
+
+    after_snapshot, after = _raw(settings)  # the catalog is readable
+    assert after_snapshot == before_snapshot
+    assert after.num_rows == before.num_rows and after.equals(before)
+
+    _step(state, f"taxi.merge_into_raw({YEAR}, {MONTH}, s)")  # the next run completes the month
+    _, final = _raw(settings)
+    published = pq.read_table(path, columns=["total_amount"])
+    assert final.num_rows == published.num_rows == before.num_rows
+    assert round(sum(final.column("total_amount").to_pylist()), 2) == round(sum(published.column("total_amount").to_pylist()), 2)
+    assert round(sum(final.column("total_amount").to_pylist()), 2) != round(sum(before.column("total_amount").to_pylist()), 2)

@@ -1,0 +1,115 @@
+"""Scale-out for real: a Spark standalone master and one worker on 127.0.0.1 (pyspark's own
+`spark-class`), the project pointed at it with SPARK_MASTER only; a merge and the actuals computation
+there give exactly the local-mode results."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nyc_taxi.fixtures.site import add_taxi_month
+
+pytestmark = [pytest.mark.spark, pytest.mark.scale_out]
+
+# Runs in a fresh process (a process has one SparkSession, and its master is fixed at start).
+JOB = """
+import datetime as dt, json, sys
+from nyc_taxi import infra, registry
+from nyc_taxi.catalog import load_catalog
+from nyc_taxi.forecast import steps
+from nyc_taxi.ingest import taxi
+from nyc_taxi.settings import get_settings
+from nyc_taxi.spark import get_spark
+
+settings = get_settings()
+infra.create(settings)
+from nyc_taxi.tables import ensure_tables
+ensure_tables(get_spark(settings), None, settings)
+taxi.download_and_stage(2024, 10, settings)
+taxi.merge_into_raw(2024, 10, settings)
+steps.compute_actuals(dt.datetime(2024, 10, 20), 7, 24, settings)
+spark = get_spark(settings)
+executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # minus the driver
+catalog = load_catalog(settings)
+def rows(table, drop):
+    data = catalog.load_table(table.identifier(settings)).scan().to_arrow().drop_columns(drop).to_pylist()
+    return sorted(json.dumps(r, default=str, sort_keys=True) for r in data)
+print(json.dumps({"master": spark.sparkContext.master, "executors": executors,
+                  "raw": rows(registry.YELLOW_TAXI_RAW, ["ingested_at"]),
+                  "actuals": rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, ["computed_at"])}))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(url_port: int, process, log: Path, what: str) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", url_port)) == 0:
+                return
+        assert process.poll() is None, f"{what} exited:\n{log.read_text()[-3000:]}"
+        time.sleep(1)
+    raise AssertionError(f"{what} did not listen on 127.0.0.1:{url_port}:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path):
+    import pyspark
+
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    port, web, worker_web = _free_port(), _free_port(), _free_port()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work"),
+           "SPARK_HOME": str(spark_class.parent.parent)}
+    master_log, worker_log = tmp_path / "master.log", tmp_path / "worker.log"
+    master = subprocess.Popen([str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(web)], env=env,
+                              stdout=master_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    worker = None
+    try:
+        _wait_for(port, master, master_log, "master")
+        worker = subprocess.Popen([str(spark_class), "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
+                                   "--host", "127.0.0.1", "--cores", "1", "--memory", "2g", "--webui-port", str(worker_web)],
+                                  env=env, stdout=worker_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 90
+        while "Registering worker" not in master_log.read_text():
+            assert worker.poll() is None and time.monotonic() < deadline, worker_log.read_text()[-3000:]
+            time.sleep(1)
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        for process in (worker, master):
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=60)
+
+
+def _run(master: str | None, state: Path) -> dict:
+    env = {**os.environ, "STATE_DIR": str(state)}
+    env.pop("SPARK_MASTER", None)
+    if master:
+        env["SPARK_MASTER"] = master
+    result = subprocess.run([sys.executable, "-c", JOB], env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-5000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_merge_and_actuals_on_a_standalone_cluster_equal_local_mode(standalone_cluster, site, tmp_path):
+    add_taxi_month(site, 2024, 10, rows=20_000, seed=10)
+    cluster = _run(standalone_cluster, tmp_path / "cluster-state")
+    local = _run(None, tmp_path / "local-state")
+    assert cluster["master"] == standalone_cluster and cluster["executors"] == 1  # really on the cluster
+    assert local["master"].startswith("local")
+    assert len(cluster["raw"]) > 19_000 and len(cluster["actuals"]) > 1_000
+    assert cluster["raw"] == local["raw"]
+    assert cluster["actuals"] == local["actuals"]

@@ -42,7 +42,18 @@ def read_records(path: Path) -> list[dict]:
 
 
 def run_file_pipeline(records: list[dict], sink: dict, name: str) -> dict:
-    """Send records through DataHub's ingestion pipeline (file source → ``sink``); its sink report."""
+    """Send records through DataHub's ingestion pipeline (file source → ``sink``); its sink report.
+
+    Runs in a thread of its own: the pipeline's version check drives an asyncio loop and fails
+    when the caller's thread already runs one (a notebook, Playwright, an async app).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(_run_file_pipeline, records, sink, name).result()
+
+
+def _run_file_pipeline(records: list[dict], sink: dict, name: str) -> dict:
     from datahub.ingestion.run.pipeline import Pipeline
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -143,7 +143,8 @@ def test_names_resolve_as_users_type_them_and_unknown_names_fail_with_suggestion
 
 
 def test_store_loads_incrementally_and_idempotently(demo):
-    from nyc_taxi.lineage.store import LineageStore, datahub_records_dir
+    from nyc_taxi.lineage.destinations import datahub_records_dir
+    from nyc_taxi.lineage.store import LineageStore
 
     store = LineageStore(demo[0])
     assert store.load().new_records == 0

@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 import shlex
 
-from nyc_taxi.lineage.destinations import openlineage_transport
+from nyc_taxi.lineage.destinations import datahub_records_dir, openlineage_events_dir, openlineage_transport
 from nyc_taxi.settings import REPO_ROOT, Settings, get_settings
 
 DAGS_FOLDER = REPO_ROOT / "airflow" / "dags"
 
 
 def datahub_airflow_file(settings: Settings):
-    return settings.lineage_dir / "datahub" / "airflow_mcps.json"
+    return datahub_records_dir(settings) / "airflow_mcps.json"
 
 
 def openlineage_airflow_file(settings: Settings):
-    return settings.lineage_dir / "openlineage" / "airflow_events.jsonl"
+    return openlineage_events_dir(settings) / "airflow_events.jsonl"
 
 
 def datahub_server_answers(settings: Settings) -> bool:

@@ -41,11 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     from nyc_taxi.lineage.graph import load_graph
     from nyc_taxi.lineage.store import LineageStore
 
-    loaded = LineageStore(settings).load()
+    store = LineageStore(settings)
+    loaded = store.load()
     graph = load_graph(settings, load=False)
     if not args.json:
-        print(f"DataHub Lite: {settings.lineage_dir / 'lite' / 'datahub.db'} ({loaded.new_records} new records loaded)",
-              file=sys.stderr)
+        print(f"DataHub Lite: {store.database} ({loaded.new_records} new records loaded)", file=sys.stderr)
     if args.graph:
         from nyc_taxi.lineage.picture import write_picture
 

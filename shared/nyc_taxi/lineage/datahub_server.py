@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 from nyc_taxi.catalog import catalog_properties
-from nyc_taxi.lineage.store import LineageStore, datahub_records_dir, read_records, record_files, run_file_pipeline
+from nyc_taxi.lineage.destinations import datahub_records_dir
+from nyc_taxi.lineage.store import LineageStore, read_records, record_files, run_file_pipeline
 from nyc_taxi.settings import REPO_ROOT, Settings, get_settings
 
 INGESTION_PROJECT = REPO_ROOT / "infra" / "datahub-ingestion"  # DataHub's sources run in their own environment

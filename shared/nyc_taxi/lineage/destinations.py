@@ -25,9 +25,19 @@ def openlineage_transport(settings: Settings, file_path) -> dict:
             "transports": {"file": file_transport, "http": openlineage_http(settings)}}
 
 
+def datahub_records_dir(settings: Settings):
+    """Where every tool's DataHub record files (MCPs, JSON) live."""
+    return settings.lineage_dir / "datahub"
+
+
+def openlineage_events_dir(settings: Settings):
+    """Where every tool's OpenLineage events (JSON lines) live."""
+    return settings.lineage_dir / "openlineage"
+
+
 def metaflow_openlineage_file(settings: Settings):
-    return settings.lineage_dir / "openlineage" / "metaflow_events.jsonl"
+    return openlineage_events_dir(settings) / "metaflow_events.jsonl"
 
 
 def metaflow_datahub_file(settings: Settings):
-    return settings.lineage_dir / "datahub" / "metaflow_mcps.json"
+    return datahub_records_dir(settings) / "metaflow_mcps.json"

@@ -95,10 +95,10 @@ class LineageGraph:
 
     def _dataset(self, urn: str, settings: Settings) -> Node:
         if urn not in self.nodes:
-            known = registry.by_urn(urn, settings)
-            platform = DatasetUrn.from_string(urn).platform.split(":")[-1]
+            known, parsed = registry.by_urn(urn, settings), DatasetUrn.from_string(urn)
+            platform = parsed.platform.split(":")[-1]
             tool, label = ("Iceberg", "Iceberg table") if platform == "iceberg" else ("files", "source files")
-            self.nodes[urn] = Node(urn, "dataset", known.name if known else DatasetUrn.from_string(urn).name,
+            self.nodes[urn] = Node(urn, "dataset", known.name if known else parsed.name,
                                    tool, label, in_registry=known is not None)
         return self.nodes[urn]
 

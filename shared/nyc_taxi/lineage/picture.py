@@ -36,7 +36,6 @@ def to_dot(graph: LineageGraph, title: str = "NYC taxi: cross-tool lineage"):
     for node in graph.nodes.values():
         (flows.setdefault(node.flow, []) if node.kind == "job" else flows.setdefault(None, [])).append(node)
     for flow, nodes in sorted(flows.items(), key=lambda item: item[0] or ""):
-        target = dot
         if flow is not None:
             tool = nodes[0].tool
             kind = "DAG" if tool == "Airflow" else "flow"
@@ -47,9 +46,9 @@ def to_dot(graph: LineageGraph, title: str = "NYC taxi: cross-tool lineage"):
                     box.node(_node_id(node.urn), **_node_attrs(node))
             continue
         for node in sorted(nodes, key=lambda n: n.name):
-            target.node(_node_id(node.urn), **_node_attrs(node))
-    for source, target_urn, kind in sorted(graph.edges):
-        dot.edge(_node_id(source), _node_id(target_urn), **EDGE_STYLE.get(kind, {}))
+            dot.node(_node_id(node.urn), **_node_attrs(node))
+    for source, target, kind in sorted(graph.edges):
+        dot.edge(_node_id(source), _node_id(target), **EDGE_STYLE.get(kind, {}))
     return dot
 
 

@@ -175,15 +175,17 @@ def source_code_location(path: str) -> source_code_location_job.SourceCodeLocati
 
 def current_versions(datasets, settings: Settings | None = None) -> list[DatasetUse]:
     """The datasets with the snapshot id the catalog holds now (what a failed run saw as input)."""
+    from nyc_taxi.catalog import load_catalog
+
     settings = settings or get_settings()
+    catalog = None
     uses = []
     for dataset in datasets:
         snapshot = None
         if isinstance(dataset, Table):
             try:
-                from nyc_taxi.catalog import load_catalog
-
-                current = load_catalog(settings).load_table(dataset.identifier(settings)).current_snapshot()
+                catalog = catalog or load_catalog(settings)
+                current = catalog.load_table(dataset.identifier(settings)).current_snapshot()
                 snapshot = current.snapshot_id if current else None
             except Exception:  # no table yet, or the catalog is down: the run's own error says why
                 snapshot = None

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nyc_taxi import registry
+from nyc_taxi.lineage.destinations import openlineage_events_dir
 from nyc_taxi.settings import Settings, get_settings
 
 FINAL = {"COMPLETE": "success", "FAIL": "failure", "ABORT": "aborted"}
@@ -42,7 +43,7 @@ class JobRun:
 
 
 def event_files(settings: Settings) -> list[Path]:
-    return sorted((settings.lineage_dir / "openlineage").glob("*.jsonl"))
+    return sorted(openlineage_events_dir(settings).glob("*.jsonl"))
 
 
 def read_events(settings: Settings | None = None) -> list[dict]:
@@ -59,8 +60,7 @@ def _dataset_name(dataset: dict, names: dict[tuple[str, str], str]) -> str:
 
 def _apply(run: JobRun, event: dict, names: dict[tuple[str, str], str]) -> None:
     kind, facets, job_facets = event["eventType"], event["run"].get("facets", {}), event["job"].get("facets", {})
-    if kind == "START" or run.started is None:
-        run.started = run.started or event["eventTime"]
+    run.started = run.started or event["eventTime"]  # events are read in time order: the first is the start
     if kind in FINAL:
         run.state, run.ended = FINAL[kind], event["eventTime"]
     if "sourceCodeLocation" in job_facets:

@@ -18,13 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from nyc_taxi.lineage.destinations import datahub_records_dir
 from nyc_taxi.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
-
-
-def datahub_records_dir(settings: Settings) -> Path:
-    return settings.lineage_dir / "datahub"
 
 
 def record_files(settings: Settings) -> list[Path]:

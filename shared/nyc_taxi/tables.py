@@ -43,7 +43,13 @@ def ensure_namespace(spark, settings: Settings | None = None) -> None:
 
 def ensure_tables(spark, tables: list[Table] | None = None, settings: Settings | None = None) -> None:
     """Create the given registry tables (all by default) if they do not exist yet."""
+    from nyc_taxi.commits import retry_on_conflict
+
     settings = settings or get_settings()
-    ensure_namespace(spark, settings)
-    for table in tables or list(TABLES.values()):
-        spark.sql(create_table_sql(table, settings))
+
+    def create() -> None:  # two writers starting at once may both find a table missing
+        ensure_namespace(spark, settings)
+        for table in tables or list(TABLES.values()):
+            spark.sql(create_table_sql(table, settings))
+
+    retry_on_conflict("creating the tables", create, creating=True)

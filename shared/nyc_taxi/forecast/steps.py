@@ -9,6 +9,7 @@ from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
 
 from nyc_taxi import registry, sql
 from nyc_taxi.catalog import load_catalog
+from nyc_taxi.commits import retry_on_conflict
 from nyc_taxi.ingest.common import current_snapshot_id, upsert_changes
 from nyc_taxi.lineage.report import DatasetUse, StepReport
 from nyc_taxi.settings import Settings, get_settings
@@ -116,7 +117,8 @@ def write_forecasts(forecasts: dict, model_name: str, model_version: str, as_of:
     rows = [(zone, hour, value, model_name, model_version, as_of, now) for (zone, hour), value in sorted(forecasts.items())]
     schema = ", ".join(f"{c.name} {c.type}" for c in FORECAST.columns)
     spark.createDataFrame(rows, schema).createOrReplaceTempView("new_forecasts")
-    sql.run(spark, "merge_forecasts", forecast=FORECAST.spark_name(settings), forecasts="new_forecasts")
+    retry_on_conflict(f"MERGE into {FORECAST.name}", lambda: sql.run(
+        spark, "merge_forecasts", forecast=FORECAST.spark_name(settings), forecasts="new_forecasts"))
     return StepReport(
         outputs=[DatasetUse(FORECAST, snapshot_id=current_snapshot_id(spark, FORECAST.spark_name(settings)), row_count=len(rows))],
         summary={"forecast_rows": len(rows)})

@@ -34,8 +34,8 @@ def day_ranges_predicate(column: str, days: list[dt.date]) -> str:
         for a, b in ranges) + ")"
 
 
-def upsert_changes(spark, changes_sql: str, merge_sql: str, **values: object) -> int:
-    """Compute the rows that would change, and MERGE them only if there are any.
+def merge_changes(spark, changes_sql: str, merge_sql: str, **values: object) -> int:
+    """Compute the rows that would change, and MERGE them only if there are any (one attempt).
 
     A re-run of unchanged data then commits nothing: no snapshot, no rewritten data files.
     Returns the number of rows upserted.
@@ -52,3 +52,11 @@ def upsert_changes(spark, changes_sql: str, merge_sql: str, **values: object) ->
         return changed
     finally:
         changes.unpersist()
+
+
+def upsert_changes(spark, changes_sql: str, merge_sql: str, **values: object) -> int:
+    """merge_changes, recomputed and run again when it loses a race with another writer."""
+    from nyc_taxi.commits import retry_on_conflict
+
+    return retry_on_conflict(f"MERGE into {values['raw']}",
+                             lambda: merge_changes(spark, changes_sql, merge_sql, **values))

@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 
 from nyc_taxi import registry
 from nyc_taxi import sql
+from nyc_taxi.commits import retry_on_conflict
 from nyc_taxi.ingest import download, landing
-from nyc_taxi.ingest.common import current_snapshot_id, day_ranges_predicate, month_bounds, upsert_changes
+from nyc_taxi.ingest.common import current_snapshot_id, day_ranges_predicate, merge_changes, month_bounds
 from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.lineage.report import Check, DatasetUse, StepReport
 from nyc_taxi.settings import Settings, get_settings
@@ -80,7 +81,8 @@ def download_and_stage(year: int, month: int, settings: Settings | None = None) 
         if column.source.lower() not in present:
             frame = frame.selectExpr("*", f"CAST(NULL AS {column.type}) AS {column.source}")
     frame.createOrReplaceTempView("landed_yellow_taxi")
-    sql.run(spark, "stage_yellow_taxi", staging=STAGING.spark_name(settings), landed="landed_yellow_taxi")
+    retry_on_conflict(f"staging {STAGING.name}", lambda: sql.run(
+        spark, "stage_yellow_taxi", staging=STAGING.spark_name(settings), landed="landed_yellow_taxi"))
     rows = spark.table(STAGING.spark_name(settings)).count()
     log.info("staged %d rows of %s into %s", rows, Path(location).name, STAGING.name)
     return StepReport(
@@ -116,15 +118,19 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     days = [r[0] for r in spark.sql(f"SELECT DISTINCT CAST(pickup_datetime AS DATE) FROM {staging}").collect()]
     raw_days = day_ranges_predicate("t.pickup_datetime", days)
     hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
-    fingerprint = sql.run(spark, "yellow_taxi_fingerprint", staging=staging, raw=raw, raw_days=raw_days, **hashes).first()
-    if (fingerprint.staged_rows, fingerprint.staged_content) == (fingerprint.raw_rows, fingerprint.raw_content):
-        changed = 0  # raw already holds exactly this batch: commit nothing
-    elif fingerprint.raw_rows == 0:
-        sql.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
-        changed = fingerprint.staged_rows
-    else:
-        changed = upsert_changes(spark, "yellow_taxi_changes", "merge_yellow_taxi", staging=staging, raw=raw,
-                                 raw_days=raw_days, **hashes)
+
+    def write() -> int:
+        """Decided on raw as it is now, so a retry after another writer's commit decides afresh."""
+        fingerprint = sql.run(spark, "yellow_taxi_fingerprint", staging=staging, raw=raw, raw_days=raw_days, **hashes).first()
+        if (fingerprint.staged_rows, fingerprint.staged_content) == (fingerprint.raw_rows, fingerprint.raw_content):
+            return 0  # raw already holds exactly this batch: commit nothing
+        if fingerprint.raw_rows == 0:
+            sql.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
+            return fingerprint.staged_rows
+        return merge_changes(spark, "yellow_taxi_changes", "merge_yellow_taxi", staging=staging, raw=raw,
+                             raw_days=raw_days, **hashes)
+
+    changed = retry_on_conflict(f"loading {RAW.name}", write)
     log.info("merged %d new or changed rows of %d staged into %s", changed, row_count, RAW.name)
     return StepReport(
         inputs=[DatasetUse(STAGING, snapshot_id=current_snapshot_id(spark, staging), row_count=row_count, checks=checks)],

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from nyc_taxi import registry
 from nyc_taxi import sql
+from nyc_taxi.commits import retry_on_conflict
 from nyc_taxi.ingest import download, landing
 from nyc_taxi.ingest.common import current_snapshot_id, upsert_changes
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
@@ -80,8 +81,9 @@ def download_and_stage(year: int, month: int, settings: Settings | None = None) 
                            mode="FAILFAST")
     frame.createOrReplaceTempView("landed_county_files")
     codes = ", ".join(f"'{code}'" for code in NYC_COUNTIES)
-    sql.run(spark, "stage_weather", staging=STAGING.spark_name(settings), county_files="landed_county_files",
-            county_codes=codes, status=status)
+    retry_on_conflict(f"staging {STAGING.name}", lambda: sql.run(
+        spark, "stage_weather", staging=STAGING.spark_name(settings), county_files="landed_county_files",
+        county_codes=codes, status=status))
     rows = spark.table(STAGING.spark_name(settings)).count()
     if rows == 0:
         raise BadSourceFile(f"{landed[0][0]} and its siblings hold no rows for New York City's counties "

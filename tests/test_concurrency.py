@@ -1,0 +1,141 @@
+"""Writers racing on the same Iceberg table: a MERGE that loses to another writer's commit is
+recomputed and committed again, nothing of either writer is lost, and a write that keeps losing
+fails with a clear error and commits nothing of its own."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+
+import pyarrow as pa
+import pytest
+
+from nyc_taxi import commits, registry
+from nyc_taxi.ingest.common import upsert_changes
+
+pytestmark = [pytest.mark.spark, pytest.mark.faults]
+ACTUALS = registry.YELLOW_RIDES_HOURLY_ACTUALS
+ZONES, HOURS = range(1, 121), 24 * 28  # 80k zone-hours: a MERGE that takes a while
+START = dt.datetime(2024, 2, 1)
+
+
+@pytest.fixture
+def race(spark, settings):
+    """The actuals table in a namespace of its own, seeded with a count of 1 per zone-hour."""
+    from nyc_taxi.tables import ensure_tables
+
+    own = settings.model_copy(update={"database": "concurrency_test"})
+    ensure_tables(spark, [ACTUALS], own)
+    name = ACTUALS.spark_name(own)
+    spark.sql(f"DELETE FROM {name}")
+    spark.sql(f"""INSERT INTO {name}
+                  SELECT z.id, timestampadd(HOUR, h.id, TIMESTAMP_NTZ'{START}'), 1L, current_timestamp()
+                  FROM range(1, {max(ZONES) + 1}) z CROSS JOIN range(0, {HOURS}) h""")
+    # the new computation: every seeded zone-hour now counts 2
+    spark.sql(f"""SELECT CAST(z.id AS INT) AS pickup_location_id,
+                         timestampadd(HOUR, h.id, TIMESTAMP_NTZ'{START}') AS pickup_hour,
+                         2L AS ride_count, current_timestamp() AS computed_at
+                  FROM range(1, {max(ZONES) + 1}) z CROSS JOIN range(0, {HOURS}) h""").createOrReplaceTempView("recomputed")
+    yield own, name
+    spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+
+
+class _Appender(threading.Thread):
+    """Another writer (pyiceberg, as any other tool would be): appends rows of zone 900+i, one commit
+    each, until told to stop."""
+
+    def __init__(self, settings, stop: threading.Event):
+        super().__init__(daemon=True)
+        self.settings, self.stop, self.commits, self.error = settings, stop, 0, None
+
+    def run(self):
+        from nyc_taxi.catalog import load_catalog
+
+        try:
+            table = load_catalog(self.settings).load_table(ACTUALS.identifier(self.settings))
+            schema = table.schema().as_arrow()
+            while not self.stop.is_set():
+                zone = 900 + self.commits
+                rows = pa.table({"pickup_location_id": [zone] * 24,
+                                 "pickup_hour": [START + dt.timedelta(hours=h) for h in range(24)],
+                                 "ride_count": [7] * 24,
+                                 "computed_at": [dt.datetime.now(dt.timezone.utc)] * 24}, schema=schema)
+                commits.retry_on_conflict("test append", lambda: table.refresh().append(rows))
+                self.commits += 1
+                self.stop.wait(0.05)
+        except Exception as error:  # reported by the test
+            self.error = error
+
+
+class _LostRaces(logging.Handler):
+    def __init__(self, first: threading.Event):
+        super().__init__(logging.WARNING)
+        self.first, self.messages = first, []
+
+    def emit(self, record):
+        if "lost a race" in record.getMessage():
+            self.messages.append(record.getMessage())
+            self.first.set()
+
+
+def _counts(spark, name):
+    return {(r[0], r[1]): r[2] for r in spark.sql(f"SELECT pickup_location_id, pickup_hour, ride_count FROM {name}").collect()}
+
+
+def _merge_against_appender(spark, own, name, stop_after_first_loss: bool):
+    stop = threading.Event()
+    handler = _LostRaces(stop if stop_after_first_loss else threading.Event())
+    logging.getLogger("nyc_taxi.commits").addHandler(handler)
+    appender = _Appender(own, stop)
+    appender.start()
+    try:
+        while appender.commits == 0 and appender.error is None and appender.is_alive():
+            stop.wait(0.05)  # the other writer is committing before the MERGE starts
+        result = upsert_changes(spark, "actuals_changes", "merge_actuals", staging="recomputed", raw=name)
+    except Exception as error:
+        result = error
+    finally:
+        stop.set()
+        appender.join(60)
+        logging.getLogger("nyc_taxi.commits").removeHandler(handler)
+    assert appender.error is None, appender.error
+    return result, appender.commits, handler.messages
+
+
+def test_a_merge_that_loses_a_race_is_recomputed_and_nothing_is_lost(spark, race):
+    own, name = race
+    result, appended, lost = _merge_against_appender(spark, own, name, stop_after_first_loss=True)
+
+    assert lost, "the MERGE never met the other writer's commits: the test did not race"
+    assert any(word in lost[0] for word in ("concurrently modified", "conflicting files", "CommitFailedException")), lost[0]
+    assert result == len(ZONES) * HOURS  # every zone-hour changed once, counted by the attempt that committed
+    counts = _counts(spark, name)
+    expected = {(z, START + dt.timedelta(hours=h)): 2 for z in ZONES for h in range(HOURS)}
+    expected |= {(900 + i, START + dt.timedelta(hours=h)): 7 for i in range(appended) for h in range(24)}
+    assert counts == expected  # the MERGE's rows and every row the other writer appended, each once
+
+
+def test_a_write_that_keeps_losing_fails_clearly_and_commits_nothing_of_its_own(spark, race, monkeypatch):
+    own, name = race
+    monkeypatch.setattr(commits, "ATTEMPTS", 2)
+    monkeypatch.setattr(commits, "FIRST_WAIT_S", 0.01)
+    result, appended, lost = _merge_against_appender(spark, own, name, stop_after_first_loss=False)
+
+    assert isinstance(result, commits.CommitConflict), result
+    assert f"MERGE into {name}" in str(result) and "2 times in a row" in str(result) and "nothing of this attempt" in str(result)
+    counts = _counts(spark, name)
+    assert {v for (zone, _), v in counts.items() if zone < 900} == {1}  # no row of the MERGE landed
+    assert sum(1 for zone, _ in counts if zone >= 900) == 24 * appended  # the other writer lost nothing
+
+
+def test_other_errors_are_not_retried(spark):
+    calls = []
+
+    def bad_sql():
+        calls.append(1)
+        spark.sql("SELECT no_such_column FROM range(1)")
+
+    with pytest.raises(Exception, match="no_such_column"):
+        commits.retry_on_conflict("a bad query", bad_sql)
+    assert calls == [1]

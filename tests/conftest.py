@@ -128,3 +128,45 @@ def browser():
         chromium = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=args)
         yield chromium
         chromium.close()
+
+
+# Columns whose values name the run or the moment, not the data.
+RUN_SPECIFIC_COLUMNS = {"ingested_at", "computed_at", "created_at", "model_version"}
+
+
+@pytest.fixture(scope="session")
+def table_contents():
+    """settings -> the rows of every registry table that exists, without the run-specific columns,
+    sorted: two lakehouses that did the same work compare equal."""
+    def contents(settings) -> dict[str, list[tuple]]:
+        from nyc_taxi import registry
+        from nyc_taxi.catalog import load_catalog
+
+        catalog = load_catalog(settings)
+        tables = {}
+        for table in registry.TABLES.values():
+            if not catalog.table_exists(table.identifier(settings)):
+                continue
+            rows = catalog.load_table(table.identifier(settings)).scan().to_arrow()
+            rows = rows.drop_columns([c for c in rows.column_names if c in RUN_SPECIFIC_COLUMNS])
+            tables[table.name] = sorted(tuple(r.values()) for r in rows.to_pylist())
+        return tables
+    return contents
+
+
+@pytest.fixture(scope="session")
+def lineage_events():
+    """settings -> (job, event type) of every OpenLineage event both tools wrote, sorted; every line
+    must be whole JSON (a torn or interleaved line fails)."""
+    def events(settings) -> list[tuple[str, str]]:
+        import json
+
+        from nyc_taxi.lineage.destinations import openlineage_events_dir
+
+        found = []
+        for path in sorted(openlineage_events_dir(settings).glob("*.jsonl")):
+            for line in path.read_text().splitlines():
+                event = json.loads(line)
+                found.append((event["job"]["name"], event["eventType"]))
+        return sorted(found)
+    return events

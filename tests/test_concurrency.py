@@ -1,17 +1,26 @@
 """Writers racing on the same Iceberg table: a MERGE that loses to another writer's commit is
 recomputed and committed again, nothing of either writer is lost, and a write that keeps losing
-fails with a clear error and commits nothing of its own."""
+fails with a clear error and commits nothing of its own. Then the whole system: both ingestion
+DAGs and the training flow at the same time end with the tables and lineage of running them
+one after another."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
+import os
+import shutil
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from nyc_taxi import commits, registry
+from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 from nyc_taxi.ingest.common import upsert_changes
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults]
@@ -139,3 +148,92 @@ def test_other_errors_are_not_retried(spark):
     with pytest.raises(Exception, match="no_such_column"):
         commits.retry_on_conflict("a bad query", bad_sql)
     assert calls == [1]
+
+
+# ---- the whole system: both ingestion DAGs and the training flow at the same time ----
+
+FLOW = Path(__file__).resolve().parents[1] / "metaflow" / "train_model_flow.py"
+PRELOADED, CONCURRENT = (2023, 7), (2023, 8)  # the flow trains on July while August and July's weather load
+AS_OF = "2023-07-22T00:00"
+
+
+
+def _scenario(state: Path, airflow_db: Path | None = None):
+    """A fresh lakehouse with the preloaded month, Airflow's database (a copy of ``airflow_db`` if
+    given), and the three jobs' commands."""
+    from nyc_taxi.airflow_env import airflow_environment, prepare_directories
+    from nyc_taxi.metaflow_env import metaflow_environment
+    from nyc_taxi.settings import Settings
+
+    settings = Settings(state_dir=state, profile="local")
+    prepare_directories(settings)
+    env = {**os.environ, "STATE_DIR": str(state), **airflow_environment(settings), **metaflow_environment(settings)}
+    preload = ("from nyc_taxi import infra\nfrom nyc_taxi.ingest import taxi\nfrom nyc_taxi.settings import get_settings\n"
+               "from nyc_taxi.spark import get_spark\nfrom nyc_taxi.tables import ensure_tables\n"
+               "s = get_settings(); infra.create(s); ensure_tables(get_spark(s), None, s)\n"
+               f"taxi.download_and_stage(*{PRELOADED}, s); taxi.merge_into_raw(*{PRELOADED}, s)\n")
+    subprocess.run([sys.executable, "-c", preload], env=env, check=True, capture_output=True, timeout=600)
+    if airflow_db:
+        shutil.copy(airflow_db, settings.airflow_home / "airflow.db")
+    else:
+        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True,
+                       timeout=600)
+        # As a deployment's DAG processor would have: DAGs and their Assets in the database before any
+        # run (two `dags test` processes would otherwise both insert the same new Asset rows).
+        subprocess.run([sys.executable, "-m", "airflow", "dags", "reserialize"], env=env, check=True,
+                       capture_output=True, timeout=600)
+    month = "%04d-%02d"
+    jobs = {
+        "ingest_yellow_taxi_data": [sys.executable, "-m", "airflow", "dags", "test", "ingest_yellow_taxi_data",
+                                    "--conf", json.dumps({"month": month % CONCURRENT})],
+        "ingest_weather_data": [sys.executable, "-m", "airflow", "dags", "test", "ingest_weather_data",
+                                "--conf", json.dumps({"month": month % PRELOADED})],
+        "TrainForecastModelFlow": [sys.executable, str(FLOW), "--no-pylint", "run", "--as_of_datetime", AS_OF,
+                                   "--lookback_days", "14"],
+    }
+    return settings, env, jobs
+
+
+def _succeeded(name: str, process: subprocess.Popen, output: str) -> None:
+    assert process.returncode == 0, f"{name}:\n{output[-4000:]}"
+    if name.startswith("ingest_"):
+        assert "DagRunState.SUCCESS" in output or "state=success" in output.lower(), f"{name}:\n{output[-3000:]}"
+
+
+def _run(jobs: dict, env: dict, together: bool) -> dict[str, str]:
+    """Run the jobs one after another, or all at once; their output by name."""
+    outputs = {}
+    started = {}
+    for name, command in jobs.items():
+        started[name] = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if not together:
+            outputs[name] = started[name].communicate(timeout=900)[0]
+    for name, process in started.items():
+        if together:
+            outputs[name] = process.communicate(timeout=900)[0]
+        _succeeded(name, process, outputs[name])
+    return outputs
+
+
+@pytest.mark.airflow
+@pytest.mark.metaflow
+def test_both_dags_and_the_flow_at_once_equal_running_them_one_after_another(site, tmp_path, table_contents,
+                                                                             lineage_events):
+    add_taxi_month(site, *PRELOADED, rows=30_000, seed=71)
+    add_taxi_month(site, *CONCURRENT, rows=30_000, seed=72)
+    add_weather_month(site, *PRELOADED, seed=73, n_counties=60)
+
+    sequential, env, jobs = _scenario(tmp_path / "sequential")
+    fresh_airflow_db = shutil.copy(sequential.airflow_home / "airflow.db", tmp_path / "airflow.db")
+    _run(jobs, env, together=False)
+    concurrent, env, jobs = _scenario(tmp_path / "concurrent", airflow_db=fresh_airflow_db)
+    outputs = _run(jobs, env, together=True)
+
+    expected, got = table_contents(sequential), table_contents(concurrent)
+    assert {name: len(rows) for name, rows in got.items()} == {name: len(rows) for name, rows in expected.items()}
+    assert all(expected[name] for name in expected), "a table stayed empty: the scenario did not exercise it"
+    for name in expected:
+        assert got[name] == expected[name], f"{name} differs from the sequential runs'"
+    assert lineage_events(concurrent) == lineage_events(sequential)  # no lineage lost or torn
+    races = sum(out.count("lost a race") for out in outputs.values())
+    print(f"lost races retried while running together: {races}")

@@ -1,0 +1,73 @@
+"""An Airflow merge task that fails after staging and is retried by Airflow ends in the same state as
+a clean run: the same staging and raw rows, nothing doubled, and lineage of both tries."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nyc_taxi.fixtures.site import add_taxi_month
+from nyc_taxi.lineage.destinations import openlineage_events_dir
+
+pytestmark = [pytest.mark.airflow, pytest.mark.faults]
+MONTH = "2023-09"
+MERGE = "merge_upsert_staging_into_raw_yellow"
+
+# dag.test() on the real DAG; ``crash`` makes the merge task's first try die before it merges, as a
+# lost worker would. Airflow's own retry (retries=1 in the DAG's default_args) runs it again.
+RUNNER = """
+import datetime as dt, sys
+from airflow.dag_processing.dagbag import DagBag
+from nyc_taxi.airflow_env import DAGS_FOLDER
+
+dag = DagBag(dag_folder=str(DAGS_FOLDER)).dags["ingest_yellow_taxi_data"]
+merge = dag.task_dict["{merge}"]
+merge.retry_delay = dt.timedelta(seconds=1)  # the DAG's 5 minutes, shortened for the test
+tries = []
+if {crash}:
+    merge_into_raw = merge.step
+    def lost_worker_on_first_try(year, month):
+        tries.append(1)
+        if len(tries) == 1:
+            raise RuntimeError("worker lost after staging, before the merge (injected by the test)")
+        return merge_into_raw(year, month)
+    merge.step = lost_worker_on_first_try
+run = dag.test(run_conf={{"month": "{month}"}})
+print("RESULT", run.state, len(tries))
+"""
+
+
+def _run(state: Path, crash: bool) -> tuple[str, object]:
+    from nyc_taxi.airflow_env import airflow_environment, prepare_directories
+    from nyc_taxi.settings import Settings
+
+    settings = Settings(state_dir=state, profile="local")
+    prepare_directories(settings)
+    env = {**os.environ, "STATE_DIR": str(state), **airflow_environment(settings)}
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
+    result = subprocess.run([sys.executable, "-c", RUNNER.format(merge=MERGE, crash=crash, month=MONTH)], env=env,
+                            capture_output=True, text=True, timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    return next(line for line in output.splitlines() if line.startswith("RESULT")), settings
+
+
+def test_a_merge_task_retried_after_a_failure_ends_like_a_clean_run(site, tmp_path, table_contents, lineage_events):
+    add_taxi_month(site, 2023, 9, rows=20_000, seed=91)
+    retried, retried_settings = _run(tmp_path / "retried", crash=True)
+    clean, clean_settings = _run(tmp_path / "clean", crash=False)
+
+    assert retried == "RESULT success 2", retried  # the first try failed, Airflow's retry succeeded
+    assert clean == "RESULT success 0", clean
+    assert table_contents(retried_settings) == table_contents(clean_settings)
+
+    merge_events = [e for e in lineage_events(retried_settings) if e[0].endswith(f".{MERGE}")]
+    assert merge_events == sorted([(f"ingest_yellow_taxi_data.{MERGE}", t) for t in ("START", "FAIL", "START", "COMPLETE")])
+    failed = [json.loads(line) for path in openlineage_events_dir(retried_settings).glob("*.jsonl")
+              for line in path.read_text().splitlines() if '"FAIL"' in line]
+    assert any("worker lost after staging" in json.dumps(e) for e in failed)  # the reason travels with the lineage

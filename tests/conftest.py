@@ -170,3 +170,24 @@ def lineage_events():
                 found.append((event["job"]["name"], event["eventType"]))
         return sorted(found)
     return events
+
+
+@pytest.fixture(scope="session")
+def listening_sockets():
+    """pids -> {(command line, IPv4 address, port)} of every listening TCP socket of those processes
+    and all their descendants."""
+    def sockets(*pids: int) -> set[tuple[str, str, int]]:
+        import psutil
+
+        found = set()
+        processes = [psutil.Process(pid) for pid in pids]
+        for process in processes + [c for p in processes for c in p.children(recursive=True)]:
+            try:
+                for connection in process.net_connections(kind="tcp"):
+                    if connection.status == psutil.CONN_LISTEN:
+                        address = connection.laddr.ip.removeprefix("::ffff:")  # Java's IPv4-mapped form
+                        found.add((" ".join(process.cmdline()[:4])[:80], address, connection.laddr.port))
+            except psutil.NoSuchProcess:
+                pass
+        return found
+    return sockets

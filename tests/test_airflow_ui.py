@@ -1,5 +1,6 @@
-"""End to end through the UI: `airflow standalone`, headless Chromium logs in and triggers
-ingest_weather_data from its DAG page; the run's state is read from the REST API."""
+"""End to end through the UI: `bash run airflow standalone`, headless Chromium logs in and triggers
+ingest_weather_data from its DAG page; the run's state is read from the REST API. Every listener of
+Airflow and of the tasks' Spark drivers is on 127.0.0.1, and the admin password is in no log."""
 
 from __future__ import annotations
 
@@ -35,13 +36,14 @@ def _get(url: str, token: str | None = None) -> dict:
 
 @pytest.fixture
 def standalone(airflow_db, settings, tmp_path):
-    """`airflow standalone` on a free port of 127.0.0.1; everything it started is stopped afterwards."""
+    """`bash run airflow standalone` (Airflow's standalone without its log servers) on a free port of
+    127.0.0.1; everything it started is stopped afterwards."""
     port = _free_port()
     # Only the run the test triggers: no scheduled runs competing for max_active_runs=1.
     env = {**os.environ, "AIRFLOW__API__PORT": str(port), "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/"}
     log = (tmp_path / "standalone.log").open("w")
-    process = subprocess.Popen([sys.executable, "-m", "airflow", "standalone"], env=env, stdout=log,
+    process = subprocess.Popen([sys.executable, "-m", "nyc_taxi.airflow_standalone"], env=env, stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -55,7 +57,7 @@ def standalone(airflow_db, settings, tmp_path):
             assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "standalone.log").read_text()[-3000:]
             time.sleep(2)
         passwords = settings.airflow_home / "simple_auth_manager_passwords.json.generated"
-        yield base, json.loads(passwords.read_text())["admin"]
+        yield base, json.loads(passwords.read_text())["admin"], process.pid
     except BaseException:
         print((tmp_path / "standalone.log").read_text()[-6000:])
         raise
@@ -69,8 +71,9 @@ def standalone(airflow_db, settings, tmp_path):
         log.close()
 
 
-def test_trigger_weather_dag_from_the_ui_and_it_succeeds(standalone, site, tmp_path, browser):
-    base, password = standalone
+def test_trigger_weather_dag_from_the_ui_and_it_succeeds(standalone, site, settings, tmp_path, browser, listening_sockets):
+    base, password, pid = standalone
+    listeners = listening_sockets(pid)
     add_weather_month(site, 2024, 3, n_counties=60)
     screenshots = Path(os.environ.get("SCREENSHOT_DIR", tmp_path))
     page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -93,8 +96,17 @@ def test_trigger_weather_dag_from_the_ui_and_it_succeeds(standalone, site, tmp_p
         run = next((r for r in runs if r["run_type"] == "manual" and r["conf"].get("month") == "2024-03"), None)
         if run and run["state"] in ("success", "failed"):
             break
-        time.sleep(3)
+        listeners |= listening_sockets(pid)  # the task processes and their Spark JVMs too, while they run
+        time.sleep(1)
     assert run is not None and run["state"] == "success", run
+    # Every listener of Airflow and of the tasks' Spark drivers is on this machine only.
+    assert {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
+    assert any("api_server" in name for name, _, _ in listeners) and any("java" in name for name, _, _ in listeners), listeners
+    assert not [port for _, _, port in listeners if port in (8793, 8794)]  # no log servers
+    # The generated admin password is in no task log and no lineage record.
+    leaks = [str(p) for root in (settings.airflow_home / "logs", settings.lineage_dir) for p in root.rglob("*")
+             if p.is_file() and password.encode() in p.read_bytes()]
+    assert leaks == []
     tasks = _get(f"{base}/api/v2/dags/ingest_weather_data/dagRuns/{run['dag_run_id']}/taskInstances", token)
     assert {t["task_id"]: t["state"] for t in tasks["task_instances"]} == {
         "create_tables": "success", "download_and_stage_data": "success", "merge_upsert_staging_into_raw_weather": "success"}

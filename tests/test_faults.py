@@ -109,3 +109,14 @@ def test_lineage_backends_down_warn_only_keep_everything_and_replay_delivers_it_
         assert "0 events sent" in again.stdout and len(_Receiver.received) == len(events)
     finally:
         server.shutdown()
+
+
+@pytest.mark.spark
+def test_the_fixture_server_and_spark_listen_on_127_0_0_1_only(spark, settings, listening_sockets):
+    """The test process serves the fixture sites and drives a local Spark JVM (py4j, driver RPC, block
+    manager, Spark UI): every socket they listen on is on this machine only."""
+    listeners = listening_sockets(os.getpid())
+    fixture_port = int(settings.tlc_base_url.rsplit(":", 1)[1].split("/")[0])
+    assert any(port == fixture_port for _, _, port in listeners), listeners
+    assert sum("java" in name for name, _, _ in listeners) >= 3, listeners
+    assert {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners

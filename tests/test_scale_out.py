@@ -86,7 +86,7 @@ def standalone_cluster(tmp_path):
         while "Registering worker" not in master_log.read_text():
             assert worker.poll() is None and time.monotonic() < deadline, worker_log.read_text()[-3000:]
             time.sleep(1)
-        yield f"spark://127.0.0.1:{port}"
+        yield f"spark://127.0.0.1:{port}", (master.pid, worker.pid)
     finally:
         for process in (worker, master):
             if process is not None:
@@ -104,11 +104,14 @@ def _run(master: str | None, state: Path) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_merge_and_actuals_on_a_standalone_cluster_equal_local_mode(standalone_cluster, site, tmp_path):
+def test_merge_and_actuals_on_a_standalone_cluster_equal_local_mode(standalone_cluster, site, tmp_path, listening_sockets):
+    url, pids = standalone_cluster
     add_taxi_month(site, 2024, 10, rows=20_000, seed=10)
-    cluster = _run(standalone_cluster, tmp_path / "cluster-state")
+    cluster = _run(url, tmp_path / "cluster-state")
     local = _run(None, tmp_path / "local-state")
-    assert cluster["master"] == standalone_cluster and cluster["executors"] == 1  # really on the cluster
+    assert cluster["master"] == url and cluster["executors"] == 1  # really on the cluster
+    listeners = listening_sockets(*pids)  # master and worker: RPC and web UIs
+    assert len(listeners) >= 4 and {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
     assert local["master"].startswith("local")
     assert len(cluster["raw"]) > 19_000 and len(cluster["actuals"]) > 1_000
     assert cluster["raw"] == local["raw"]

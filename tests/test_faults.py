@@ -44,6 +44,34 @@ class _Receiver(BaseHTTPRequestHandler):
         pass
 
 
+class _Failing(BaseHTTPRequestHandler):
+    """A lineage backend that is up but broken: 500 to everything."""
+
+    def _fail(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        self.send_response(500)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST = _fail  # noqa: N815
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(params=["closed port", "answers 500"])
+def broken_backend(request):
+    """The URL of a lineage backend that is down: nothing listening, or a server answering 500."""
+    if request.param == "closed port":
+        yield f"http://127.0.0.1:{_closed_port()}"
+        return
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
 def _files_containing(root: Path, needles: dict[str, str]) -> list[str]:
     found = []
     for path in root.rglob("*"):
@@ -53,13 +81,13 @@ def _files_containing(root: Path, needles: dict[str, str]) -> list[str]:
     return found
 
 
-def test_lineage_backends_down_warn_only_keep_everything_and_replay_delivers_it_once(site, tmp_path):
+def test_lineage_backends_down_warn_only_keep_everything_and_replay_delivers_it_once(site, tmp_path, broken_backend):
     from nyc_taxi.airflow_env import airflow_environment, prepare_directories
     from nyc_taxi.settings import Settings
 
     secret = {"DATAHUB_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16),
               "AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(), "AWS_SECRET_ACCESS_KEY": secrets.token_hex(20)}
-    down = f"http://127.0.0.1:{_closed_port()}"
+    down = broken_backend
     state = tmp_path / "state"
     config = {"STATE_DIR": str(state), "DATAHUB_GMS_URL": down, "OPENLINEAGE_URL": down, **secret}
     settings = Settings(state_dir=state, datahub_gms_url=down, openlineage_url=down,
@@ -77,7 +105,7 @@ def test_lineage_backends_down_warn_only_keep_everything_and_replay_delivers_it_
     assert run.returncode == 0, output[-4000:]
     assert "DagRunState.SUCCESS" in output or "state=success" in output.lower(), output[-3000:]
     assert took < 180, f"the DAG took {took:.0f} s with the backends down"  # no hanging on a dead backend
-    print(f"ingest_weather_data with both lineage backends down: {took:.0f} s")
+    print(f"ingest_weather_data with both lineage backends down ({down}): {took:.0f} s")
     assert re.search(r"\[(warning|error) *\]|WARNING", output)  # the failed deliveries are logged, the run goes on
 
     # every record stayed local

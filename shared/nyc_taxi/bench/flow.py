@@ -45,6 +45,16 @@ def _reference(files: list[Path], start: dt.datetime, as_of: dt.datetime, end: d
     return time.perf_counter() - t, len(forecasts)
 
 
+def step_seconds(flow_output: str, env: dict) -> dict[str, float]:
+    """Seconds per step of the Metaflow run whose output this is (Metaflow's own task timestamps)."""
+    run_id = next(line.split("(run-id ")[1].split(")")[0] for line in flow_output.splitlines() if "(run-id " in line)
+    probe = ("import json\nfrom metaflow import Run, namespace\nnamespace(None)\n"
+             f"run = Run('TrainForecastModelFlow/{run_id}')\n"
+             "print(json.dumps({s.id: (s.task.finished_at - s.task.created_at).total_seconds() for s in run}))")
+    return json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                                     check=True).stdout.strip().splitlines()[-1])
+
+
 def _spark_startup(env: dict) -> float:
     probe = ("import time; t=time.perf_counter()\nfrom nyc_taxi.spark import get_spark\n"
              "get_spark().sql('SELECT 1').collect(); print(time.perf_counter()-t)")
@@ -98,13 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
         flow_s = time.perf_counter() - t
     if run.returncode:
         raise SystemExit(run.stderr[-3000:])
-    run_id = next(line.split("(run-id ")[1].split(")")[0] for line in run.stderr.splitlines() + run.stdout.splitlines()
-                  if "(run-id " in line)
-    probe = ("import json\nfrom metaflow import Run, namespace\nnamespace(None)\n"
-             f"run = Run('TrainForecastModelFlow/{run_id}')\n"
-             "print(json.dumps({s.id: (s.task.finished_at - s.task.created_at).total_seconds() for s in run}))")
-    steps = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                                      check=True).stdout.strip().splitlines()[-1])
+    steps = step_seconds(run.stderr + run.stdout, env)
     startup = _spark_startup(env)
     reference_s, forecasts = _reference(files, start, as_of, end)
     spark_steps = ("compute_actuals", "write_forecasts_to_table")

@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
     os.environ.update({"STATE_DIR": str(work / "state"), "PROFILE": "local", "TLC_BASE_URL": server.start()})
 
     from nyc_taxi import infra
+    from nyc_taxi.bench.flow import step_seconds
     from nyc_taxi.metaflow_env import metaflow_environment
     from nyc_taxi.settings import REPO_ROOT, get_settings
 
@@ -84,12 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     as_of = f"{last_year:04d}-{last_month:02d}-21T00:00"
     flow_s, flow_gib, out = _timed([sys.executable, str(REPO_ROOT / "metaflow" / "train_model_flow.py"), "--no-pylint",
                                     "run", "--as_of_datetime", as_of, "--lookback_days", str(args.lookback_days)], env)
-    run_id = next(line.split("(run-id ")[1].split(")")[0] for line in out.splitlines() if "(run-id " in line)
-    probe = ("import json\nfrom metaflow import Run, namespace\nnamespace(None)\n"
-             f"run = Run('TrainForecastModelFlow/{run_id}')\n"
-             "print(json.dumps({s.id: (s.task.finished_at - s.task.created_at).total_seconds() for s in run}))")
-    steps = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                                      check=True).stdout.strip().splitlines()[-1])
+    steps = step_seconds(out, env)
 
     first, rest = per_month[0], per_month[1:]
     later = rest[len(rest) // 2:] or [first]

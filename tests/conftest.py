@@ -191,3 +191,42 @@ def listening_sockets():
                 pass
         return found
     return sockets
+
+
+@pytest.fixture(scope="session")
+def lineage_backend():
+    """status -> a lineage server on 127.0.0.1 answering every request with that status: `.url`, and
+    `.requests`, the (path, headers, JSON body) of every request it got, in order — with 201 a live
+    OpenLineage backend, with 500 one that is up but broken."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from types import SimpleNamespace
+
+    servers = []
+
+    def start(status: int = 201):
+        requests = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                requests.append((self.path, dict(self.headers), json.loads(body) if body else None))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST = _answer  # noqa: N815
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return SimpleNamespace(url=f"http://127.0.0.1:{server.server_address[1]}", requests=requests)
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()

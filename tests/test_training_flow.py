@@ -32,8 +32,8 @@ WINDOW = (AS_OF - dt.timedelta(days=LOOKBACK), AS_OF + dt.timedelta(hours=HORIZO
 FLOW = REPO_ROOT / "metaflow" / "train_model_flow.py"
 
 
-def run_flow(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **metaflow_environment()}
+def run_flow(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **metaflow_environment(), **(env or {})}
     return subprocess.run([sys.executable, str(FLOW), "--no-pylint", "run", *args], env=env, capture_output=True,
                           text=True, timeout=600)
 
@@ -173,11 +173,15 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     assert tags["metaflow.origin_run_id"] == run_id
 
 
-def test_weather_variant_reads_weather_raw_and_is_a_new_job_version(loaded, settings):
+def test_weather_variant_reads_weather_raw_and_is_a_new_job_version(loaded, settings, lineage_backend):
+    # with a live OpenLineage backend too: it gets each event once, the same as the local file
+    backend = lineage_backend(201)
     mark = len(ol_events())
-    result = run_flow("--as_of_datetime", AS_OF.isoformat(), "--lookback_days", str(LOOKBACK), "--model", "weather_adjusted")
+    result = run_flow("--as_of_datetime", AS_OF.isoformat(), "--lookback_days", str(LOOKBACK), "--model", "weather_adjusted",
+                      env={"OPENLINEAGE_URL": backend.url})
     assert result.returncode == 0, result.stderr[-4000:]
     events = ol_events(mark)
+    assert [body for path, _, body in backend.requests if path == "/api/v1/lineage"] == events
     prepare = next(e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".prepare_training_data"))
     assert {i["name"] for i in prepare["inputs"]} == {registry.YELLOW_RIDES_HOURLY_ACTUALS.identity().ol_name,
                                                        registry.WEATHER_RAW.identity().ol_name}

@@ -195,9 +195,10 @@ def listening_sockets():
 
 @pytest.fixture(scope="session")
 def lineage_backend():
-    """status -> a lineage server on 127.0.0.1 answering every request with that status: `.url`, and
-    `.requests`, the (path, headers, JSON body) of every request it got, in order — with 201 a live
-    OpenLineage backend, with 500 one that is up but broken."""
+    """status -> a lineage server on 127.0.0.1 answering every request with that status: `.url`;
+    `.requests`, the (path, headers, JSON body) of every request it got, in order; `.events()`, the
+    bodies posted to OpenLineage's endpoint — with 201 a live OpenLineage backend, with 500 one that
+    is up but broken."""
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -224,7 +225,8 @@ def lineage_backend():
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
-        return SimpleNamespace(url=f"http://127.0.0.1:{server.server_address[1]}", requests=requests)
+        return SimpleNamespace(url=f"http://127.0.0.1:{server.server_address[1]}", requests=requests,
+                               events=lambda: [body for path, _, body in requests if path == "/api/v1/lineage"])
 
     yield start
     for server in servers:

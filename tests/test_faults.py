@@ -27,7 +27,7 @@ def broken_backend(request, lineage_backend):
     if request.param == "closed port":
         return f"http://127.0.0.1:{_closed_port()}", None
     backend = lineage_backend(500)
-    return backend.url, lambda: _lineage_posts(backend)
+    return backend.url, backend.events
 
 
 def _closed_port() -> int:
@@ -69,10 +69,6 @@ def _run_weather_dag(site, state: Path, **variables: str) -> SimpleNamespace:
     return SimpleNamespace(took=took, output=output, env=env, events=events)
 
 
-def _lineage_posts(backend) -> list[dict]:
-    return [body for path, _, body in backend.requests if path == "/api/v1/lineage"]
-
-
 @pytest.fixture(scope="module")
 def with_live_backend(site, tmp_path_factory, lineage_backend):
     """The weather DAG with a live OpenLineage backend: what it received, and the run's time as the
@@ -80,7 +76,7 @@ def with_live_backend(site, tmp_path_factory, lineage_backend):
     backend = lineage_backend(201)
     run = _run_weather_dag(site, tmp_path_factory.mktemp("live") / "state", OPENLINEAGE_URL=backend.url)
     print(f"ingest_weather_data with a live OpenLineage backend: {run.took:.0f} s")
-    run.received = _lineage_posts(backend)
+    run.received = backend.events()
     return run
 
 
@@ -125,10 +121,10 @@ def test_lineage_backends_down_warn_only_keep_everything_and_replay_delivers_it_
     replay_env.pop("DATAHUB_GMS_URL")
     first = subprocess.run([sys.executable, "-m", "nyc_taxi.lineage.replay"], env=replay_env, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    assert _lineage_posts(backend) == run.events
+    assert backend.events() == run.events
     assert {headers["Authorization"] for _, headers, _ in backend.requests} == {f"Bearer {secret['OPENLINEAGE_API_KEY']}"}
     again = subprocess.run([sys.executable, "-m", "nyc_taxi.lineage.replay"], env=replay_env, capture_output=True, text=True)
-    assert "0 events sent" in again.stdout and len(_lineage_posts(backend)) == len(run.events)
+    assert "0 events sent" in again.stdout and len(backend.events()) == len(run.events)
 
 
 @pytest.mark.spark

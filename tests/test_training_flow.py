@@ -181,7 +181,7 @@ def test_weather_variant_reads_weather_raw_and_is_a_new_job_version(loaded, sett
                       env={"OPENLINEAGE_URL": backend.url})
     assert result.returncode == 0, result.stderr[-4000:]
     events = ol_events(mark)
-    assert [body for path, _, body in backend.requests if path == "/api/v1/lineage"] == events
+    assert backend.events() == events
     prepare = next(e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".prepare_training_data"))
     assert {i["name"] for i in prepare["inputs"]} == {registry.YELLOW_RIDES_HOURLY_ACTUALS.identity().ol_name,
                                                        registry.WEATHER_RAW.identity().ol_name}

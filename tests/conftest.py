@@ -1,4 +1,8 @@
-"""Test set-up: every test run gets its own state directory, one Spark session and one moto server."""
+"""Test set-up: every test run gets its own state directory; the rest (the fixture site on 127.0.0.1,
+one Spark session, one moto server, Airflow's database, a browser) only for the tests that ask.
+
+`bash run test --fast` runs the unit tests: everything not marked spark, airflow, metaflow, ui,
+lineage or scale_out (see pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -10,54 +14,62 @@ from pathlib import Path
 import pytest
 
 _STATE = Path(tempfile.mkdtemp(prefix="nyc-taxi-test-state-"))
-SITE = _STATE / "site"  # a fixture copy of the TLC and NOAA sites, served on 127.0.0.1
-_server = None
 
 
 def pytest_configure(config):
-    """Before anything reads the settings or imports Airflow: isolated state, sources on 127.0.0.1."""
-    global _server
-    from nyc_taxi.fixtures.server import FixtureServer
-
-    SITE.mkdir(parents=True)
-    _server = FixtureServer(SITE)
-    url = _server.start()
+    """Before anything reads the settings or imports Airflow: isolated state, no outside servers, and
+    Airflow's configuration (a few environment variables: Airflow reads them when it is imported)."""
     os.environ.update({"STATE_DIR": str(_STATE), "PROFILE": "local", "SPARK_LOCAL_IP": "127.0.0.1",
-                       "TLC_BASE_URL": url, "NOAA_BASE_URL": url, "DATAHUB_TELEMETRY_ENABLED": "false"})
+                       "DATAHUB_TELEMETRY_ENABLED": "false"})
     for name in ("DATAHUB_PLATFORM_INSTANCE", "DATAHUB_ENV", "DATAHUB_GMS_URL", "OPENLINEAGE_URL", "SPARK_MASTER",
-                 "S3_BUCKET", "AIRFLOW_CONFIG"):
+                 "S3_BUCKET", "AIRFLOW_CONFIG", "TLC_BASE_URL", "NOAA_BASE_URL", "OPENLINEAGE_PARENT_ID",
+                 "OPENLINEAGE_ROOT_PARENT_ID", "PARENT_AIRFLOW_TASK"):
         os.environ.pop(name, None)
-    from nyc_taxi.airflow_env import airflow_environment, prepare_directories
+    from nyc_taxi.airflow_adapter.environment import airflow_environment
 
     os.environ.update(airflow_environment())
-    prepare_directories()
 
 
 def pytest_unconfigure(config):
-    if _server is not None:
-        _server.stop()
     shutil.rmtree(_STATE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def site() -> Path:
-    return SITE
+def site():
+    """A fixture copy of the TLC and NOAA sites, served on 127.0.0.1; the session's settings (and every
+    process a test starts) fetch the sources from it."""
+    from nyc_taxi.core.settings import get_settings
+    from nyc_taxi.fixtures.server import FixtureServer
+
+    root = _STATE / "site"
+    root.mkdir(parents=True, exist_ok=True)
+    with FixtureServer(root) as url:
+        os.environ.update({"TLC_BASE_URL": url, "NOAA_BASE_URL": url})
+        get_settings.cache_clear()
+        yield root
+        for name in ("TLC_BASE_URL", "NOAA_BASE_URL"):
+            os.environ.pop(name, None)
+        get_settings.cache_clear()
 
 
 @pytest.fixture(scope="session")
-def settings():
-    from nyc_taxi.settings import get_settings
+def settings(site):
+    """The session's settings: its own state directory, sources on the fixture site."""
+    from nyc_taxi.airflow_adapter.environment import prepare_directories
+    from nyc_taxi.core.lakehouse import lakehouse
+    from nyc_taxi.core.settings import get_settings
 
-    return get_settings()
+    settings = get_settings()
+    lakehouse(settings).create()
+    prepare_directories(settings)
+    return settings
 
 
 @pytest.fixture(scope="session")
 def spark(settings):
     """One real local Spark session on the test state's Iceberg catalog, shared by all tests."""
-    from nyc_taxi import infra
-    from nyc_taxi.spark import get_spark, stop_spark
+    from nyc_taxi.core.spark import get_spark, stop_spark
 
-    infra.create(settings)
     yield get_spark(settings)
     stop_spark()
 
@@ -84,7 +96,7 @@ def moto_endpoint():
 
 @pytest.fixture
 def aws_settings(moto_endpoint, tmp_path):
-    from nyc_taxi.settings import Settings
+    from nyc_taxi.core.settings import Settings
 
     return Settings(_env_file=None, profile="aws", aws_profile="", aws_endpoint_url=moto_endpoint,
                     aws_region="eu-west-1", state_dir=tmp_path)
@@ -103,7 +115,8 @@ def airflow_db(settings):
 @pytest.fixture(scope="session")
 def dagbag(airflow_db, spark):
     from airflow.dag_processing.dagbag import DagBag
-    from nyc_taxi.airflow_env import DAGS_FOLDER
+
+    from nyc_taxi.airflow_adapter.environment import DAGS_FOLDER
 
     bag = DagBag(dag_folder=str(DAGS_FOLDER))
     assert bag.import_errors == {}
@@ -139,15 +152,16 @@ def table_contents():
     """settings -> the rows of every registry table that exists, without the run-specific columns,
     sorted: two lakehouses that did the same work compare equal."""
     def contents(settings) -> dict[str, list[tuple]]:
-        from nyc_taxi import registry
-        from nyc_taxi.catalog import load_catalog
+        from nyc_taxi.core.catalog import load_catalog
+        from nyc_taxi.core.datasets import TABLES
+        from nyc_taxi.core.naming import iceberg_identifier
 
         catalog = load_catalog(settings)
         tables = {}
-        for table in registry.TABLES.values():
-            if not catalog.table_exists(table.identifier(settings)):
+        for table in TABLES.values():
+            if not catalog.table_exists(iceberg_identifier(table, settings)):
                 continue
-            rows = catalog.load_table(table.identifier(settings)).scan().to_arrow()
+            rows = catalog.load_table(iceberg_identifier(table, settings)).scan().to_arrow()
             rows = rows.drop_columns([c for c in rows.column_names if c in RUN_SPECIFIC_COLUMNS])
             tables[table.name] = sorted(tuple(r.values()) for r in rows.to_pylist())
         return tables
@@ -161,7 +175,7 @@ def lineage_events():
     def events(settings) -> list[tuple[str, str]]:
         import json
 
-        from nyc_taxi.lineage.destinations import openlineage_events_dir
+        from nyc_taxi.lineage.write.destinations import openlineage_events_dir
 
         found = []
         for path in sorted(openlineage_events_dir(settings).glob("*.jsonl")):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import hashlib
 import json
 import os
 import subprocess
@@ -18,12 +19,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from airflow.sdk import Asset
 
-from nyc_taxi import registry
-from nyc_taxi.airflow_env import DAGS_FOLDER, datahub_airflow_file, openlineage_airflow_file
-from nyc_taxi.catalog import load_catalog
+from nyc_taxi.airflow_adapter.environment import DAGS_FOLDER
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.catalog import current_snapshot_id, load_table
+from nyc_taxi.core.naming import identity, landed_location, published_url
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 from nyc_taxi.lineage.spec import validation_errors
+from nyc_taxi.lineage.write.destinations import openlineage_file
+from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
@@ -48,7 +53,7 @@ class LineageLog:
     """The records both lineage systems wrote since the mark."""
 
     def __init__(self, settings):
-        self.ol_path, self.dh_path = openlineage_airflow_file(settings), datahub_airflow_file(settings)
+        self.settings, self.ol_path = settings, openlineage_file(settings, "airflow")
         self.ol_mark = len(self._ol_all())
         self.dh_mark = len(self._dh_all())
 
@@ -56,7 +61,10 @@ class LineageLog:
         return self.ol_path.read_text().splitlines() if self.ol_path.exists() else []
 
     def _dh_all(self):
-        return json.loads(self.dh_path.read_text()) if self.dh_path.exists() else []
+        return read_datahub_records(self.settings, "airflow")
+
+    def datahub_files(self) -> list[Path]:
+        return datahub_files(self.settings, "airflow")
 
     def openlineage(self) -> list[dict]:
         return [json.loads(line) for line in self._ol_all()[self.ol_mark:]]
@@ -75,17 +83,11 @@ def run_dag(dagbag, dag_id: str, month: str) -> dict[str, str]:
 
 
 def snapshot_id(table: registry.Table) -> int | None:
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        snapshot = load_catalog().load_table(table.identifier()).current_snapshot()
-    except NoSuchTableError:
-        return None
-    return snapshot.snapshot_id if snapshot else None
+    return current_snapshot_id(table)
 
 
 def raw_rows(table: registry.Table, **equal) -> pa.Table:
-    arrow = load_catalog().load_table(table.identifier()).scan().to_arrow()
+    arrow = load_table(table).scan().to_arrow()
     for column, value in equal.items():
         arrow = arrow.filter(pc.equal(arrow[column], value))
     return arrow
@@ -119,7 +121,8 @@ from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder={str(DAGS_FOLDER)!r})
 print(json.dumps({{"errors": {{k: str(v) for k, v in bag.import_errors.items()}},
     "tasks": {{d: sorted(dag.task_ids) for d, dag in bag.dags.items()}},
-    "outlets": {{d: sorted(a.uri for t in dag.tasks for a in t.outlets) for d, dag in bag.dags.items()}}}}))
+    "outlets": {{d: sorted(getattr(a, "uri", a.name) for t in dag.tasks for a in t.outlets) for d, dag in bag.dags.items()}},
+    "schedules": {{d: sorted(a.uri for a in dag.schedule) if isinstance(dag.schedule, list) else [] for d, dag in bag.dags.items()}}}}))
 """
     env = {**os.environ, "PROFILE": "aws", "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AIRFLOW_HOME": str(tmp_path),
            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite:////nonexistent/dir/airflow.db"}
@@ -128,33 +131,52 @@ print(json.dumps({{"errors": {{k: str(v) for k, v in bag.import_errors.items()}}
     parsed = json.loads(result.stdout.strip().splitlines()[-1])
     assert parsed["errors"] == {}
     assert parsed["tasks"] == {
-        "ingest_yellow_taxi_data": ["create_tables", "download_and_stage_data", "merge_upsert_staging_into_raw_yellow"],
-        "ingest_weather_data": ["create_tables", "download_and_stage_data", "merge_upsert_staging_into_raw_weather"],
+        "ingest_yellow_taxi_data": ["create_tables", "download_published_files", "merge_upsert_staging_into_raw_yellow",
+                                    "stage_landed_files"],
+        "ingest_weather_data": ["create_tables", "download_published_files", "merge_upsert_staging_into_raw_weather",
+                                "stage_landed_files"],
+        "train_forecast_model": ["run_training_flow"],
     }
-    assert parsed["outlets"] == {"ingest_yellow_taxi_data": [registry.YELLOW_TAXI_RAW.airflow_asset().uri],
-                                 "ingest_weather_data": [registry.WEATHER_RAW.airflow_asset().uri]}
+    # a merge emits its raw table's asset events through an alias, only when it committed a snapshot
+    assert parsed["outlets"] == {"ingest_yellow_taxi_data": ["yellow_taxi_raw commits"],
+                                 "ingest_weather_data": ["weather_raw commits"], "train_forecast_model": []}
+    assert parsed["schedules"] == {"ingest_yellow_taxi_data": [], "ingest_weather_data": [],
+                                   "train_forecast_model": [Asset(uri="iceberg://nyc_taxi.yellow_taxi_raw").uri]}
 
 
 def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, site, settings):
     path = add_taxi_month(site, 2024, 2, rows=8_000, seed=11)
     log = LineageLog(settings)
     assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-02") == {
-        "create_tables": "success", "download_and_stage_data": "success", "merge_upsert_staging_into_raw_yellow": "success"}
+        "create_tables": "success", "download_published_files": "success", "stage_landed_files": "success",
+        "merge_upsert_staging_into_raw_yellow": "success"}
 
     got = raw_rows(registry.YELLOW_TAXI_RAW, source_file=path.name)
     assert comparable(got).equals(comparable(expected_taxi_rows(path)))
     raw_snapshot, staging_snapshot = snapshot_id(registry.YELLOW_TAXI_RAW), snapshot_id(registry.YELLOW_TAXI_STAGING)
 
     # OpenLineage: each task's inputs and outputs are the registry's identities, with versions.
-    ident = {d.name: d.identity(settings) for d in registry.DATASETS.values()}
-    download = log.ol_event("COMPLETE", "download_and_stage_data")
+    ident = {d.name: identity(d, settings) for d in registry.DATASETS.values()}
+    url = published_url(registry.TLC_YELLOW_TRIPDATA_PUBLISHED, 2024, 2, settings)
+    landed = landed_location(registry.TLC_YELLOW_TRIPDATA_LANDED, 2024, 2, settings)
+    download = log.ol_event("COMPLETE", "download_published_files")
     assert [(i["namespace"], i["name"]) for i in download["inputs"]] == [
-        (ident["tlc_yellow_tripdata_files"].ol_namespace, ident["tlc_yellow_tripdata_files"].ol_name)]
-    assert download["inputs"][0]["facets"]["dataSource"]["uri"] == registry.TLC_YELLOW_TRIP_FILES.url(2024, 2, settings)
+        (ident["tlc_yellow_tripdata_published"].ol_namespace, ident["tlc_yellow_tripdata_published"].ol_name)]
+    assert download["inputs"][0]["inputFacets"]["subset"]["inputCondition"]["locations"] == [url]
+    etag = f'"{hashlib.md5(path.read_bytes()).hexdigest()}"'  # the fixture site sends S3's ETag
+    assert download["inputs"][0]["facets"]["version"]["datasetVersion"] == f"{path.name}@etag:{etag}"
     assert [f["name"] for f in download["inputs"][0]["facets"]["schema"]["fields"]] == [
         name for name in COLUMNS_2024 + ["cbd_congestion_fee"]]
     assert [(o["namespace"], o["name"]) for o in download["outputs"]] == [
-        (ident["yellow_taxi_staging"].ol_namespace, ident["yellow_taxi_staging"].ol_name)]
+        (ident["tlc_yellow_tripdata_landed"].ol_namespace, ident["tlc_yellow_tripdata_landed"].ol_name)]
+    landed_version = f"{path.name}@sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+    assert download["outputs"][0]["facets"]["version"]["datasetVersion"] == landed_version
+    assert download["outputs"][0]["outputFacets"]["subset"]["outputCondition"]["locations"] == [landed]
+    stage = log.ol_event("COMPLETE", "stage_landed_files")
+    assert [(i["name"], i["facets"]["version"]["datasetVersion"]) for i in stage["inputs"]] == [
+        (ident["tlc_yellow_tripdata_landed"].ol_name, landed_version)]
+    assert [(o["name"], o["facets"]["version"]["datasetVersion"]) for o in stage["outputs"]] == [
+        (ident["yellow_taxi_staging"].ol_name, str(staging_snapshot))]
     merge = log.ol_event("COMPLETE", "merge_upsert_staging_into_raw_yellow")
     assert [i["name"] for i in merge["inputs"]] == [ident["yellow_taxi_staging"].ol_name]
     assert [o["name"] for o in merge["outputs"]] == [ident["yellow_taxi_raw"].ol_name]
@@ -174,8 +196,10 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
     records = log.datahub()
     io = {r["entityUrn"].rsplit(",", 1)[1].rstrip(")"): r["aspect"]["json"] for r in records
           if r.get("aspectName") == "dataJobInputOutput" and "ingest_yellow_taxi_data" in r["entityUrn"]}
-    assert io["download_and_stage_data"]["inputDatasets"] == [ident["tlc_yellow_tripdata_files"].datahub_urn]
-    assert io["download_and_stage_data"]["outputDatasets"] == [ident["yellow_taxi_staging"].datahub_urn]
+    assert io["download_published_files"]["inputDatasets"] == [ident["tlc_yellow_tripdata_published"].datahub_urn]
+    assert io["download_published_files"]["outputDatasets"] == [ident["tlc_yellow_tripdata_landed"].datahub_urn]
+    assert io["stage_landed_files"]["inputDatasets"] == [ident["tlc_yellow_tripdata_landed"].datahub_urn]
+    assert io["stage_landed_files"]["outputDatasets"] == [ident["yellow_taxi_staging"].datahub_urn]
     assert io["merge_upsert_staging_into_raw_yellow"]["inputDatasets"] == [ident["yellow_taxi_staging"].datahub_urn]
     assert io["merge_upsert_staging_into_raw_yellow"]["outputDatasets"] == [ident["yellow_taxi_raw"].datahub_urn]
     operations = [r["aspect"]["json"]["customProperties"] for r in records if r.get("aspectName") == "operation"
@@ -183,33 +207,44 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
     assert operations[-1]["snapshot_id"] == str(raw_snapshot)
     dataset_urns = {r["entityUrn"] for r in records if r.get("entityType") == "dataset"}
     assert dataset_urns <= {i.datahub_urn for i in ident.values()}
-    check = subprocess.run([sys.executable, "-m", "datahub", "check", "metadata-file", str(log.dh_path)],
-                           capture_output=True, text=True, timeout=300)
-    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+    for record_file in log.datahub_files():
+        check = subprocess.run([sys.executable, "-m", "datahub", "check", "metadata-file", str(record_file)],
+                               capture_output=True, text=True, timeout=300)
+        assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
 
     # Re-running the month changes nothing: the landed file is not fetched again, no new snapshot, the same rows.
-    landed = Path(registry.TLC_YELLOW_TRIP_FILES.landed_path(2024, 2, settings))
-    landed_version = landed.stat().st_mtime_ns
+    landed_file = Path(landed)
+    landed_mtime = landed_file.stat().st_mtime_ns
+    log = LineageLog(settings)
     assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-02")["merge_upsert_staging_into_raw_yellow"] == "success"
     assert snapshot_id(registry.YELLOW_TAXI_RAW) == raw_snapshot
-    assert landed.stat().st_mtime_ns == landed_version
+    assert snapshot_id(registry.YELLOW_TAXI_STAGING) == staging_snapshot  # staging already held this landed version
+    assert landed_file.stat().st_mtime_ns == landed_mtime  # the server said 304: not fetched again
+    rerun = log.ol_event("COMPLETE", "download_published_files")
+    assert rerun["inputs"][0]["facets"]["version"]["datasetVersion"] == f"{path.name}@etag:{etag}"
     assert comparable(raw_rows(registry.YELLOW_TAXI_RAW, source_file=path.name)).equals(comparable(expected_taxi_rows(path)))
 
 
-def test_republished_month_updates_changed_rows_in_place(dagbag, site, settings):
-    """TLC republishes a corrected file: fetched again (the landed copy removed), rows updated, no duplicates."""
+def test_republished_month_is_a_new_input_version_and_updates_changed_rows_in_place(dagbag, site, settings):
+    """TLC republishes a corrected file: the server's new ETag makes it a new version, fetched again;
+    rows updated, no duplicates; the lineage names both versions."""
     first = add_taxi_month(site, 2024, 5, rows=4_000, seed=1)
+    log = LineageLog(settings)
     assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-05")["merge_upsert_staging_into_raw_yellow"] == "success"
+    before = {"etag": f'"{hashlib.md5(first.read_bytes()).hexdigest()}"'}
     corrected = pq.read_table(first)
     fares = corrected["fare_amount"].to_numpy().copy()
     fares[::10] += 1.0  # every tenth trip corrected
     corrected = corrected.set_column(corrected.schema.get_field_index("fare_amount"), "fare_amount", pa.array(fares))
     pq.write_table(corrected, first)
-    Path(registry.TLC_YELLOW_TRIP_FILES.landed_path(2024, 5, settings)).unlink()
+    after = {"etag": f'"{hashlib.md5(first.read_bytes()).hexdigest()}"'}
     assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-05")["merge_upsert_staging_into_raw_yellow"] == "success"
     got = raw_rows(registry.YELLOW_TAXI_RAW, source_file=first.name)
     assert got.num_rows == 4_000
     assert comparable(got).equals(comparable(expected_taxi_rows(first)))
+    versions = [e["inputs"][0]["facets"]["version"]["datasetVersion"] for e in log.openlineage()
+                if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".download_published_files")]
+    assert versions == [f"{first.name}@etag:{before['etag']}", f"{first.name}@etag:{after['etag']}"]
 
 
 @pytest.mark.parametrize("month", ["2023-03", "2025-01"])
@@ -229,11 +264,11 @@ def test_truncated_file_fails_the_task_and_leaves_tables_untouched(dagbag, site,
     before = {t.name: snapshot_id(t) for t in (registry.YELLOW_TAXI_RAW, registry.YELLOW_TAXI_STAGING)}
     log = LineageLog(settings)
     states = run_dag(dagbag, "ingest_yellow_taxi_data", "2024-04")
-    assert states["download_and_stage_data"] == "failed"
-    assert states["merge_upsert_staging_into_raw_yellow"] == "upstream_failed"
+    assert states["download_published_files"] == "failed"
+    assert states["stage_landed_files"] == states["merge_upsert_staging_into_raw_yellow"] == "upstream_failed"
     assert {t.name: snapshot_id(t) for t in (registry.YELLOW_TAXI_RAW, registry.YELLOW_TAXI_STAGING)} == before
-    assert not Path(registry.TLC_YELLOW_TRIP_FILES.landed_path(2024, 4, settings)).exists()
-    failed = log.ol_event("FAIL", "download_and_stage_data")
+    assert not Path(landed_location(registry.TLC_YELLOW_TRIPDATA_LANDED, 2024, 4, settings)).exists()
+    failed = log.ol_event("FAIL", "download_published_files")
     assert "truncated" in failed["run"]["facets"]["errorMessage"]["message"]
     assert validation_errors(failed) == []
 
@@ -241,7 +276,7 @@ def test_truncated_file_fails_the_task_and_leaves_tables_untouched(dagbag, site,
 def test_unpublished_month_skips_cleanly(dagbag):
     before = snapshot_id(registry.YELLOW_TAXI_RAW)
     states = run_dag(dagbag, "ingest_yellow_taxi_data", "2031-01")
-    assert states == {"create_tables": "success", "download_and_stage_data": "skipped",
+    assert states == {"create_tables": "success", "download_published_files": "skipped", "stage_landed_files": "skipped",
                       "merge_upsert_staging_into_raw_yellow": "skipped"}
     assert snapshot_id(registry.YELLOW_TAXI_RAW) == before
 

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from nyc_taxi import registry
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.airflow_adapter.operators import asset
+from nyc_taxi.core.catalog import current_snapshot_id
 from nyc_taxi.fixtures.site import add_weather_month
 
 pytestmark = [pytest.mark.airflow, pytest.mark.ui]
@@ -43,7 +45,7 @@ def standalone(airflow_db, settings, tmp_path):
     env = {**os.environ, "AIRFLOW__API__PORT": str(port), "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/"}
     log = (tmp_path / "standalone.log").open("w")
-    process = subprocess.Popen([sys.executable, "-m", "nyc_taxi.airflow_standalone"], env=env, stdout=log,
+    process = subprocess.Popen([sys.executable, "-m", "nyc_taxi.airflow_adapter.standalone"], env=env, stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -109,9 +111,17 @@ def test_trigger_weather_dag_from_the_ui_and_it_succeeds(standalone, site, setti
     assert leaks == []
     tasks = _get(f"{base}/api/v2/dags/ingest_weather_data/dagRuns/{run['dag_run_id']}/taskInstances", token)
     assert {t["task_id"]: t["state"] for t in tasks["task_instances"]} == {
-        "create_tables": "success", "download_and_stage_data": "success", "merge_upsert_staging_into_raw_weather": "success"}
-    assets = _get(f"{base}/api/v2/assets?uri_pattern=weather_raw", token)["assets"]
-    assert [a["uri"] for a in assets] == [registry.WEATHER_RAW.airflow_asset().uri]
+        "create_tables": "success", "download_published_files": "success", "stage_landed_files": "success",
+        "merge_upsert_staging_into_raw_weather": "success"}
+    # the merge committed a snapshot: weather_raw's asset has an event carrying it (an asset no DAG is
+    # scheduled on yet, so Airflow lists it among the inactive ones)
+    assets = _get(f"{base}/api/v2/assets?uri_pattern=weather_raw&only_active=false", token)["assets"]
+    assert [a["uri"] for a in assets] == [asset(registry.WEATHER_RAW).uri]
+    events = _get(f"{base}/api/v2/assets/events?asset_id={assets[0]['id']}&limit=100", token)["asset_events"]
+    events = [e for e in events if e["source_run_id"] == run["dag_run_id"]]  # other tests share the database
+    assert [(e["source_dag_id"], e["source_task_id"], e["extra"]["month"]) for e in events] == [
+        ("ingest_weather_data", "merge_upsert_staging_into_raw_weather", "2024-03")]
+    assert events[0]["extra"]["snapshot_id"] == str(current_snapshot_id(registry.WEATHER_RAW))
 
     page.goto(f"{base}/dags/ingest_weather_data/runs/{run['dag_run_id']}")
     page.get_by_text("merge_upsert_staging_into_raw_weather").first.wait_for(timeout=30_000)

@@ -13,9 +13,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from nyc_taxi import registry
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.core import registry as lookup
+from nyc_taxi.core.catalog import current_snapshot_id
+from nyc_taxi.core.naming import landed_location
+from nyc_taxi.core.tables import ensure_tables
 from nyc_taxi.fixtures import noaa, tlc
-from nyc_taxi.fixtures.site import site_path
+from nyc_taxi.fixtures.site import taxi_path, weather_path
 from nyc_taxi.ingest import taxi, weather
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 
@@ -25,18 +29,14 @@ WEATHER_TABLES = (registry.WEATHER_STAGING, registry.WEATHER_RAW)
 
 
 def _snapshots(settings, tables) -> dict[str, int | None]:
-    from nyc_taxi.catalog import load_catalog
-
-    catalog = load_catalog(settings)
-    current = {}
-    for table in tables:
-        snapshot = catalog.load_table(table.identifier(settings)).current_snapshot()
-        current[table.name] = snapshot.snapshot_id if snapshot else None
-    return current
+    return {table.name: current_snapshot_id(table, settings) for table in tables}
 
 
-def _taxi_file(site, year, month) -> Path:
-    return site_path(site, registry.TLC_YELLOW_TRIP_FILES.remote_path.format(year=year, month=month))
+def _load_month(module, year, month, settings):
+    """The DAG's three steps, as its tasks run them."""
+    for step in (module.download_published_file if module is taxi else module.download_published_files,
+                 module.stage_landed_file if module is taxi else module.stage_landed_files, module.merge_into_raw):
+        step(year, month, settings)
 
 
 def _good_month(year, month) -> pa.Table:
@@ -70,29 +70,26 @@ TAXI_CASES = {
 
 @pytest.mark.parametrize("case", sorted(TAXI_CASES))
 def test_bad_taxi_file_fails_clearly_and_changes_nothing(case, site, settings, spark):
-    from nyc_taxi import tables as ddl
-
-    ddl.ensure_tables(spark, TAXI_TABLES, settings)
+    ensure_tables(TAXI_TABLES, settings)
     year, month = 2019, 1 + sorted(TAXI_CASES).index(case)  # a month of its own per case
     content, words = TAXI_CASES[case]
-    path = _taxi_file(site, year, month)
+    path = taxi_path(site, year, month)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(content(year, month))
     before = _snapshots(settings, TAXI_TABLES)
     with pytest.raises(BadSourceFile) as raised:
-        taxi.download_and_stage(year, month, settings)
+        _load_month(taxi, year, month, settings)
     message = str(raised.value)
     assert f"yellow_tripdata_{year}-{month:02d}.parquet" in message  # names the file
     for word in words:
         assert word in message, message
     assert _snapshots(settings, TAXI_TABLES) == before
-    assert not Path(registry.TLC_YELLOW_TRIP_FILES.landed_path(year, month, settings)).exists()  # nothing landed
+    assert not Path(landed_location(registry.TLC_YELLOW_TRIPDATA_LANDED, year, month, settings)).exists()  # nothing landed
 
 
 def _noaa_files(site, year, month, edit) -> None:
     for var, text in noaa.generate_county_month(year, month, seed=1, n_counties=60).items():
-        path = site_path(site, registry.NOAA_NCLIMGRID_COUNTY_FILES.remote_path.format(
-            year=year, month=month, var=var, status="scaled"))
+        path = weather_path(site, year, month, var, "scaled")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(edit(text).encode())
 
@@ -110,15 +107,13 @@ WEATHER_CASES = {
 
 @pytest.mark.parametrize("case", sorted(WEATHER_CASES))
 def test_bad_noaa_file_fails_clearly_and_changes_nothing(case, site, settings, spark):
-    from nyc_taxi import tables as ddl
-
-    ddl.ensure_tables(spark, WEATHER_TABLES, settings)
+    ensure_tables(WEATHER_TABLES, settings)
     year, month = 2018, 1 + sorted(WEATHER_CASES).index(case)
     edit, words = WEATHER_CASES[case]
     _noaa_files(site, year, month, edit)
     before = _snapshots(settings, WEATHER_TABLES)
     with pytest.raises(BadSourceFile) as raised:
-        weather.download_and_stage(year, month, settings)
+        _load_month(weather, year, month, settings)
     message = str(raised.value)
     assert f"{year}{month:02d}" in message and ".csv" in message  # names the file
     for word in words:
@@ -129,16 +124,16 @@ def test_bad_noaa_file_fails_clearly_and_changes_nothing(case, site, settings, s
 def test_month_far_in_the_future_is_a_clean_skip(settings, spark):
     before = _snapshots(settings, TAXI_TABLES)
     with pytest.raises(NotPublishedYet, match="2031-07"):
-        taxi.download_and_stage(2031, 7, settings)
+        taxi.download_published_file(2031, 7, settings)
     assert _snapshots(settings, TAXI_TABLES) == before
 
 
 def test_unknown_table_and_unknown_profile_are_named_with_the_valid_choices():
     from pydantic import ValidationError
 
-    from nyc_taxi.settings import Settings
+    from nyc_taxi.core.settings import Settings
 
     with pytest.raises(KeyError, match="unknown dataset 'yellow_taxi_rwa'.*yellow_taxi_raw"):
-        registry.get("yellow_taxi_rwa")
+        lookup.get("yellow_taxi_rwa")
     with pytest.raises(ValidationError, match="local.*aws|aws.*local"):
         Settings(profile="gcp")

@@ -19,9 +19,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from nyc_taxi import commits, registry
+from nyc_taxi.core import commits
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.naming import iceberg_identifier, spark_table
+from nyc_taxi.core.upserts import upsert_changes
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
-from nyc_taxi.ingest.common import upsert_changes
+from nyc_taxi.forecast.steps import SQL as FORECAST_SQL
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults]
 ACTUALS = registry.YELLOW_RIDES_HOURLY_ACTUALS
@@ -32,11 +35,11 @@ START = dt.datetime(2024, 2, 1)
 @pytest.fixture
 def race(spark, settings):
     """The actuals table in a namespace of its own, seeded with a count of 1 per zone-hour."""
-    from nyc_taxi.tables import ensure_tables
+    from nyc_taxi.core.tables import ensure_tables
 
     own = settings.model_copy(update={"database": "concurrency_test"})
-    ensure_tables(spark, [ACTUALS], own)
-    name = ACTUALS.spark_name(own)
+    ensure_tables([ACTUALS], own)
+    name = spark_table(ACTUALS, own)
     spark.sql(f"DELETE FROM {name}")
     spark.sql(f"""INSERT INTO {name}
                   SELECT z.id, timestampadd(HOUR, h.id, TIMESTAMP_NTZ'{START}'), 1L, current_timestamp()
@@ -59,10 +62,10 @@ class _Appender(threading.Thread):
         self.settings, self.stop, self.commits, self.error = settings, stop, 0, None
 
     def run(self):
-        from nyc_taxi.catalog import load_catalog
+        from nyc_taxi.core.catalog import load_catalog
 
         try:
-            table = load_catalog(self.settings).load_table(ACTUALS.identifier(self.settings))
+            table = load_catalog(self.settings).load_table(iceberg_identifier(ACTUALS, self.settings))
             schema = table.schema().as_arrow()
             while not self.stop.is_set():
                 zone = 900 + self.commits
@@ -95,19 +98,19 @@ def _counts(spark, name):
 def _merge_against_appender(spark, own, name, stop_after_first_loss: bool):
     stop = threading.Event()
     handler = _LostRaces(stop if stop_after_first_loss else threading.Event())
-    logging.getLogger("nyc_taxi.commits").addHandler(handler)
+    logging.getLogger("nyc_taxi.core.commits").addHandler(handler)
     appender = _Appender(own, stop)
     appender.start()
     try:
         while appender.commits == 0 and appender.error is None and appender.is_alive():
             stop.wait(0.05)  # the other writer is committing before the MERGE starts
-        result = upsert_changes(spark, "actuals_changes", "merge_actuals", staging="recomputed", raw=name)
+        result = upsert_changes(spark, FORECAST_SQL, "actuals_changes", "merge_actuals", staging="recomputed", raw=name)
     except Exception as error:
         result = error
     finally:
         stop.set()
         appender.join(60)
-        logging.getLogger("nyc_taxi.commits").removeHandler(handler)
+        logging.getLogger("nyc_taxi.core.commits").removeHandler(handler)
     assert appender.error is None, appender.error
     return result, appender.commits, handler.messages
 
@@ -152,7 +155,7 @@ def test_other_errors_are_not_retried(spark):
 
 # ---- the whole system: both ingestion DAGs and the training flow at the same time ----
 
-FLOW = Path(__file__).resolve().parents[1] / "metaflow" / "train_model_flow.py"
+FLOW = Path(__file__).resolve().parents[1] / "metaflow" / "train_model_flow.py"  # noqa: the flow file, run as Metaflow runs it
 PRELOADED, CONCURRENT = (2023, 7), (2023, 8)  # the flow trains on July while August and July's weather load
 AS_OF = "2023-07-22T00:00"
 
@@ -161,17 +164,18 @@ AS_OF = "2023-07-22T00:00"
 def _scenario(state: Path, airflow_db: Path | None = None):
     """A fresh lakehouse with the preloaded month, Airflow's database (a copy of ``airflow_db`` if
     given), and the three jobs' commands."""
-    from nyc_taxi.airflow_env import airflow_environment, prepare_directories
-    from nyc_taxi.metaflow_env import metaflow_environment
-    from nyc_taxi.settings import Settings
+    from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+    from nyc_taxi.core.settings import Settings
+    from nyc_taxi.metaflow_adapter.environment import metaflow_environment
 
     settings = Settings(state_dir=state, profile="local")
     prepare_directories(settings)
     env = {**os.environ, "STATE_DIR": str(state), **airflow_environment(settings), **metaflow_environment(settings)}
-    preload = ("from nyc_taxi import infra\nfrom nyc_taxi.ingest import taxi\nfrom nyc_taxi.settings import get_settings\n"
-               "from nyc_taxi.spark import get_spark\nfrom nyc_taxi.tables import ensure_tables\n"
-               "s = get_settings(); infra.create(s); ensure_tables(get_spark(s), None, s)\n"
-               f"taxi.download_and_stage(*{PRELOADED}, s); taxi.merge_into_raw(*{PRELOADED}, s)\n")
+    preload = ("from nyc_taxi.core.lakehouse import lakehouse\nfrom nyc_taxi.ingest import taxi\n"
+               "from nyc_taxi.core.settings import get_settings\nfrom nyc_taxi.core.tables import ensure_tables\n"
+               "s = get_settings(); lakehouse(s).create(); ensure_tables(None, s)\n"
+               f"taxi.download_published_file(*{PRELOADED}, s); taxi.stage_landed_file(*{PRELOADED}, s); "
+               f"taxi.merge_into_raw(*{PRELOADED}, s)\n")
     subprocess.run([sys.executable, "-c", preload], env=env, check=True, capture_output=True, timeout=600)
     if airflow_db:
         shutil.copy(airflow_db, settings.airflow_home / "airflow.db")

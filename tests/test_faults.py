@@ -48,8 +48,8 @@ def _files_containing(root: Path, needles: dict[str, str]) -> list[str]:
 def _run_weather_dag(site, state: Path, **variables: str) -> SimpleNamespace:
     """`airflow dags test ingest_weather_data` in its own state directory, with these environment
     variables (lineage URLs, credentials) set as a user's shell would have them."""
-    from nyc_taxi.airflow_env import airflow_environment, prepare_directories
-    from nyc_taxi.settings import Settings
+    from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+    from nyc_taxi.core.settings import Settings
 
     settings = Settings(state_dir=state, **{name.lower(): value for name, value in variables.items()
                                             if name.lower() in Settings.model_fields})
@@ -66,7 +66,7 @@ def _run_weather_dag(site, state: Path, **variables: str) -> SimpleNamespace:
     assert "DagRunState.SUCCESS" in output or "state=success" in output.lower(), output[-3000:]
     events_file = state / "lineage/openlineage/airflow_events.jsonl"
     events = [json.loads(line) for line in events_file.read_text().splitlines()]
-    return SimpleNamespace(took=took, output=output, env=env, events=events)
+    return SimpleNamespace(took=took, output=output, env=env, events=events, settings=settings)
 
 
 @pytest.fixture(scope="module")
@@ -76,15 +76,21 @@ def with_live_backend(site, tmp_path_factory, lineage_backend):
     backend = lineage_backend(201)
     run = _run_weather_dag(site, tmp_path_factory.mktemp("live") / "state", OPENLINEAGE_URL=backend.url)
     print(f"ingest_weather_data with a live OpenLineage backend: {run.took:.0f} s")
+    run.received_during_the_run = backend.events()
+    replay = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.replay"], env=run.env, capture_output=True, text=True)
+    assert replay.returncode == 0, replay.stderr
     run.received = backend.events()
     return run
 
 
 def test_a_live_openlineage_backend_gets_every_event_once(with_live_backend):
-    """Airflow's OpenLineage client also reads OPENLINEAGE_URL and adds a transport of its own: the
-    backend still gets each event exactly once, the same as the local file, in the same order."""
+    """The tasks ship their events as they end; what the DAG run emits after its last task goes with the
+    next shipping (here `bash run lineage-replay`): the backend has every local event exactly once, in order."""
     run = with_live_backend
     assert {e["eventType"] for e in run.events} >= {"START", "COMPLETE"}
+    during = run.received_during_the_run
+    assert during == run.events[:len(during)]  # in order, nothing twice
+    assert len(during) >= len([e for e in run.events if "." in e["job"]["name"]])  # at least every task's events
     assert run.received == run.events
 
 
@@ -97,19 +103,21 @@ def test_lineage_backends_down_warn_only_keep_everything_and_replay_delivers_it_
     run = _run_weather_dag(site, state, DATAHUB_GMS_URL=down, OPENLINEAGE_URL=down, **secret)
     normal = with_live_backend.took
     print(f"ingest_weather_data with both lineage backends down ({down}): {run.took:.0f} s, with a live backend {normal:.0f} s")
-    # within normal time: each event is tried twice (one retry, short back-off), then left to the file
+    # within normal time: at the end of each task the first pending event is tried once, then left to the file
     assert run.took < 1.5 * normal, f"the DAG took {run.took:.0f} s with the backends down, {normal:.0f} s with them up"
     if attempts is not None:
-        assert len(attempts()) == 2 * len(run.events)
+        assert attempts() and all(a == run.events[0] for a in attempts())  # never past the first: order is kept
     assert re.search(r"\[(warning|error) *\]|WARNING", run.output)  # the failed deliveries are logged, the run goes on
 
     # every record stayed local
     completed = {e["job"]["name"] for e in run.events if e["eventType"] == "COMPLETE"}
-    assert {"ingest_weather_data.create_tables", "ingest_weather_data.download_and_stage_data",
-            "ingest_weather_data.merge_upsert_staging_into_raw_weather"} <= completed
-    records = json.loads((state / "lineage/datahub/airflow_mcps.json").read_text())
+    assert {"ingest_weather_data.create_tables", "ingest_weather_data.download_published_files",
+            "ingest_weather_data.stage_landed_files", "ingest_weather_data.merge_upsert_staging_into_raw_weather"} <= completed
+    from nyc_taxi.lineage.write.outbox import read_datahub_records
+
+    records = read_datahub_records(run.settings, "airflow")
     assert {r["entityUrn"].rsplit(",", 1)[1].rstrip(")") for r in records if r.get("aspectName") == "dataJobInputOutput"} \
-        >= {"download_and_stage_data", "merge_upsert_staging_into_raw_weather"}
+        >= {"download_published_files", "stage_landed_files", "merge_upsert_staging_into_raw_weather"}
 
     # no secret in any file the run left (task logs, lineage records, Airflow's config and database) or its output
     assert _files_containing(state, secret) == []
@@ -119,12 +127,12 @@ def test_lineage_backends_down_warn_only_keep_everything_and_replay_delivers_it_
     backend = lineage_backend(201)
     replay_env = {**run.env, "OPENLINEAGE_URL": backend.url}
     replay_env.pop("DATAHUB_GMS_URL")
-    first = subprocess.run([sys.executable, "-m", "nyc_taxi.lineage.replay"], env=replay_env, capture_output=True, text=True)
+    first = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.replay"], env=replay_env, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     assert backend.events() == run.events
     assert {headers["Authorization"] for _, headers, _ in backend.requests} == {f"Bearer {secret['OPENLINEAGE_API_KEY']}"}
-    again = subprocess.run([sys.executable, "-m", "nyc_taxi.lineage.replay"], env=replay_env, capture_output=True, text=True)
-    assert "0 events sent" in again.stdout and len(backend.events()) == len(run.events)
+    again = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.replay"], env=replay_env, capture_output=True, text=True)
+    assert "openlineage: 0 records sent" in again.stdout and len(backend.events()) == len(run.events)
 
 
 @pytest.mark.spark

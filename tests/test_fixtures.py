@@ -15,7 +15,7 @@ import pytest
 from nyc_taxi.fixtures import noaa, tlc
 from nyc_taxi.fixtures.server import FixtureServer
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
-from nyc_taxi.fixtures.zones import zones
+from nyc_taxi.core.zones import zones
 
 COLUMNS_2024 = ["VendorID", "tpep_pickup_datetime", "tpep_dropoff_datetime", "passenger_count", "trip_distance",
                 "RatecodeID", "store_and_fwd_flag", "PULocationID", "DOLocationID", "payment_type", "fare_amount",
@@ -164,3 +164,26 @@ def test_server_serves_the_real_paths_on_loopback_and_404s_missing_months(tmp_pa
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(f"{url}/trip-data/yellow_tripdata_2031-01.parquet")
         assert missing.value.code == 404
+
+
+def test_server_answers_like_the_real_sites_with_etag_and_last_modified(tmp_path):
+    """S3 behind CloudFront sends the MD5 of the bytes as ETag; a conditional request for an unchanged
+    file gets 304; a republished file has a new ETag."""
+    import email.utils
+    import hashlib
+
+    parquet = add_taxi_month(tmp_path, 2024, 1, rows=1_000, seed=1)
+    address = "/trip-data/yellow_tripdata_2024-01.parquet"
+    with FixtureServer(tmp_path) as url:
+        with urllib.request.urlopen(f"{url}{address}") as response:
+            etag, modified = response.headers["ETag"], response.headers["Last-Modified"]
+            assert response.read() == parquet.read_bytes()
+        assert etag == f'"{hashlib.md5(parquet.read_bytes()).hexdigest()}"'
+        assert email.utils.parsedate_to_datetime(modified).timestamp() == int(parquet.stat().st_mtime)
+        with pytest.raises(urllib.error.HTTPError) as unchanged:
+            urllib.request.urlopen(urllib.request.Request(f"{url}{address}", headers={"If-None-Match": etag}))
+        assert unchanged.value.code == 304 and unchanged.value.headers["ETag"] == etag
+        add_taxi_month(tmp_path, 2024, 1, rows=1_000, seed=2)  # republished with other content
+        with urllib.request.urlopen(urllib.request.Request(f"{url}{address}", headers={"If-None-Match": etag})) as response:
+            assert response.status == 200 and response.headers["ETag"] != etag
+            assert response.read() == parquet.read_bytes()

@@ -10,30 +10,32 @@ from pathlib import Path
 
 import pytest
 
-from nyc_taxi import aws, infra
-from nyc_taxi.catalog import load_catalog
-from nyc_taxi.settings import Settings
+from nyc_taxi.core import aws
+from nyc_taxi.core.catalog import load_catalog
+from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.settings import Settings
 
 
 def test_local_create_is_idempotent_and_destroy_removes_everything(tmp_path):
     settings = Settings(_env_file=None, state_dir=tmp_path)
-    done = infra.create(settings)
+    lake = lakehouse(settings)
+    done = lake.create()
     assert any("created namespace 'nyc_taxi'" in line for line in done)
-    assert Path(settings.warehouse).is_dir() and settings.catalog_db_path.is_file()
+    assert Path(lake.warehouse).is_dir() and settings.catalog_db_path.is_file()
     assert ("nyc_taxi",) in load_catalog(settings).list_namespaces()
-    assert infra.create(settings) == []  # second run: nothing to do
-    infra.destroy(settings)
-    assert not Path(settings.lake_root).exists() and not settings.catalog_db_path.exists()
+    assert lake.create() == []  # second run: nothing to do
+    lake.destroy()
+    assert not Path(lake.root).exists() and not settings.catalog_db_path.exists()
 
 
 def test_destroy_without_a_terminal_refuses_without_yes(tmp_path):
     env = {"STATE_DIR": str(tmp_path), "PROFILE": "local", "PATH": "/usr/bin:/bin"}
-    infra.create(Settings(_env_file=None, state_dir=tmp_path))
-    result = subprocess.run([sys.executable, "-m", "nyc_taxi.infra", "destroy"], env=env, stdin=subprocess.DEVNULL,
+    lakehouse(Settings(_env_file=None, state_dir=tmp_path)).create()
+    result = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.infra", "destroy"], env=env, stdin=subprocess.DEVNULL,
                             capture_output=True, text=True)
     assert result.returncode == 2 and "--yes" in result.stderr
     assert (tmp_path / "lake").is_dir()
-    result = subprocess.run([sys.executable, "-m", "nyc_taxi.infra", "destroy", "--yes"], env=env, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.infra", "destroy", "--yes"], env=env, capture_output=True, text=True)
     assert result.returncode == 0 and not (tmp_path / "lake").exists()
 
 
@@ -43,7 +45,8 @@ def test_aws_create_secures_the_bucket_and_creates_the_glue_database(aws_setting
     bucket = aws.bucket_name(aws_settings)
     assert bucket == "airflow-metaflow-" + hashlib.sha256(b"123456789012").hexdigest()[:12]
 
-    done = infra.create(aws_settings)
+    lake = lakehouse(aws_settings)
+    done = lake.create()
     assert f"created bucket s3://{bucket} in eu-west-1" in done and "created Glue database 'nyc_taxi'" in done
     block = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
     assert block == {"BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True}
@@ -55,14 +58,14 @@ def test_aws_create_secures_the_bucket_and_creates_the_glue_database(aws_setting
     database = glue.get_database(Name="nyc_taxi")["Database"]
     assert database["LocationUri"] == f"s3://{bucket}/warehouse/nyc_taxi"
 
-    again = infra.create(aws_settings)  # idempotent: nothing new created
+    again = lake.create()  # idempotent: nothing new created
     assert not any(line.startswith("created") for line in again)
 
     # The TLS-only policy is enforced: moto answers plain HTTP writes with 403.
     with pytest.raises(s3.exceptions.ClientError, match="Forbidden"):
         s3.put_object(Bucket=bucket, Key="landing/x.parquet", Body=b"PAR1")
     glue.create_table(DatabaseName="nyc_taxi", TableInput={"Name": "weather_raw"})
-    done = infra.destroy(aws_settings)
+    done = lake.destroy()
     assert done == ["deleted Glue database 'nyc_taxi' (1 tables)", f"deleted bucket s3://{bucket}"]
     assert bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}
-    assert infra.destroy(aws_settings) == []
+    assert lake.destroy() == []

@@ -14,7 +14,8 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from nyc_taxi import registry
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.naming import landed_location, table_location
 from nyc_taxi.fixtures.site import add_taxi_month
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults]
@@ -23,9 +24,9 @@ YEAR, MONTH = 2024, 11
 
 def _step(state: Path, code: str, wait: bool = True):
     env = {**os.environ, "STATE_DIR": str(state)}
-    script = ("from nyc_taxi import infra\nfrom nyc_taxi.ingest import taxi\nfrom nyc_taxi.settings import get_settings\n"
-              "from nyc_taxi.spark import get_spark\nfrom nyc_taxi.tables import ensure_tables\n"
-              f"s = get_settings(); infra.create(s); ensure_tables(get_spark(s), None, s)\n{code}\n")
+    script = ("from nyc_taxi.core.lakehouse import lakehouse\nfrom nyc_taxi.ingest import taxi\n"
+              "from nyc_taxi.core.settings import get_settings\nfrom nyc_taxi.core.tables import ensure_tables\n"
+              f"s = get_settings(); lakehouse(s).create(); ensure_tables(None, s)\n{code}\n")
     process = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)
     if wait:
@@ -35,27 +36,27 @@ def _step(state: Path, code: str, wait: bool = True):
 
 
 def _raw(settings):
-    from nyc_taxi.catalog import load_catalog
+    from nyc_taxi.core.catalog import load_table
 
-    table = load_catalog(settings).load_table(registry.YELLOW_TAXI_RAW.identifier(settings))
+    table = load_table(registry.YELLOW_TAXI_RAW, settings)
     return table.current_snapshot().snapshot_id, table.scan(selected_fields=("row_key", "total_amount")).to_arrow()
 
 
 def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_completes(site, tmp_path):
-    from nyc_taxi.settings import Settings
+    from nyc_taxi.core.settings import Settings
 
     state = tmp_path / "state"
     settings = Settings(state_dir=state, profile="local")
     path = add_taxi_month(site, YEAR, MONTH, rows=400_000, seed=1)
-    _step(state, f"taxi.download_and_stage({YEAR}, {MONTH}, s); taxi.merge_into_raw({YEAR}, {MONTH}, s)")
+    _step(state, f"taxi.download_published_file({YEAR}, {MONTH}, s); taxi.stage_landed_file({YEAR}, {MONTH}, s); "
+                 f"taxi.merge_into_raw({YEAR}, {MONTH}, s)")
     before_snapshot, before = _raw(settings)
 
     # the month is republished with different values: staging gets it, the merge must rewrite raw
     add_taxi_month(site, YEAR, MONTH, rows=400_000, seed=2)
-    Path(registry.TLC_YELLOW_TRIP_FILES.landed_path(YEAR, MONTH, settings)).unlink()
-    _step(state, f"taxi.download_and_stage({YEAR}, {MONTH}, s)")
+    _step(state, f"taxi.download_published_file({YEAR}, {MONTH}, s); taxi.stage_landed_file({YEAR}, {MONTH}, s)")
 
-    data_dir = Path(registry.YELLOW_TAXI_RAW.location(settings).removeprefix("file://")) / "data"
+    data_dir = Path(table_location(registry.YELLOW_TAXI_RAW, settings).removeprefix("file://")) / "data"
     existing = set(data_dir.rglob("*.parquet"))
     merge = _step(state, f"taxi.merge_into_raw({YEAR}, {MONTH}, s)", wait=False)
     killed = False

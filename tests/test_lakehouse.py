@@ -1,4 +1,5 @@
-"""Real Spark on real Iceberg tables: DDL from the registry, write, MERGE, read back by pyiceberg."""
+"""Real Spark on real Iceberg tables: tables created from the registry (pyiceberg), written and MERGEd
+by Spark, read back by pyiceberg."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import datetime as dt
 import pytest
 from pyiceberg.transforms import DayTransform, MonthTransform, YearTransform
 
-from nyc_taxi import registry
-from nyc_taxi.catalog import load_catalog
-from nyc_taxi.spark import get_spark
-from nyc_taxi.tables import ensure_tables
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.catalog import load_catalog
+from nyc_taxi.core.naming import iceberg_identifier, spark_table, table_location
+from nyc_taxi.core.spark import get_spark
+from nyc_taxi.core.tables import ensure_tables
 
 pytestmark = pytest.mark.spark
 
@@ -22,8 +24,8 @@ TEST_FILE = "lakehouse-test.parquet"  # marks this module's rows; other tests sh
 
 @pytest.fixture(scope="module")
 def tables(spark):
-    ensure_tables(spark)
-    ensure_tables(spark)  # idempotent
+    ensure_tables()
+    assert ensure_tables() == []  # idempotent
     return load_catalog()
 
 
@@ -33,7 +35,7 @@ def test_one_spark_session_per_process(spark):
 
 @pytest.mark.parametrize("table", list(registry.TABLES.values()), ids=lambda t: t.name)
 def test_tables_are_created_from_the_registry(tables, table):
-    iceberg = tables.load_table(table.identifier())
+    iceberg = tables.load_table(iceberg_identifier(table))
     fields = iceberg.schema().fields
     assert [f.name for f in fields] == table.column_names
     assert [str(f.field_type) for f in fields] == [ICEBERG_TYPE[c.type] for c in table.columns]
@@ -42,7 +44,7 @@ def test_tables_are_created_from_the_registry(tables, table):
     spec = [(type(p.transform), iceberg.schema().find_field(p.source_id).name) for p in iceberg.spec().fields]
     expected = [(TRANSFORM[t.split("(")[0]], t.split("(")[1].rstrip(")")) for t in table.partitioned_by]
     assert spec == expected
-    assert iceberg.location().removeprefix("file:") == table.location()  # Hadoop writes local paths as file:/...
+    assert iceberg.location().removeprefix("file:") == table_location(table)  # Hadoop writes local paths as file:/...
     assert iceberg.properties.get("nyc_taxi.primary-key", "") == ",".join(table.primary_key)
 
 
@@ -63,19 +65,19 @@ def _frame(spark, rows):
 def test_spark_write_and_merge_are_read_by_pyiceberg_at_the_same_snapshot(spark, tables):
     raw = registry.YELLOW_TAXI_RAW
     first = [_trip("a", dt.datetime(2024, 1, 5, 8, 0), 10.0), _trip("b", dt.datetime(2024, 1, 6, 23, 59), 20.0)]
-    _frame(spark, first).writeTo(raw.spark_name()).append()
-    first_snapshot = spark.sql(f"SELECT snapshot_id FROM {raw.spark_name()}.refs WHERE name = 'main'").first()[0]
+    _frame(spark, first).writeTo(spark_table(raw)).append()
+    first_snapshot = spark.sql(f"SELECT snapshot_id FROM {spark_table(raw)}.refs WHERE name = 'main'").first()[0]
 
     batch = [_trip("b", dt.datetime(2024, 1, 6, 23, 59), 25.0), _trip("c", dt.datetime(2024, 1, 31, 1, 30), 30.0)]
     _frame(spark, batch).createOrReplaceTempView("batch")
     merge = f"""
-        MERGE INTO {raw.spark_name()} t USING batch s ON t.row_key = s.row_key
+        MERGE INTO {spark_table(raw)} t USING batch s ON t.row_key = s.row_key
         WHEN MATCHED AND t.fare_amount IS DISTINCT FROM s.fare_amount THEN UPDATE SET *
         WHEN NOT MATCHED THEN INSERT *"""
     spark.sql(merge)
-    spark_snapshot = spark.sql(f"SELECT snapshot_id FROM {raw.spark_name()}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
+    spark_snapshot = spark.sql(f"SELECT snapshot_id FROM {spark_table(raw)}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
 
-    table = tables.load_table(raw.identifier())
+    table = tables.load_table(iceberg_identifier(raw))
     assert table.current_snapshot().snapshot_id == spark_snapshot
     mine = table.scan(row_filter=f"source_file == '{TEST_FILE}'").to_arrow()
     rows = sorted(mine.select(["row_key", "pickup_datetime", "fare_amount"]).to_pylist(), key=lambda r: r["row_key"])
@@ -85,13 +87,13 @@ def test_spark_write_and_merge_are_read_by_pyiceberg_at_the_same_snapshot(spark,
         {"row_key": "c", "pickup_datetime": dt.datetime(2024, 1, 31, 1, 30), "fare_amount": 30.0},
     ]
     # Local wall-clock timestamps stay what they were (no time-zone shift on the way in or out).
-    assert spark.sql(f"SELECT max(pickup_datetime) FROM {raw.spark_name()} WHERE source_file = '{TEST_FILE}'").first()[0] == dt.datetime(2024, 1, 31, 1, 30)
+    assert spark.sql(f"SELECT max(pickup_datetime) FROM {spark_table(raw)} WHERE source_file = '{TEST_FILE}'").first()[0] == dt.datetime(2024, 1, 31, 1, 30)
 
     spark.sql(merge)  # the same batch again: nothing to change
-    again = tables.load_table(raw.identifier()).scan(row_filter=f"source_file == '{TEST_FILE}'").to_arrow()
+    again = tables.load_table(iceberg_identifier(raw)).scan(row_filter=f"source_file == '{TEST_FILE}'").to_arrow()
     assert {r["row_key"]: r["fare_amount"] for r in again.to_pylist()} == {"a": 10.0, "b": 25.0, "c": 30.0}
     # Time travel to the first write still shows the old fare.
-    old = spark.sql(f"SELECT fare_amount FROM {raw.spark_name()} VERSION AS OF {first_snapshot} WHERE row_key = 'b'").first()[0]
+    old = spark.sql(f"SELECT fare_amount FROM {spark_table(raw)} VERSION AS OF {first_snapshot} WHERE row_key = 'b'").first()[0]
     assert old == 20.0
 
 
@@ -100,10 +102,10 @@ def test_pyiceberg_appends_are_seen_by_spark(spark, tables):
     import pyarrow as pa
 
     weather = registry.WEATHER_RAW
-    table = tables.load_table(weather.identifier())
+    table = tables.load_table(iceberg_identifier(weather))
     row = {"county_code": "30061", "county_name": "NY: New York County", "date": dt.date(1999, 1, 2), "tmax_c": 3.0,
            "tmin_c": -1.0, "tavg_c": 1.0, "prcp_mm": 0.0, "source_status": "scaled",
            "ingested_at": dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc)}
     table.append(pa.Table.from_pylist([row], schema=table.schema().as_arrow()))
-    got = spark.sql(f"SELECT county_code, date, tavg_c FROM {weather.spark_name()} WHERE year(date) = 1999").collect()
+    got = spark.sql(f"SELECT county_code, date, tavg_c FROM {spark_table(weather)} WHERE year(date) = 1999").collect()
     assert [tuple(r) for r in got] == [("30061", dt.date(1999, 1, 2), 1.0)]

@@ -16,29 +16,38 @@ from pathlib import Path
 
 import pytest
 
-from nyc_taxi import registry
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.naming import identity
 from nyc_taxi.lineage.spec import SPEC_DIR, validation_errors
+from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
 
 pytestmark = [pytest.mark.airflow, pytest.mark.metaflow, pytest.mark.lineage]
 REFERENCE_SPEC = Path(__file__).resolve().parents[2] / "shared" / "reference" / "openlineage-spec"
 
-Y, W, F = "ingest_yellow_taxi_data", "ingest_weather_data", "TrainForecastModelFlow"
-# Written out by hand from the DAGs and the flow (not computed by product code): the whole graph.
+Y, W, T, F = "ingest_yellow_taxi_data", "ingest_weather_data", "train_forecast_model", "TrainForecastModelFlow"
+# Written out by hand from the DAGs and the flow (not computed by product code): the whole graph as the
+# demo's last runs left it (the last flow run is the weather-adjusted one).
 EXPECTED_EDGES = {
     # Airflow, taxi
-    ("tlc_yellow_tripdata_files", f"{Y}.download_and_stage_data", "read"),
-    (f"{Y}.download_and_stage_data", "yellow_taxi_staging", "write"),
+    ("tlc_yellow_tripdata_published", f"{Y}.download_published_files", "read"),
+    (f"{Y}.download_published_files", "tlc_yellow_tripdata_landed", "write"),
+    ("tlc_yellow_tripdata_landed", f"{Y}.stage_landed_files", "read"),
+    (f"{Y}.stage_landed_files", "yellow_taxi_staging", "write"),
     ("yellow_taxi_staging", f"{Y}.merge_upsert_staging_into_raw_yellow", "read"),
     (f"{Y}.merge_upsert_staging_into_raw_yellow", "yellow_taxi_raw", "write"),
-    (f"{Y}.create_tables", f"{Y}.download_and_stage_data", "then"),
-    (f"{Y}.download_and_stage_data", f"{Y}.merge_upsert_staging_into_raw_yellow", "then"),
+    (f"{Y}.create_tables", f"{Y}.download_published_files", "then"),
+    (f"{Y}.download_published_files", f"{Y}.stage_landed_files", "then"),
+    (f"{Y}.stage_landed_files", f"{Y}.merge_upsert_staging_into_raw_yellow", "then"),
     # Airflow, weather
-    ("noaa_nclimgrid_daily_county_files", f"{W}.download_and_stage_data", "read"),
-    (f"{W}.download_and_stage_data", "weather_staging", "write"),
+    ("noaa_nclimgrid_daily_county_published", f"{W}.download_published_files", "read"),
+    (f"{W}.download_published_files", "noaa_nclimgrid_daily_county_landed", "write"),
+    ("noaa_nclimgrid_daily_county_landed", f"{W}.stage_landed_files", "read"),
+    (f"{W}.stage_landed_files", "weather_staging", "write"),
     ("weather_staging", f"{W}.merge_upsert_staging_into_raw_weather", "read"),
     (f"{W}.merge_upsert_staging_into_raw_weather", "weather_raw", "write"),
-    (f"{W}.create_tables", f"{W}.download_and_stage_data", "then"),
-    (f"{W}.download_and_stage_data", f"{W}.merge_upsert_staging_into_raw_weather", "then"),
+    (f"{W}.create_tables", f"{W}.download_published_files", "then"),
+    (f"{W}.download_published_files", f"{W}.stage_landed_files", "then"),
+    (f"{W}.stage_landed_files", f"{W}.merge_upsert_staging_into_raw_weather", "then"),
     # Metaflow: data
     ("yellow_taxi_raw", f"{F}.compute_actuals", "read"),
     (f"{F}.compute_actuals", "yellow_rides_hourly_actuals", "write"),
@@ -46,8 +55,13 @@ EXPECTED_EDGES = {
     ("yellow_rides_hourly_actuals", f"{F}.train_forecasting_model", "read"),
     (f"{F}.train_forecasting_model", "yellow_rides_forecast_model", "trained"),
     ("yellow_rides_forecast_model", f"{F}.predict", "used"),
+    ("yellow_rides_forecast_model", f"{F}.write_forecasts_to_table", "used"),
     (f"{F}.write_forecasts_to_table", "yellow_rides_hourly_forecast", "write"),
     ("yellow_rides_hourly_actuals", f"{F}.evaluate", "read"),
+    ("weather_raw", f"{F}.prepare_training_data", "read"),  # the weather-adjusted model
+    ("weather_raw", f"{F}.train_forecasting_model", "read"),
+    # Airflow starts Metaflow
+    (f"{T}.run_training_flow", f"{F}.start", "starts"),
     # Metaflow: step order
     (f"{F}.start", f"{F}.compute_actuals", "then"),
     (f"{F}.compute_actuals", f"{F}.prepare_training_data", "then"),
@@ -62,50 +76,54 @@ EXPECTED_EDGES = {
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """`python -m nyc_taxi.demo` in a state directory of its own; (settings, stdout, images dir)."""
-    from nyc_taxi.settings import Settings
+    from nyc_taxi.core.settings import Settings
 
     root = tmp_path_factory.mktemp("demo")
     env = {**os.environ, "STATE_DIR": str(root / "state")}
     for name in ("TLC_BASE_URL", "NOAA_BASE_URL"):  # the demo serves its own fixture months
         env.pop(name, None)
-    result = subprocess.run([sys.executable, "-m", "nyc_taxi.demo", "--images", str(root / "images")], env=env,
+    result = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.demo", "--images", str(root / "images")], env=env,
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
-    return Settings(state_dir=root / "state", profile="local"), result.stdout, root / "images"
+    # the demo served its sources on 127.0.0.1 (a port of its own: one identity whatever the port)
+    fixture_site = "http://127.0.0.1:1"
+    settings = Settings(state_dir=root / "state", profile="local", tlc_base_url=fixture_site, noaa_base_url=fixture_site)
+    return settings, result.stdout, root / "images"
 
 
 @pytest.fixture(scope="module")
 def graph(demo):
-    from nyc_taxi.lineage.graph import load_graph
+    from nyc_taxi.lineage.read.lite import load_graph
 
     return load_graph(demo[0])
 
 
 def _lineage_cli(demo, *args) -> subprocess.CompletedProcess:
-    env = {**os.environ, "STATE_DIR": str(demo[0].state_dir)}
-    return subprocess.run([sys.executable, "-m", "nyc_taxi.lineage", *args], env=env, capture_output=True, text=True)
+    env = {**os.environ, "STATE_DIR": str(demo[0].state_dir), "TLC_BASE_URL": demo[0].tlc_base_url,
+           "NOAA_BASE_URL": demo[0].noaa_base_url}
+    return subprocess.run([sys.executable, "-m", "nyc_taxi.cli.lineage", *args], env=env, capture_output=True, text=True)
 
 
 def test_every_node_is_a_registry_dataset_or_a_job_of_the_two_tools(graph, demo):
     settings = demo[0]
     datasets = {n.urn for n in graph.nodes.values() if n.kind in ("dataset", "model")}
-    assert datasets == {d.identity(settings).datahub_urn for d in registry.DATASETS.values()}  # no phantom, none missing
+    assert datasets == {identity(d, settings).datahub_urn for d in registry.DATASETS.values()}  # no phantom, none missing
     jobs = {n.name for n in graph.nodes.values() if n.kind == "job"}
     assert jobs == {e[i] for e in EXPECTED_EDGES for i in (0, 1) if "." in e[i]}
 
 
 def test_the_graph_is_exactly_the_expected_one(graph):
-    edges = {(graph.nodes[s].name, graph.nodes[t].name, kind) for s, t, kind in graph.edges}
+    edges = {(graph.nodes[e.source].name, graph.nodes[e.target].name, e.kind.value) for e in graph.edges}
     assert edges - EXPECTED_EDGES == set(), "edges nobody declared"
     assert EXPECTED_EDGES - edges == set(), "edges missing"
 
 
 def test_one_yellow_taxi_raw_node_written_by_airflow_and_read_by_metaflow(graph, demo):
     raw = [n for n in graph.nodes.values() if "yellow_taxi_raw" in n.urn]
-    assert len(raw) == 1 and raw[0].urn == registry.YELLOW_TAXI_RAW.identity(demo[0]).datahub_urn
+    assert len(raw) == 1 and raw[0].urn == identity(registry.YELLOW_TAXI_RAW, demo[0]).datahub_urn
     urn = raw[0].urn
-    assert {graph.nodes[s].tool for s, t, k in graph.edges if t == urn} == {"Airflow"}
-    assert {graph.nodes[t].tool for s, t, k in graph.edges if s == urn} == {"Metaflow"}
+    assert {graph.nodes[e.source].tool for e in graph.edges if e.target == urn} == {"Airflow"}
+    assert {graph.nodes[e.target].tool for e in graph.edges if e.source == urn} == {"Metaflow"}
     assert "written by Airflow, read by Metaflow" in demo[1]
 
 
@@ -114,25 +132,32 @@ def test_lineage_of_the_forecast_table_reaches_the_source_files_across_both_tool
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
     names = {n["name"] for n in answer["nodes"].values()}
-    assert {"tlc_yellow_tripdata_files", f"{Y}.merge_upsert_staging_into_raw_yellow", "yellow_taxi_raw",
+    assert {"tlc_yellow_tripdata_published", f"{Y}.merge_upsert_staging_into_raw_yellow", "yellow_taxi_raw",
             f"{F}.compute_actuals", "yellow_rides_forecast_model"} <= names
-    assert "noaa_nclimgrid_daily_county_files" not in names  # the seasonal-naive model does not read weather
+    assert "noaa_nclimgrid_daily_county_published" in names  # the last flow run's model reads weather
     assert answer["downstream"] == []
+    # as the seasonal-naive flow run left it, the forecast did not come from weather
+    flow_runs = json.loads(_lineage_cli(demo, "--runs", F, "--json").stdout)
+    assert [r["parameters"]["model"] for r in flow_runs] == ["seasonal_naive", "weather_adjusted"]
+    first = f"{F}/{flow_runs[0]['label'].split('/')[-1]}"
+    then = json.loads(_lineage_cli(demo, "yellow_rides_hourly_forecast", "--as-of", first, "--json").stdout)
+    then_names = {n["name"] for n in then["nodes"].values()}
+    assert {"tlc_yellow_tripdata_published", "yellow_taxi_raw", f"{F}.compute_actuals"} <= then_names
+    assert not {"weather_raw", "noaa_nclimgrid_daily_county_published"} & then_names
     # every job in it has a successful last run; the datasets Iceberg holds have their snapshot
     for node in answer["nodes"].values():
         if node["kind"] == "job":
             assert node["last_run"]["status"] == "success", node
-    from nyc_taxi.catalog import load_catalog
+    from nyc_taxi.core.catalog import current_snapshot_id
 
-    table = load_catalog(demo[0]).load_table(registry.YELLOW_TAXI_RAW.identifier(demo[0]))
     raw = next(n for n in answer["nodes"].values() if n["name"] == "yellow_taxi_raw")
-    assert raw["freshness"]["snapshot_id"] == str(table.current_snapshot().snapshot_id)
+    assert raw["freshness"]["snapshot_id"] == str(current_snapshot_id(registry.YELLOW_TAXI_RAW, demo[0]))
     assert "yellow_rides_hourly_forecast [Iceberg table]" in demo[1]  # the demo printed the tree
 
 
 def test_names_resolve_as_users_type_them_and_unknown_names_fail_with_suggestions(demo):
     by_step = json.loads(_lineage_cli(demo, "trainforecastmodelflow.compute_actuals", "--json").stdout)
-    urn = registry.YELLOW_TAXI_RAW.identity(demo[0]).datahub_urn
+    urn = identity(registry.YELLOW_TAXI_RAW, demo[0]).datahub_urn
     by_urn = json.loads(_lineage_cli(demo, urn, "--json").stdout)
     assert by_step["subject"]["name"] == f"{F}.compute_actuals" and by_urn["subject"]["name"] == "yellow_taxi_raw"
     assert [e for e in by_step["upstream"] if e[1] == by_step["subject"]["urn"] and e[0] == urn]
@@ -143,16 +168,15 @@ def test_names_resolve_as_users_type_them_and_unknown_names_fail_with_suggestion
 
 
 def test_store_loads_incrementally_and_idempotently(demo):
-    from nyc_taxi.lineage.destinations import datahub_records_dir
-    from nyc_taxi.lineage.store import LineageStore
+    from nyc_taxi.lineage.read.store import LineageStore
+    from nyc_taxi.lineage.write.outbox import Outbox
 
     store = LineageStore(demo[0])
     assert store.load().new_records == 0
     with store.open() as lite:
         before = sorted(lite.list_ids())
-    path = datahub_records_dir(demo[0]) / "metaflow_mcps.json"
-    records = json.loads(path.read_text())
-    path.write_text(json.dumps(records + records[-1:]))  # one more (identical) record appended
+    records = read_datahub_records(demo[0], "metaflow")
+    Outbox(demo[0], "metaflow").add_records(records[-1:])  # one more (identical) record
     assert store.load().new_records == 1
     with store.open() as lite:
         assert sorted(lite.list_ids()) == before
@@ -160,8 +184,8 @@ def test_store_loads_incrementally_and_idempotently(demo):
 
 def test_record_files_are_valid_datahub_and_openlineage(demo):
     settings = demo[0]
-    files = sorted((settings.lineage_dir / "datahub").glob("*.json"))
-    assert [f.name for f in files] == ["airflow_mcps.json", "catalog_mcps.json", "metaflow_mcps.json"]
+    files = datahub_files(settings)
+    assert {f.name.split("_mcps.")[0] for f in files} == {"airflow", "catalog", "metaflow"}
     for path in files:
         check = subprocess.run([sys.executable, "-m", "datahub", "check", "metadata-file", str(path)],
                                capture_output=True, text=True)
@@ -176,15 +200,15 @@ def test_record_files_are_valid_datahub_and_openlineage(demo):
 
 
 def test_datahub_iceberg_source_names_the_tables_as_the_lineage_does(demo):
-    records = json.loads((demo[0].lineage_dir / "datahub" / "catalog_mcps.json").read_text())
+    records = read_datahub_records(demo[0], "catalog")
     datasets = {r["entityUrn"] for r in records if r["entityUrn"].startswith("urn:li:dataset:")}
-    assert datasets == {t.identity(demo[0]).datahub_urn for t in registry.TABLES.values()}
+    assert datasets == {identity(t, demo[0]).datahub_urn for t in registry.TABLES.values()}
     from datahub.utilities.urns.field_paths import get_simple_field_path_from_v2_field_path
 
     schemas = {r["entityUrn"]: {get_simple_field_path_from_v2_field_path(f["fieldPath"]) for f in r["aspect"]["json"]["fields"]}
                for r in records if r.get("aspectName") == "schemaMetadata"}
     for table in registry.TABLES.values():
-        assert schemas[table.identity(demo[0]).datahub_urn] == set(table.column_names)
+        assert schemas[identity(table, demo[0]).datahub_urn] == set(table.column_names)
 
 
 def test_picture_renders_in_chromium_and_shows_every_node(graph, demo, browser):
@@ -202,8 +226,8 @@ def test_picture_renders_in_chromium_and_shows_every_node(graph, demo, browser):
 
 
 def test_run_history_names_real_snapshots_and_a_failed_run_is_compared_with_the_last_good(demo):
-    from nyc_taxi.airflow_env import airflow_environment
-    from nyc_taxi.catalog import load_catalog
+    from nyc_taxi.airflow_adapter.environment import airflow_environment
+    from nyc_taxi.core.catalog import load_table
     from nyc_taxi.fixtures.server import FixtureServer
     from nyc_taxi.fixtures.site import add_taxi_month
 
@@ -212,7 +236,7 @@ def test_run_history_names_real_snapshots_and_a_failed_run_is_compared_with_the_
     runs = json.loads(_lineage_cli(demo, "--runs", merge, "--json").stdout)
     assert [r["state"] for r in runs] == ["success", "success"]
     assert [r["parameters"]["month"] for r in runs] == ["2024-01", "2024-02"]
-    table = load_catalog(settings).load_table(registry.YELLOW_TAXI_RAW.identifier(settings))
+    table = load_table(registry.YELLOW_TAXI_RAW, settings)
     written = [int(r["outputs"]["yellow_taxi_raw"]) for r in runs]
     assert written[-1] == table.current_snapshot().snapshot_id
     assert set(written) <= {s.snapshot_id for s in table.snapshots()}
@@ -230,7 +254,7 @@ def test_run_history_names_real_snapshots_and_a_failed_run_is_compared_with_the_
                        env=env, capture_output=True, text=True, timeout=600)
     finally:
         server.stop()
-    download = f"{Y}.download_and_stage_data"
+    download = f"{Y}.download_published_files"
     runs = json.loads(_lineage_cli(demo, "--runs", download, "--json").stdout)
     failed = runs[-1]
     assert failed["state"] == "failure" and "yellow_tripdata_2024-03.parquet" in failed["error"]

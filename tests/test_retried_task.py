@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nyc_taxi.fixtures.site import add_taxi_month
-from nyc_taxi.lineage.destinations import openlineage_events_dir
+from nyc_taxi.lineage.write.destinations import openlineage_events_dir
 
 pytestmark = [pytest.mark.airflow, pytest.mark.faults]
 MONTH = "2023-09"
@@ -23,7 +23,7 @@ MERGE = "merge_upsert_staging_into_raw_yellow"
 RUNNER = """
 import datetime as dt, sys
 from airflow.dag_processing.dagbag import DagBag
-from nyc_taxi.airflow_env import DAGS_FOLDER
+from nyc_taxi.airflow_adapter.environment import DAGS_FOLDER
 
 dag = DagBag(dag_folder=str(DAGS_FOLDER)).dags["ingest_yellow_taxi_data"]
 merge = dag.task_dict["{merge}"]
@@ -43,8 +43,8 @@ print("RESULT", run.state, len(tries))
 
 
 def _run(state: Path, crash: bool) -> tuple[str, object]:
-    from nyc_taxi.airflow_env import airflow_environment, prepare_directories
-    from nyc_taxi.settings import Settings
+    from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+    from nyc_taxi.core.settings import Settings
 
     settings = Settings(state_dir=state, profile="local")
     prepare_directories(settings)

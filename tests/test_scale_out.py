@@ -21,25 +21,26 @@ pytestmark = [pytest.mark.spark, pytest.mark.scale_out]
 # Runs in a fresh process (a process has one SparkSession, and its master is fixed at start).
 JOB = """
 import datetime as dt, json, sys
-from nyc_taxi import infra, registry
-from nyc_taxi.catalog import load_catalog
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.catalog import load_table
+from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.settings import get_settings
+from nyc_taxi.core.spark import get_spark
+from nyc_taxi.core.tables import ensure_tables
 from nyc_taxi.forecast import steps
 from nyc_taxi.ingest import taxi
-from nyc_taxi.settings import get_settings
-from nyc_taxi.spark import get_spark
 
 settings = get_settings()
-infra.create(settings)
-from nyc_taxi.tables import ensure_tables
-ensure_tables(get_spark(settings), None, settings)
-taxi.download_and_stage(2024, 10, settings)
+lakehouse(settings).create()
+ensure_tables(None, settings)
+taxi.download_published_file(2024, 10, settings)
+taxi.stage_landed_file(2024, 10, settings)
 taxi.merge_into_raw(2024, 10, settings)
 steps.compute_actuals(dt.datetime(2024, 10, 20), 7, 24, settings)
 spark = get_spark(settings)
 executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # minus the driver
-catalog = load_catalog(settings)
 def rows(table, drop):
-    data = catalog.load_table(table.identifier(settings)).scan().to_arrow().drop_columns(drop).to_pylist()
+    data = load_table(table, settings).scan().to_arrow().drop_columns(drop).to_pylist()
     return sorted(json.dumps(r, default=str, sort_keys=True) for r in data)
 print(json.dumps({"master": spark.sparkContext.master, "executors": executors,
                   "raw": rows(registry.YELLOW_TAXI_RAW, ["ingested_at"]),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from nyc_taxi.settings import NOAA_BASE_URL, TLC_BASE_URL, Settings
+from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.settings import NOAA_BASE_URL, TLC_BASE_URL, Settings
 
 
 def test_defaults_are_the_local_profile_and_the_real_sources(tmp_path, real_source_defaults):
@@ -13,7 +14,7 @@ def test_defaults_are_the_local_profile_and_the_real_sources(tmp_path, real_sour
     assert s.profile == "local" and s.database == "nyc_taxi"
     assert s.tlc_base_url == TLC_BASE_URL == "https://d37ci6vzurychx.cloudfront.net"
     assert s.noaa_base_url == NOAA_BASE_URL == "https://www.ncei.noaa.gov"
-    assert s.warehouse == f"{tmp_path}/lake/warehouse"
+    assert lakehouse(s).warehouse == f"{tmp_path}/lake/warehouse"
     assert s.catalog_db_path == tmp_path / "catalog" / "iceberg_catalog.db"
     assert s.aws_profile == "sandbox"
 

@@ -18,18 +18,21 @@ import pytest
 from airflow.sdk import Asset
 from datahub_airflow_plugin._airflow_asset_adapter import translate_airflow_asset_to_urn
 
-from nyc_taxi import registry
-from nyc_taxi.catalog import load_catalog
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.catalog import current_snapshot_id, load_table
+from nyc_taxi.core.jobs import TRAINING_FLOW
+from nyc_taxi.core.naming import identity
+from nyc_taxi.core.settings import REPO_ROOT
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
-from nyc_taxi.lineage.destinations import metaflow_datahub_file, metaflow_openlineage_file
 from nyc_taxi.lineage.spec import validation_errors
-from nyc_taxi.metaflow_env import metaflow_environment
-from nyc_taxi.settings import REPO_ROOT
+from nyc_taxi.lineage.write.destinations import openlineage_file
+from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
+from nyc_taxi.metaflow_adapter.environment import metaflow_environment
 
 pytestmark = [pytest.mark.spark, pytest.mark.metaflow]
 AS_OF, LOOKBACK, HORIZON = dt.datetime(2024, 10, 8), 14, 24
 WINDOW = (AS_OF - dt.timedelta(days=LOOKBACK), AS_OF + dt.timedelta(hours=HORIZON))
-FLOW = REPO_ROOT / "metaflow" / "train_model_flow.py"
+FLOW = REPO_ROOT / TRAINING_FLOW.code
 
 
 def run_flow(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -55,16 +58,16 @@ def run_id_of(result: subprocess.CompletedProcess) -> str:
 @pytest.fixture(scope="module")
 def loaded(spark, site):
     """Two taxi months and their weather in raw, through the ingestion code."""
+    from nyc_taxi.core.tables import ensure_tables
     from nyc_taxi.ingest import taxi, weather
-    from nyc_taxi.tables import ensure_tables
 
-    ensure_tables(spark)
+    ensure_tables()
     files = [add_taxi_month(site, 2024, m, rows=20_000, seed=40 + m) for m in (9, 10)]
     for m in (9, 10):
         add_weather_month(site, 2024, m, seed=m, n_counties=40)
-        for module in (taxi, weather):
-            module.download_and_stage(2024, m)
-            module.merge_into_raw(2024, m)
+        for step in (taxi.download_published_file, taxi.stage_landed_file, taxi.merge_into_raw,
+                     weather.download_published_files, weather.stage_landed_files, weather.merge_into_raw):
+            step(2024, m)
     return files
 
 
@@ -83,15 +86,15 @@ def expected_actuals(files) -> dict[tuple[int, dt.datetime], int]:
 
 
 def table_rows(table: registry.Table, column: str, start: dt.datetime, end: dt.datetime) -> list[dict]:
-    arrow = load_catalog().load_table(table.identifier()).scan().to_arrow()
+    arrow = load_table(table).scan().to_arrow()
     mask = pc.and_(pc.greater_equal(arrow[column], start), pc.less(arrow[column], end))
     return arrow.filter(mask).to_pylist()
 
 
 def ol_events(since: int = 0) -> list[dict]:
-    from nyc_taxi.settings import get_settings
+    from nyc_taxi.core.settings import get_settings
 
-    path = metaflow_openlineage_file(get_settings())
+    path = openlineage_file(get_settings(), "metaflow")
     return [json.loads(line) for line in path.read_text().splitlines()[since:]] if path.exists() else []
 
 
@@ -128,7 +131,7 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     events = ol_events(mark)
     assert all(validation_errors(e) == [] for e in events)
     complete = {e["job"]["name"].split(".", 1)[-1]: e for e in events if e["eventType"] == "COMPLETE"}
-    ident = {d.name: d.identity(settings) for d in registry.DATASETS.values()}
+    ident = {d.name: identity(d, settings) for d in registry.DATASETS.values()}
     assert [(i["namespace"], i["name"]) for i in complete["compute_actuals"]["inputs"]] == [
         (ident["yellow_taxi_raw"].ol_namespace, ident["yellow_taxi_raw"].ol_name)]
     assert [o["name"] for o in complete["compute_actuals"]["outputs"]] == [ident["yellow_rides_hourly_actuals"].ol_name]
@@ -139,24 +142,26 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     parent = complete["predict"]["run"]["facets"]["parent"]
     assert parent["job"]["name"] == "TrainForecastModelFlow" and complete["TrainForecastModelFlow"]["run"]["runId"] == parent["run"]["runId"]
     assert complete["predict"]["job"]["facets"]["jobType"]["integration"] == "METAFLOW"
-    raw_snapshot = load_catalog().load_table(registry.YELLOW_TAXI_RAW.identifier()).current_snapshot().snapshot_id
+    raw_snapshot = current_snapshot_id(registry.YELLOW_TAXI_RAW)
     assert complete["compute_actuals"]["inputs"][0]["facets"]["version"]["datasetVersion"] == str(raw_snapshot)
 
-    records = json.loads(metaflow_datahub_file(settings).read_text())
+    records = read_datahub_records(settings, "metaflow")
     io = {r["entityUrn"].rsplit(",", 1)[1].rstrip(")"): r["aspect"]["json"] for r in records if r["aspectName"] == "dataJobInputOutput"}
-    airflow_raw_urn = translate_airflow_asset_to_urn(Asset(uri=registry.YELLOW_TAXI_RAW.asset_uri()))
+    airflow_raw_urn = translate_airflow_asset_to_urn(Asset(uri=ident["yellow_taxi_raw"].asset_uri))
     assert io["compute_actuals"]["inputDatasets"] == [airflow_raw_urn]  # the node Airflow's merge task writes
     model = [r["aspect"]["json"] for r in records if r["aspectName"] == "mlModelProperties"][-1]
-    assert [u.rsplit(",", 1)[1] for u in model["trainingJobs"] + model["downstreamJobs"]] == ["train_forecasting_model)", "predict)"]
-    check = subprocess.run([sys.executable, "-m", "datahub", "check", "metadata-file", str(metaflow_datahub_file(settings))],
-                           capture_output=True, text=True, timeout=300)
-    assert check.returncode == 0, check.stdout[-2000:]
+    assert [u.rsplit(",", 1)[1] for u in model["trainingJobs"] + model["downstreamJobs"]] == [
+        "train_forecasting_model)", "predict)", "write_forecasts_to_table)"]
+    for record_file in datahub_files(settings, "metaflow"):
+        check = subprocess.run([sys.executable, "-m", "datahub", "check", "metadata-file", str(record_file)],
+                               capture_output=True, text=True, timeout=300)
+        assert check.returncode == 0, check.stdout[-2000:]
 
     # A re-run duplicates nothing and leaves the actuals table's snapshot alone.
-    actuals_snapshot = load_catalog().load_table(registry.YELLOW_RIDES_HOURLY_ACTUALS.identifier()).current_snapshot().snapshot_id
+    actuals_snapshot = current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS)
     again = run_flow("--as_of_datetime", AS_OF.isoformat(), "--lookback_days", str(LOOKBACK), "--predict_horizon_hours", str(HORIZON))
     assert again.returncode == 0, again.stderr[-4000:]
-    assert load_catalog().load_table(registry.YELLOW_RIDES_HOURLY_ACTUALS.identifier()).current_snapshot().snapshot_id == actuals_snapshot
+    assert current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS) == actuals_snapshot
     rerun_forecasts = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
     assert len(rerun_forecasts) == len(forecasts)
 
@@ -181,16 +186,21 @@ def test_weather_variant_reads_weather_raw_and_is_a_new_job_version(loaded, sett
                       env={"OPENLINEAGE_URL": backend.url})
     assert result.returncode == 0, result.stderr[-4000:]
     events = ol_events(mark)
-    assert backend.events() == events
+    # the local files are shipped at the end of every step: the backend got every event they hold, once, in order
+    from nyc_taxi.lineage.write.destinations import openlineage_events_dir
+    from nyc_taxi.lineage.write.outbox import read_openlineage_file
+
+    local = [e for path in sorted(openlineage_events_dir(settings).glob("*.jsonl")) for e in read_openlineage_file(path)]
+    assert backend.events() == local and events == local[-len(events):]
     prepare = next(e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".prepare_training_data"))
-    assert {i["name"] for i in prepare["inputs"]} == {registry.YELLOW_RIDES_HOURLY_ACTUALS.identity().ol_name,
-                                                       registry.WEATHER_RAW.identity().ol_name}
+    assert {i["name"] for i in prepare["inputs"]} == {identity(registry.YELLOW_RIDES_HOURLY_ACTUALS).ol_name,
+                                                       identity(registry.WEATHER_RAW).ol_name}
     earlier = [e for e in ol_events()[:mark] if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".prepare_training_data")]
     version = lambda e: e["job"]["facets"]["tags"]["tags"][0]["value"]
     assert earlier and version(prepare) != version(earlier[-1])
-    records = json.loads(metaflow_datahub_file(settings).read_text())
+    records = read_datahub_records(settings, "metaflow")
     latest = [r["aspect"]["json"] for r in records if r["aspectName"] == "dataJobInputOutput" and r["entityUrn"].endswith(",prepare_training_data)")][-1]
-    assert registry.WEATHER_RAW.identity().datahub_urn in latest["inputDatasets"]
+    assert identity(registry.WEATHER_RAW).datahub_urn in latest["inputDatasets"]
 
 
 def test_as_of_without_data_fails_clearly_and_lineage_shows_the_failure(loaded):

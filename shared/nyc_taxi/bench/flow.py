@@ -56,7 +56,7 @@ def step_seconds(flow_output: str, env: dict) -> dict[str, float]:
 
 
 def _spark_startup(env: dict) -> float:
-    probe = ("import time; t=time.perf_counter()\nfrom nyc_taxi.spark import get_spark\n"
+    probe = ("import time; t=time.perf_counter()\nfrom nyc_taxi.core.spark import get_spark\n"
              "get_spark().sql('SELECT 1').collect(); print(time.perf_counter()-t)")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
@@ -78,19 +78,21 @@ def main(argv: list[str] | None = None) -> dict:
     server = FixtureServer(work / "site")
     os.environ.update({"STATE_DIR": str(work / "state"), "PROFILE": "local", "TLC_BASE_URL": server.start()})
 
-    from nyc_taxi import infra
     from nyc_taxi.bench.memory import PeakMemory
+    from nyc_taxi.core.jobs import TRAINING_FLOW
+    from nyc_taxi.core.lakehouse import lakehouse
+    from nyc_taxi.core.settings import REPO_ROOT, get_settings
+    from nyc_taxi.core.spark import stop_spark
+    from nyc_taxi.core.tables import ensure_tables
     from nyc_taxi.ingest import taxi
-    from nyc_taxi.metaflow_env import metaflow_environment
-    from nyc_taxi.settings import REPO_ROOT, get_settings
-    from nyc_taxi.spark import get_spark, stop_spark
-    from nyc_taxi.tables import ensure_tables
+    from nyc_taxi.metaflow_adapter.environment import metaflow_environment
 
-    infra.create(get_settings())
+    lakehouse(get_settings()).create()
     t = time.perf_counter()
-    ensure_tables(get_spark())
+    ensure_tables()
     for year, month in months:
-        taxi.download_and_stage(year, month)
+        taxi.download_published_file(year, month)
+        taxi.stage_landed_file(year, month)
         taxi.merge_into_raw(year, month)
     stop_spark()
     server.stop()
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
     env = {**os.environ, **metaflow_environment()}
     with PeakMemory() as memory:
         t = time.perf_counter()
-        run = subprocess.run([sys.executable, str(REPO_ROOT / "metaflow" / "train_model_flow.py"), "--no-pylint", "run",
+        run = subprocess.run([sys.executable, str(REPO_ROOT / TRAINING_FLOW.code), "--no-pylint", "run",
                               "--as_of_datetime", as_of.isoformat(), "--lookback_days", str(args.lookback_days)],
                              env=env, capture_output=True, text=True)
         flow_s = time.perf_counter() - t

@@ -22,12 +22,12 @@ def _duckdb_type(spark_type: str) -> str:
 
 def _duckdb_reference(path: Path, db) -> float:
     """Upsert one TLC file into the DuckDB reference table; seconds taken."""
-    from nyc_taxi import registry
+    from nyc_taxi.core import datasets as d
 
     present = {c[0].lower() for c in db.execute(f"DESCRIBE SELECT * FROM read_parquet('{path}')").fetchall()}
     columns = [f"CAST({c.source if c.source.lower() in present else 'NULL'} AS {_duckdb_type(c.type)}) AS {c.name}"
-               for c in registry.YELLOW_TRIP_COLUMNS]
-    names = [c.name for c in registry.LOAD_COLUMNS + registry.YELLOW_TRIP_COLUMNS]
+               for c in d.YELLOW_TRIP_COLUMNS]
+    names = [c.name for c in d.LOAD_COLUMNS + d.YELLOW_TRIP_COLUMNS]
     updates = ", ".join(f"{n} = excluded.{n}" for n in names if n != "row_key")
     start = time.perf_counter()
     db.execute(f"""
@@ -40,10 +40,10 @@ def _duckdb_reference(path: Path, db) -> float:
 
 
 def _duckdb_table(db) -> None:
-    from nyc_taxi import registry
+    from nyc_taxi.core import datasets as d
 
-    columns = ", ".join(f"{c.name} {_duckdb_type(c.type)}" + (" PRIMARY KEY" if c.name in registry.YELLOW_TAXI_RAW.primary_key else "")
-                        for c in registry.LOAD_COLUMNS + registry.YELLOW_TRIP_COLUMNS)
+    columns = ", ".join(f"{c.name} {_duckdb_type(c.type)}" + (" PRIMARY KEY" if c.name in d.YELLOW_TAXI_RAW.primary_key else "")
+                        for c in d.LOAD_COLUMNS + d.YELLOW_TRIP_COLUMNS)
     db.execute(f"CREATE TABLE raw ({columns})")
 
 
@@ -72,30 +72,33 @@ def main(argv: list[str] | None = None) -> dict:
 
     import duckdb
 
-    from nyc_taxi import infra, registry
     from nyc_taxi.bench.memory import PeakMemory
+    from nyc_taxi.core import datasets as d
+    from nyc_taxi.core.catalog import current_snapshot_id
+    from nyc_taxi.core.lakehouse import lakehouse
+    from nyc_taxi.core.naming import spark_table
+    from nyc_taxi.core.settings import get_settings
+    from nyc_taxi.core.spark import get_spark
+    from nyc_taxi.core.tables import ensure_tables
     from nyc_taxi.ingest import taxi
-    from nyc_taxi.ingest.common import current_snapshot_id
-    from nyc_taxi.settings import get_settings
-    from nyc_taxi.spark import get_spark
-    from nyc_taxi.tables import ensure_tables
 
     settings = get_settings()
-    infra.create(settings)
+    lakehouse(settings).create()
     figures: dict = {"rows_per_month": args.rows, "spark_driver_memory": settings.spark_driver_memory}
     with PeakMemory() as mem:
         t = time.perf_counter()
         spark = get_spark(settings)
-        ensure_tables(spark, [registry.YELLOW_TAXI_STAGING, registry.YELLOW_TAXI_RAW])
+        ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW], settings)
         spark.sql("SELECT 1").collect()
         figures["startup_s"] = time.perf_counter() - t
     figures["startup_peak_gib"] = mem.gib
-    raw = registry.YELLOW_TAXI_RAW.spark_name(settings)
+    raw = spark_table(d.YELLOW_TAXI_RAW, settings)
 
     def spark_month(year: int, month: int) -> dict:
         with PeakMemory() as m:
             t0 = time.perf_counter()
-            taxi.download_and_stage(year, month, settings)
+            taxi.download_published_file(year, month, settings)
+            taxi.stage_landed_file(year, month, settings)
             t1 = time.perf_counter()
             report = taxi.merge_into_raw(year, month, settings)
             t2 = time.perf_counter()
@@ -109,10 +112,10 @@ def main(argv: list[str] | None = None) -> dict:
     first["rows_per_s"] = args.rows / (first["stage_s"] + first["merge_s"])
     figures["new_month"] = first
 
-    snapshot, data_files = current_snapshot_id(spark, raw), _data_files(spark, raw)
+    snapshot, data_files = current_snapshot_id(d.YELLOW_TAXI_RAW, settings), _data_files(spark, raw)
     again = spark_month(*months[0])
     again["duckdb_s"] = _duckdb_reference(files[0], db)
-    again["new_snapshot"] = current_snapshot_id(spark, raw) != snapshot
+    again["new_snapshot"] = current_snapshot_id(d.YELLOW_TAXI_RAW, settings) != snapshot
     again["new_data_files"] = _data_files(spark, raw) - data_files
     figures["rerun_unchanged_month"] = again
 

@@ -33,9 +33,10 @@ def _timed(command: list[str], env: dict) -> tuple[float, float, str]:
     return seconds, memory.gib, run.stdout + run.stderr
 
 
-def _step(name: str, year: int, month: int) -> list[str]:
-    code = (f"from nyc_taxi.ingest import taxi\nreport = taxi.{name}({year}, {month})\n"
-            "import json; print('SUMMARY', json.dumps(report.summary, default=str))")
+def _step(names: list[str], year: int, month: int) -> list[str]:
+    code = ("from nyc_taxi.ingest import taxi\nsummary = {}\n"
+            + "".join(f"summary.update(taxi.{name}({year}, {month}).summary)\n" for name in names)
+            + "import json; print('SUMMARY', json.dumps(summary, default=str))")
     return [sys.executable, "-c", code]
 
 
@@ -58,22 +59,22 @@ def main(argv: list[str] | None = None) -> dict:
     server = FixtureServer(work / "site")
     os.environ.update({"STATE_DIR": str(work / "state"), "PROFILE": "local", "TLC_BASE_URL": server.start()})
 
-    from nyc_taxi import infra
     from nyc_taxi.bench.flow import step_seconds
-    from nyc_taxi.metaflow_env import metaflow_environment
-    from nyc_taxi.settings import REPO_ROOT, get_settings
+    from nyc_taxi.core.jobs import TRAINING_FLOW
+    from nyc_taxi.core.lakehouse import lakehouse
+    from nyc_taxi.core.settings import REPO_ROOT, get_settings
+    from nyc_taxi.metaflow_adapter.environment import metaflow_environment
 
     settings = get_settings()
-    infra.create(settings)
+    lakehouse(settings).create()
     env = {**os.environ, **metaflow_environment(settings)}
-    create = [sys.executable, "-c", "from nyc_taxi.spark import get_spark\nfrom nyc_taxi.tables import ensure_tables\n"
-                                    "ensure_tables(get_spark())"]
+    create = [sys.executable, "-c", "from nyc_taxi.core.tables import ensure_tables\nensure_tables()"]
     startup_s, startup_gib, _ = _timed(create, env)
 
     per_month = []
     for year, month in months:
-        stage_s, stage_gib, _ = _timed(_step("download_and_stage", year, month), env)
-        merge_s, merge_gib, out = _timed(_step("merge_into_raw", year, month), env)
+        stage_s, stage_gib, _ = _timed(_step(["download_published_file", "stage_landed_file"], year, month), env)
+        merge_s, merge_gib, out = _timed(_step(["merge_into_raw"], year, month), env)
         summary = json.loads(next(line for line in out.splitlines() if line.startswith("SUMMARY"))[8:])
         per_month.append({"month": f"{year}-{month:02d}", "stage_s": stage_s, "stage_gib": stage_gib,
                           "merge_s": merge_s, "merge_gib": merge_gib, "merged_rows": summary["merged_rows"]})
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     last_year, last_month = months[-1]
     as_of = f"{last_year:04d}-{last_month:02d}-21T00:00"
-    flow_s, flow_gib, out = _timed([sys.executable, str(REPO_ROOT / "metaflow" / "train_model_flow.py"), "--no-pylint",
+    flow_s, flow_gib, out = _timed([sys.executable, str(REPO_ROOT / TRAINING_FLOW.code), "--no-pylint",
                                     "run", "--as_of_datetime", as_of, "--lookback_days", str(args.lookback_days)], env)
     steps = step_seconds(out, env)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nyc_taxi.fixtures.zones import zones
+from nyc_taxi.core.zones import zones
 
 
 def evaluation_card(card, forecasts: dict, actual: dict, metrics: dict, model_name: str, busiest: int = 4) -> None:

@@ -1,9 +1,17 @@
-"""Forecasting models: seasonal naive (same hour one week earlier) and a weather-adjusted variant."""
+"""Forecasting models: seasonal naive (same hour one week earlier) and a weather-adjusted variant.
+
+Each model declares, next to the code that computes them, where its columns come from: what fitting
+learns from the actuals (``trained_from``) and how a forecast is computed from what it learned
+(``forecast_from``). That is the column lineage through the model.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+
+from nyc_taxi.core.datasets import Model, Table
+from nyc_taxi.lineage.write.report import ColumnLineage, ColumnSource
 
 SEASON = dt.timedelta(hours=168)
 WET_DAY_MM = 1.0  # a day with at least this much precipitation (NYC average) counts as wet
@@ -15,10 +23,33 @@ class SeasonalNaive:
 
     history: dict[tuple[int, dt.datetime], int] = field(default_factory=dict)
     name: str = "seasonal_naive"
+    uses_weather = False
 
     @classmethod
     def fit(cls, training: list[dict], **_) -> "SeasonalNaive":
         return cls(history={(r["pickup_location_id"], r["pickup_hour"]): r["ride_count"] for r in training})
+
+    @staticmethod
+    def trained_from(actuals: Table, weather: Table) -> ColumnLineage:
+        """The model's columns, from the training data: it keeps the actuals as its history."""
+        return {
+            "pickup_location_id": (ColumnSource(actuals, "pickup_location_id"),),
+            "history_hour": (ColumnSource(actuals, "pickup_hour"),),
+            "history_ride_count": (ColumnSource(actuals, "ride_count"),),
+        }
+
+    @staticmethod
+    def forecast_from(model: Model) -> ColumnLineage:
+        """A forecast's columns, from the model: the count of the same zone and hour a week earlier."""
+        return {
+            "pickup_location_id": (ColumnSource(model, "pickup_location_id"),),
+            "forecast_hour": (ColumnSource(model, "history_hour", "TRANSFORMATION", description="+ 168 hours"),),
+            "predicted_ride_count": (ColumnSource(model, "history_ride_count", "TRANSFORMATION",
+                                                  description="the count 168 hours earlier"),),
+        }
+
+    def summary(self) -> dict:
+        return {"history_hours": len(self.history)}
 
     def adjustment(self, hour: dt.datetime) -> float:
         return 1.0
@@ -43,6 +74,30 @@ class WeatherAdjusted(SeasonalNaive):
     wet_factor: float = 1.0
     daily_prcp_mm: dict[dt.date, float] = field(default_factory=dict)
     name: str = "weather_adjusted"
+    uses_weather = True
+
+    @staticmethod
+    def trained_from(actuals: Table, weather: Table) -> ColumnLineage:
+        """As seasonal naive, plus the wet-day factor fitted from the counts and the rain."""
+        return {**SeasonalNaive.trained_from(actuals, weather), "wet_factor": (
+            ColumnSource(actuals, "ride_count", "AGGREGATION", description="ratio on wet vs dry days"),
+            ColumnSource(actuals, "pickup_hour", "GROUP_BY", indirect=True),
+            ColumnSource(weather, "prcp_mm", "AGGREGATION", description="mean over NYC's counties per day"),
+            ColumnSource(weather, "date", "JOIN", indirect=True)),
+            "daily_prcp_mm": (ColumnSource(weather, "prcp_mm", "AGGREGATION", description="mean over NYC's counties"),
+                              ColumnSource(weather, "date", "GROUP_BY", indirect=True))}
+
+    @staticmethod
+    def forecast_from(model: Model) -> ColumnLineage:
+        """As seasonal naive, scaled by the wet-day factor on wet days."""
+        columns = SeasonalNaive.forecast_from(model)
+        return {**columns, "predicted_ride_count": (
+            *columns["predicted_ride_count"],
+            ColumnSource(model, "wet_factor", "TRANSFORMATION", description="x wet_factor on wet days"),
+            ColumnSource(model, "daily_prcp_mm", "CONDITIONAL", indirect=True, description="is the day wet"))}
+
+    def summary(self) -> dict:
+        return {**super().summary(), "wet_factor": self.wet_factor}
 
     @classmethod
     def fit(cls, training: list[dict], daily_prcp_mm: dict[dt.date, float] | None = None, **_) -> "WeatherAdjusted":

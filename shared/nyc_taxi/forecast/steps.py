@@ -1,24 +1,28 @@
-"""The forecasting flow's data work, one function per step; each returns what it read and wrote."""
+"""The forecasting flow's data work, one function per step. Each returns what it computed and a
+report of what it read and wrote (``.report``), so the flow only calls functions."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from dataclasses import dataclass, field
 
-from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
-
-from nyc_taxi import registry, sql
-from nyc_taxi.catalog import load_catalog
-from nyc_taxi.commits import retry_on_conflict
-from nyc_taxi.ingest.common import current_snapshot_id, upsert_changes
-from nyc_taxi.lineage.report import DatasetUse, StepReport
-from nyc_taxi.settings import Settings, get_settings
-from nyc_taxi.spark import get_spark
-from nyc_taxi.tables import ensure_tables
+from nyc_taxi.core import datasets as d
+from nyc_taxi.core.catalog import current_snapshot, load_table
+from nyc_taxi.core.commits import retry_on_conflict
+from nyc_taxi.core.naming import spark_table
+from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.core.sql import SqlFolder
+from nyc_taxi.core.tables import ensure_tables, pinned
+from nyc_taxi.core.upserts import upsert_changes
+from nyc_taxi.forecast import model as models
+from nyc_taxi.lineage.write.columns import Statement, column_lineage
+from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
 log = logging.getLogger(__name__)
-RAW, WEATHER, ACTUALS, FORECAST = (registry.YELLOW_TAXI_RAW, registry.WEATHER_RAW,
-                                   registry.YELLOW_RIDES_HOURLY_ACTUALS, registry.YELLOW_RIDES_HOURLY_FORECAST)
+SQL = SqlFolder(__file__)
+RAW, WEATHER, ACTUALS, FORECAST, MODEL = (d.YELLOW_TAXI_RAW, d.WEATHER_RAW, d.YELLOW_RIDES_HOURLY_ACTUALS,
+                                          d.YELLOW_RIDES_HOURLY_FORECAST, d.YELLOW_RIDES_FORECAST_MODEL)
 
 
 class NoDataInWindow(ValueError):
@@ -36,89 +40,211 @@ def parse_as_of(text: str) -> dt.datetime:
     return value.replace(minute=0, second=0, microsecond=0)
 
 
-def windows(as_of: dt.datetime, lookback_days: int, horizon_hours: int) -> dict[str, dt.datetime]:
-    return {"train_start": as_of - dt.timedelta(days=lookback_days), "as_of": as_of,
-            "horizon_end": as_of + dt.timedelta(hours=horizon_hours)}
+def check_configuration(model_name: str, lookback_days: int, horizon_hours: int) -> None:
+    if model_name not in models.MODELS:
+        raise ValueError(f"unknown model {model_name!r}; choose one of {', '.join(models.MODELS)}")
+    if lookback_days < 7:
+        raise ValueError("lookback_days must be at least 7: the seasonal-naive model looks one week back")
+    if not 1 <= horizon_hours <= 24 * 14:
+        raise ValueError("predict_horizon_hours must be between 1 and 336")
 
 
-def horizon_hours(as_of: dt.datetime, horizon_hours: int) -> list[dt.datetime]:
-    return [as_of + dt.timedelta(hours=h) for h in range(horizon_hours)]
+@dataclass(frozen=True)
+class Window:
+    """Training hours [start, as_of), forecast hours [as_of, end)."""
+
+    start: dt.datetime
+    as_of: dt.datetime
+    end: dt.datetime
+
+    @classmethod
+    def of(cls, as_of: dt.datetime, lookback_days: int, horizon_hours: int) -> Window:
+        return cls(as_of - dt.timedelta(days=lookback_days), as_of, as_of + dt.timedelta(hours=horizon_hours))
+
+    @property
+    def horizon(self) -> list[dt.datetime]:
+        return [self.as_of + dt.timedelta(hours=h) for h in range(int((self.end - self.as_of).total_seconds() // 3600))]
+
+    def as_dict(self) -> dict[str, str]:
+        return {"train_start": self.start.isoformat(), "as_of": self.as_of.isoformat(), "horizon_end": self.end.isoformat()}
 
 
-def _scan(table: registry.Table, column: str, start: dt.datetime, end: dt.datetime, settings: Settings):
-    iceberg = load_catalog(settings).load_table(table.identifier(settings))
+def _version(snapshot) -> str | None:
+    return str(snapshot.snapshot_id) if snapshot else None
+
+
+def _scan(table: d.Table, column: str, start, end, settings: Settings):
+    """Rows of ``table`` with ``start <= column < end`` at its current snapshot, and that snapshot."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+
+    iceberg = load_table(table, settings)
     snapshot = iceberg.current_snapshot()
-    rows = iceberg.scan(row_filter=And(GreaterThanOrEqual(column, start.isoformat()), LessThan(column, end.isoformat()))).to_arrow()
-    return rows, snapshot.snapshot_id if snapshot else None
+    if snapshot is None:
+        return None, None
+    rows = iceberg.scan(row_filter=And(GreaterThanOrEqual(column, start.isoformat()), LessThan(column, end.isoformat())),
+                        snapshot_id=snapshot.snapshot_id).to_arrow()
+    return rows, snapshot
 
 
 def compute_actuals(as_of: dt.datetime, lookback_days: int, horizon_hours: int, settings: Settings | None = None) -> StepReport:
     """Hourly counts for the training window and the horizon (so a backtest can be evaluated)."""
+    from nyc_taxi.core.spark import get_spark
+
     settings = settings or get_settings()
+    ensure_tables([ACTUALS], settings)
+    window = Window.of(as_of, lookback_days, horizon_hours)
+    raw_snapshot, before = current_snapshot(RAW, settings), current_snapshot(ACTUALS, settings)
     spark = get_spark(settings)
-    ensure_tables(spark, [ACTUALS], settings)
-    w = windows(as_of, lookback_days, horizon_hours)
-    computed = sql.run(spark, "hourly_actuals", raw=RAW.spark_name(settings), window_start=w["train_start"],
-                       window_end=w["horizon_end"], last_hour=w["horizon_end"] - dt.timedelta(hours=1)).persist()
+    bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
+    SQL.run(spark, "hourly_counts", raw=pinned(RAW, raw_snapshot, settings), **bounds).createOrReplaceTempView("counts")
+    computed = SQL.run(spark, "hourly_actuals", counts="counts", **bounds).persist()
     try:
         rows = computed.count()
         if rows == 0:
             raise NoDataInWindow(
-                f"no yellow taxi trips in {RAW.name} between {w['train_start']} and {w['horizon_end']} "
+                f"no yellow taxi trips in {RAW.name} between {window.start} and {window.end} "
                 f"(as_of_datetime {as_of.isoformat()}, lookback_days {lookback_days}): load those months with the "
                 "ingest_yellow_taxi_data DAG first, or choose an as_of_datetime inside the loaded data")
         computed.createOrReplaceTempView("computed_actuals")
-        changed = upsert_changes(spark, "actuals_changes", "merge_actuals", staging="computed_actuals",
-                                 raw=ACTUALS.spark_name(settings))
+        changed = upsert_changes(spark, SQL, "actuals_changes", "merge_actuals", staging="computed_actuals",
+                                 raw=spark_table(ACTUALS, settings))
     finally:
         computed.unpersist()
+    after = current_snapshot(ACTUALS, settings)
     log.info("%d zone-hours computed, %d new or changed in %s", rows, changed, ACTUALS.name)
+    any_window = {"window_start": "2000-01-01 00:00:00", "window_end": "2000-01-02 00:00:00",
+                  "last_hour": "2000-01-01 23:00:00"}  # the dates change nothing about which column feeds which
+    columns = column_lineage(ACTUALS, [
+        Statement(SQL, "hourly_counts", reads={"raw": "raw"}, makes="counts", values=any_window),
+        Statement(SQL, "hourly_actuals", reads={"counts": "counts"}, makes="computed", values=any_window),
+        Statement(SQL, "actuals_changes", reads={"staging": "computed", "raw": "target"}, makes="changes"),
+        Statement(SQL, "merge_actuals", reads={"raw": "target", "changes": "changes"}),
+    ], {"raw": RAW}, settings)
     return StepReport(
-        inputs=[DatasetUse(RAW, snapshot_id=current_snapshot_id(spark, RAW.spark_name(settings)))],
-        outputs=[DatasetUse(ACTUALS, snapshot_id=current_snapshot_id(spark, ACTUALS.spark_name(settings)), row_count=changed)],
-        summary={"zone_hours": rows, "changed": changed, **{k: v.isoformat() for k, v in w.items()}})
+        inputs=[DatasetUse(RAW, version=_version(raw_snapshot))],
+        outputs=[DatasetUse(ACTUALS, version=_version(after), row_count=changed,
+                            committed=_version(after) != _version(before), columns=columns)],
+        summary={"zone_hours": rows, "changed": changed, **window.as_dict()})
 
 
-def training_data(as_of: dt.datetime, lookback_days: int, settings: Settings | None = None):
+@dataclass
+class TrainingData:
+    rows: list[dict]
+    daily_prcp_mm: dict[dt.date, float] = field(default_factory=dict)
+    report: StepReport = field(default_factory=StepReport)
+
+
+def training_data(as_of: dt.datetime, lookback_days: int, horizon_hours: int, model_name: str,
+                  settings: Settings | None = None) -> TrainingData:
+    """The lookback window of actuals; for a model that uses weather, also the rain per day."""
     settings = settings or get_settings()
-    w = windows(as_of, lookback_days, 0)
-    rows, snapshot = _scan(ACTUALS, "pickup_hour", w["train_start"], as_of, settings)
-    training = rows.select(["pickup_location_id", "pickup_hour", "ride_count"]).to_pylist()
-    return training, StepReport(inputs=[DatasetUse(ACTUALS, snapshot_id=snapshot, row_count=len(training))],
-                                summary={"training_rows": len(training)})
+    window = Window.of(as_of, lookback_days, horizon_hours)
+    rows, snapshot = _scan(ACTUALS, "pickup_hour", window.start, as_of, settings)
+    training = rows.select(["pickup_location_id", "pickup_hour", "ride_count"]).to_pylist() if rows is not None else []
+    report = StepReport(inputs=[DatasetUse(ACTUALS, version=_version(snapshot), row_count=len(training))],
+                        summary={"training_rows": len(training)})
+    prcp: dict[dt.date, float] = {}
+    if models.MODELS[model_name].uses_weather:
+        prcp, weather = daily_precipitation(window.start, window.end, settings)
+        report.inputs.append(weather)
+    return TrainingData(training, prcp, report)
 
 
-def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings | None = None):
+def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings):
     """Mean precipitation over New York City's counties per day, and what was read."""
-    settings = settings or get_settings()
     rows, snapshot = _scan(WEATHER, "date", start.date(), end.date() + dt.timedelta(days=1), settings)
     per_day: dict[dt.date, list[float]] = {}
-    for r in rows.select(["date", "prcp_mm"]).to_pylist():
+    for r in (rows.select(["date", "prcp_mm"]).to_pylist() if rows is not None else []):
         if r["prcp_mm"] is not None:
             per_day.setdefault(r["date"], []).append(r["prcp_mm"])
-    return {d: sum(v) / len(v) for d, v in per_day.items()}, DatasetUse(WEATHER, snapshot_id=snapshot, row_count=rows.num_rows)
+    read = DatasetUse(WEATHER, version=_version(snapshot), row_count=rows.num_rows if rows is not None else 0)
+    return {day: sum(v) / len(v) for day, v in per_day.items()}, read
 
 
-def observed(as_of: dt.datetime, horizon_hours: int, settings: Settings | None = None):
-    """Actual counts for the forecast hours (a backtest), and what was read."""
+@dataclass
+class Trained:
+    model: models.SeasonalNaive
+    version: str
+    report: StepReport
+
+
+def train(data: TrainingData, model_name: str, version: str) -> Trained:
+    """Fit the model on the training data; ``version`` names this fit (the training step's pathspec)."""
+    kind = models.MODELS[model_name]
+    fitted = kind.fit(data.rows, daily_prcp_mm=data.daily_prcp_mm)
+    uses = [DatasetUse(ACTUALS, version=data.report.inputs[0].version, row_count=len(data.rows))]
+    uses += [u for u in data.report.inputs if u.dataset == WEATHER]
+    report = StepReport(inputs=uses, outputs=[DatasetUse(MODEL, version=version, operation="CREATE", committed=True,
+                                                         columns=kind.trained_from(ACTUALS, WEATHER))],
+                        summary={"model": model_name, **fitted.summary()})
+    return Trained(fitted, version, report)
+
+
+@dataclass
+class Forecasts:
+    values: dict[tuple[int, dt.datetime], float]
+    model_name: str
+    model_version: str
+    as_of: dt.datetime
+    report: StepReport
+
+
+def predict(trained: Trained, data: TrainingData, as_of: dt.datetime, horizon_hours: int) -> Forecasts:
+    """A forecast for every zone seen in training and every hour of the horizon."""
+    zones = sorted({r["pickup_location_id"] for r in data.rows})
+    values = trained.model.predict(zones, Window.of(as_of, 0, horizon_hours).horizon)
+    report = StepReport(inputs=[DatasetUse(MODEL, version=trained.version)], summary={"forecasts": len(values)})
+    return Forecasts(values, trained.model.name, trained.version, as_of, report)
+
+
+def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> StepReport:
+    """MERGE the forecasts into the forecast table, keyed by zone and hour."""
+    from nyc_taxi.core.spark import get_spark
+
     settings = settings or get_settings()
-    w = windows(as_of, 0, horizon_hours)
-    rows, snapshot = _scan(ACTUALS, "pickup_hour", as_of, w["horizon_end"], settings)
-    actual = {(r["pickup_location_id"], r["pickup_hour"]): r["ride_count"] for r in rows.to_pylist()}
-    return actual, DatasetUse(ACTUALS, snapshot_id=snapshot, row_count=len(actual))
-
-
-def write_forecasts(forecasts: dict, model_name: str, model_version: str, as_of: dt.datetime,
-                    settings: Settings | None = None) -> StepReport:
-    settings = settings or get_settings()
+    ensure_tables([FORECAST], settings)
+    before = current_snapshot(FORECAST, settings)
     spark = get_spark(settings)
-    ensure_tables(spark, [FORECAST], settings)
     now = dt.datetime.now(dt.timezone.utc)
-    rows = [(zone, hour, value, model_name, model_version, as_of, now) for (zone, hour), value in sorted(forecasts.items())]
+    rows = [(zone, hour, value, forecasts.model_name, forecasts.model_version, forecasts.as_of, now)
+            for (zone, hour), value in sorted(forecasts.values.items())]
     schema = ", ".join(f"{c.name} {c.type}" for c in FORECAST.columns)
     spark.createDataFrame(rows, schema).createOrReplaceTempView("new_forecasts")
-    retry_on_conflict(f"MERGE into {FORECAST.name}", lambda: sql.run(
-        spark, "merge_forecasts", forecast=FORECAST.spark_name(settings), forecasts="new_forecasts"))
+    retry_on_conflict(f"MERGE into {FORECAST.name}", lambda: SQL.run(
+        spark, "merge_forecasts", forecast=spark_table(FORECAST, settings), forecasts="new_forecasts"))
+    after = current_snapshot(FORECAST, settings)
+    kind = models.MODELS[forecasts.model_name]
     return StepReport(
-        outputs=[DatasetUse(FORECAST, snapshot_id=current_snapshot_id(spark, FORECAST.spark_name(settings)), row_count=len(rows))],
+        inputs=[DatasetUse(MODEL, version=forecasts.model_version)],
+        outputs=[DatasetUse(FORECAST, version=_version(after), row_count=len(rows),
+                            committed=_version(after) != _version(before), columns=kind.forecast_from(MODEL))],
         summary={"forecast_rows": len(rows)})
+
+
+@dataclass
+class Evaluation:
+    metrics: dict
+    actual: dict[tuple[int, dt.datetime], int]
+    report: StepReport
+
+    @property
+    def mae(self) -> float | None:
+        return self.metrics["overall"]["mae"] if self.metrics["overall"] else None
+
+    @property
+    def wape(self) -> float | None:
+        return self.metrics["overall"]["wape"] if self.metrics["overall"] else None
+
+
+def evaluate(forecasts: Forecasts, horizon_hours: int, settings: Settings | None = None) -> Evaluation:
+    """MAE and WAPE of the forecasts over the hours that have actuals (a backtest)."""
+    settings = settings or get_settings()
+    window = Window.of(forecasts.as_of, 0, horizon_hours)
+    rows, snapshot = _scan(ACTUALS, "pickup_hour", window.as_of, window.end, settings)
+    actual = {(r["pickup_location_id"], r["pickup_hour"]): r["ride_count"]
+              for r in (rows.to_pylist() if rows is not None else [])}
+    metrics = models.evaluate(forecasts.values, actual)
+    evaluation = Evaluation(metrics, actual, StepReport(inputs=[DatasetUse(ACTUALS, version=_version(snapshot),
+                                                                           row_count=len(actual))]))
+    evaluation.report.summary = {"mae": evaluation.mae, "wape": evaluation.wape}
+    return evaluation

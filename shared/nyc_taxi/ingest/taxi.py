@@ -1,4 +1,4 @@
-"""Yellow taxi months: download and stage one TLC file, then upsert staging into raw."""
+"""Yellow taxi months: download the TLC file, stage it, upsert staging into raw. SQL in sql/."""
 
 from __future__ import annotations
 
@@ -8,19 +8,27 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from nyc_taxi import registry
-from nyc_taxi import sql
-from nyc_taxi.commits import retry_on_conflict
-from nyc_taxi.ingest import download, landing
-from nyc_taxi.ingest.common import current_snapshot_id, day_ranges_predicate, merge_changes, month_bounds
+from nyc_taxi.core import datasets as d
+from nyc_taxi.core.catalog import current_snapshot
+from nyc_taxi.core.commits import retry_on_conflict
+from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.naming import landed_location, published_url, spark_table
+from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.core.sql import SqlFolder
+from nyc_taxi.core.tables import pinned
+from nyc_taxi.ingest import download
+from nyc_taxi.core.upserts import merge_changes
+from nyc_taxi.ingest.common import day_ranges_predicate, month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile
-from nyc_taxi.lineage.report import Check, DatasetUse, StepReport
-from nyc_taxi.settings import Settings, get_settings
-from nyc_taxi.spark import get_spark
+from nyc_taxi.ingest.staging import landed_file_version, stage
+from nyc_taxi.lineage.write.columns import Statement, column_lineage
+from nyc_taxi.lineage.write.report import Check, DatasetUse, StepReport
 
 log = logging.getLogger(__name__)
+SQL = SqlFolder(__file__)
 
-FILES, STAGING, RAW = registry.TLC_YELLOW_TRIP_FILES, registry.YELLOW_TAXI_STAGING, registry.YELLOW_TAXI_RAW
+PUBLISHED, LANDED = d.TLC_YELLOW_TRIPDATA_PUBLISHED, d.TLC_YELLOW_TRIPDATA_LANDED
+STAGING, RAW = d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW
 OPTIONAL_SOURCE_COLUMNS = {"cbd_congestion_fee"}  # published from 2025-01 on
 # Which Arrow types each target type accepts (2022-2023 files carry counts as double).
 _ACCEPTS = {
@@ -52,9 +60,10 @@ def validate_trip_file(path: Path, origin: str) -> None:
         raise BadSourceFile(f"{origin} has a corrupt parquet footer ({error}); re-run to fetch it again.") from None
     if meta.num_rows == 0:
         raise BadSourceFile(f"{origin} contains no rows; the source published an empty file — nothing was loaded.")
-    schema = {name.lower(): field.type for name, field in zip(meta.schema.to_arrow_schema().names, meta.schema.to_arrow_schema())}
+    arrow = meta.schema.to_arrow_schema()
+    schema = {name.lower(): field.type for name, field in zip(arrow.names, arrow)}
     missing, wrong = [], []
-    for column in registry.YELLOW_TRIP_COLUMNS:
+    for column in d.YELLOW_TRIP_COLUMNS:
         found = schema.get(column.source.lower())
         if found is None:
             if column.source not in OPTIONAL_SOURCE_COLUMNS:
@@ -67,47 +76,60 @@ def validate_trip_file(path: Path, origin: str) -> None:
                             + ". Nothing was loaded; compare the file with the published data dictionary.")
 
 
-def download_and_stage(year: int, month: int, settings: Settings | None = None) -> StepReport:
-    """Land the month's TLC file (unless already landed) and replace staging with it."""
+def download_published_file(year: int, month: int, settings: Settings | None = None) -> StepReport:
+    """Land the month's TLC file unless the landed copy is the TLC's current version."""
     settings = settings or get_settings()
-    url, location = FILES.url(year, month, settings), FILES.landed_path(year, month, settings)
+    url, location = published_url(PUBLISHED, year, month, settings), landed_location(LANDED, year, month, settings)
     landed = download.fetch(url, location, validate_trip_file, settings)
-
-    spark = get_spark(settings)
-    frame = spark.read.parquet(landing.spark_path(location)).selectExpr(
-        "*", "_metadata.file_name AS source_file", "_metadata.row_index AS source_row_index")
-    present = {name.lower() for name in frame.columns}
-    for column in registry.YELLOW_TRIP_COLUMNS:
-        if column.source.lower() not in present:
-            frame = frame.selectExpr("*", f"CAST(NULL AS {column.type}) AS {column.source}")
-    frame.createOrReplaceTempView("landed_yellow_taxi")
-    retry_on_conflict(f"staging {STAGING.name}", lambda: sql.run(
-        spark, "stage_yellow_taxi", staging=STAGING.spark_name(settings), landed="landed_yellow_taxi"))
-    rows = spark.table(STAGING.spark_name(settings)).count()
-    log.info("staged %d rows of %s into %s", rows, Path(location).name, STAGING.name)
+    version, name = landed.version, Path(location).name
     return StepReport(
-        inputs=[DatasetUse(FILES, source_url=url)],
-        outputs=[DatasetUse(STAGING, snapshot_id=current_snapshot_id(spark, STAGING.spark_name(settings)),
-                            row_count=rows, operation="INSERT")],
-        summary={"month": f"{year:04d}-{month:02d}", "file": Path(location).name, "fetched": landed.fetched,
-                 "bytes": landed.size, "staged_rows": rows},
+        inputs=[DatasetUse(PUBLISHED, version=f"{name}@{version.published_version}", locations=(url,),
+                           size_bytes=version.size)],
+        outputs=[DatasetUse(LANDED, version=f"{name}@{version.landed_version}", locations=(location,),
+                            size_bytes=version.size, committed=landed.fetched, operation="CREATE",
+                            columns=download.byte_for_byte(PUBLISHED))],
+        summary={"month": month_label(year, month), "file": name, "fetched": landed.fetched, "bytes": version.size,
+                 "version": version.published_version},
     )
+
+
+def stage_landed_file(year: int, month: int, settings: Settings | None = None) -> StepReport:
+    """Replace staging with the landed month cast to the target schema (unless it already holds it)."""
+    settings = settings or get_settings()
+    location = landed_location(LANDED, year, month, settings)
+    version = landed_file_version(LANDED, [location], settings)
+
+    def landed_view(spark) -> str:
+        frame = spark.read.parquet(lakehouse(settings).spark_path(location)).selectExpr(
+            "*", "_metadata.file_name AS source_file", "_metadata.row_index AS source_row_index")
+        present = {name.lower() for name in frame.columns}
+        for column in d.YELLOW_TRIP_COLUMNS:  # a column a year's files lack is NULL
+            if column.source.lower() not in present:
+                frame = frame.selectExpr("*", f"CAST(NULL AS {column.type}) AS {column.source}")
+        frame.createOrReplaceTempView("landed_yellow_taxi")
+        return "landed_yellow_taxi"
+
+    return stage(SQL, "stage_yellow_taxi", STAGING, LANDED, version, [location], landed_view, settings,
+                 summary={"month": month_label(year, month), "file": Path(location).name})
 
 
 def _content_hash(alias: str) -> str:
     """A 64-bit hash of a row's content. Spark's hashes skip NULLs, so each column's null flag is
     hashed too: (NULL, 1) and (1, NULL) must differ."""
-    columns = [f"{alias}.{c.name}" for c in registry.YELLOW_TRIP_COLUMNS] + [f"{alias}.source_file"]
+    columns = [f"{alias}.{c.name}" for c in d.YELLOW_TRIP_COLUMNS] + [f"{alias}.source_file"]
     return f"xxhash64({', '.join(columns)}, {', '.join(f'isnull({c})' for c in columns)})"
 
 
 def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> StepReport:
     """Upsert staging into raw on the row key; unchanged rows are not rewritten. Quality counted, nothing dropped."""
+    from nyc_taxi.core.spark import get_spark
+
     settings = settings or get_settings()
     spark = get_spark(settings)
-    staging, raw = STAGING.spark_name(settings), RAW.spark_name(settings)
+    staged_snapshot = current_snapshot(STAGING, settings)
+    staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
     start, end = month_bounds(year, month)
-    quality = sql.run(spark, "yellow_taxi_quality", staging=staging, month_start=f"{start} 00:00:00",
+    quality = SQL.run(spark, "yellow_taxi_quality", staging=staging, month_start=f"{start} 00:00:00",
                       next_month_start=f"{end} 00:00:00").first().asDict()
     row_count = quality.pop("row_count")
     checks = [Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
@@ -118,23 +140,36 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     days = [r[0] for r in spark.sql(f"SELECT DISTINCT CAST(pickup_datetime AS DATE) FROM {staging}").collect()]
     raw_days = day_ranges_predicate("t.pickup_datetime", days)
     hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
+    before = current_snapshot(RAW, settings)
 
     def write() -> int:
         """Decided on raw as it is now, so a retry after another writer's commit decides afresh."""
-        fingerprint = sql.run(spark, "yellow_taxi_fingerprint", staging=staging, raw=raw, raw_days=raw_days, **hashes).first()
+        fingerprint = SQL.run(spark, "yellow_taxi_fingerprint", staging=staging, raw=raw, raw_days=raw_days, **hashes).first()
         if (fingerprint.staged_rows, fingerprint.staged_content) == (fingerprint.raw_rows, fingerprint.raw_content):
             return 0  # raw already holds exactly this batch: commit nothing
         if fingerprint.raw_rows == 0:
-            sql.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
+            SQL.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
             return fingerprint.staged_rows
-        return merge_changes(spark, "yellow_taxi_changes", "merge_yellow_taxi", staging=staging, raw=raw,
+        return merge_changes(spark, SQL, "yellow_taxi_changes", "merge_yellow_taxi", staging=staging, raw=raw,
                              raw_days=raw_days, **hashes)
 
     changed = retry_on_conflict(f"loading {RAW.name}", write)
+    after = current_snapshot(RAW, settings)
+    # a new month is appended, a changed one MERGEd: either way every column is staging's (the MERGE's lineage)
+    columns = column_lineage(RAW, [
+        Statement(SQL, "yellow_taxi_changes", reads={"staging": "staging", "raw": "target"}, makes="changes",
+                  values={"raw_days": "TRUE", **hashes}),
+        Statement(SQL, "merge_yellow_taxi", reads={"raw": "target", "changes": "changes"}, values={"raw_days": "TRUE"}),
+    ], {"staging": STAGING}, settings)
     log.info("merged %d new or changed rows of %d staged into %s", changed, row_count, RAW.name)
     return StepReport(
-        inputs=[DatasetUse(STAGING, snapshot_id=current_snapshot_id(spark, staging), row_count=row_count, checks=checks)],
-        outputs=[DatasetUse(RAW, snapshot_id=current_snapshot_id(spark, raw), row_count=changed)],
-        summary={"month": f"{year:04d}-{month:02d}", "staged_rows": row_count, "merged_rows": changed,
+        inputs=[DatasetUse(STAGING, version=_id(staged_snapshot), row_count=row_count, checks=checks)],
+        outputs=[DatasetUse(RAW, version=_id(after), row_count=changed, committed=_id(after) != _id(before),
+                            columns=columns)],
+        summary={"month": month_label(year, month), "staged_rows": row_count, "merged_rows": changed,
                  **{c.name: c.rows for c in checks}},
     )
+
+
+def _id(snapshot) -> str | None:
+    return str(snapshot.snapshot_id) if snapshot else None

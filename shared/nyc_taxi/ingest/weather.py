@@ -5,21 +5,29 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from nyc_taxi import registry
-from nyc_taxi import sql
-from nyc_taxi.commits import retry_on_conflict
-from nyc_taxi.ingest import download, landing
-from nyc_taxi.ingest.common import current_snapshot_id, upsert_changes
+from nyc_taxi.core import datasets as d
+from nyc_taxi.core.catalog import current_snapshot
+from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.naming import landed_location, published_url, spark_table
+from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.core.sql import SqlFolder
+from nyc_taxi.core.tables import pinned
+from nyc_taxi.ingest import download
+from nyc_taxi.core.upserts import upsert_changes
+from nyc_taxi.ingest.common import month_label
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
-from nyc_taxi.lineage.report import DatasetUse, StepReport
-from nyc_taxi.settings import Settings, get_settings
-from nyc_taxi.spark import get_spark
+from nyc_taxi.ingest.staging import landed_file_version, stage
+from nyc_taxi.lineage.write.columns import Statement, column_lineage
+from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
 log = logging.getLogger(__name__)
+SQL = SqlFolder(__file__)
 
-FILES, STAGING, RAW = registry.NOAA_NCLIMGRID_COUNTY_FILES, registry.WEATHER_STAGING, registry.WEATHER_RAW
+PUBLISHED, LANDED = d.NOAA_NCLIMGRID_DAILY_COUNTY_PUBLISHED, d.NOAA_NCLIMGRID_DAILY_COUNTY_LANDED
+STAGING, RAW = d.WEATHER_STAGING, d.WEATHER_RAW
 VARIABLES = ("prcp", "tavg", "tmax", "tmin")
-FIELDS = [c.name for c in FILES.columns]
+STATUSES = ("scaled", "prelim")  # final files first; the current month only has preliminary ones
+FIELDS = [c.name for c in PUBLISHED.columns]
 # NOAA region codes: NOAA state code (New York = 30) + county FIPS.
 NYC_COUNTIES = {
     "30005": "NY: Bronx County",
@@ -36,12 +44,11 @@ def validate_county_file(path: Path, origin: str) -> None:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise BadSourceFile(f"{origin} is not a text CSV file (the server sent binary data)") from None
-    lines = text.split("\n")
     if not text.strip():
         raise BadSourceFile(f"{origin} is empty; nothing was loaded. Re-run once NOAA has published it.")
     if text.lstrip().lower().startswith(("<!doctype", "<html")):
         raise BadSourceFile(f"{origin} is an HTML page, not the county CSV: check NOAA_BASE_URL.")
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line:
             continue
         fields = line.split(",")
@@ -54,59 +61,91 @@ def validate_county_file(path: Path, origin: str) -> None:
                                 "nClimGrid county files have no header row. Nothing was loaded.")
 
 
-def _land_month(year: int, month: int, settings: Settings) -> tuple[str, list[tuple[str, str]]]:
-    """Land the four variables, final ('scaled') files if published, else the current 'prelim' ones."""
-    for status in ("scaled", "prelim"):
+def _locations(year: int, month: int, status: str, settings: Settings) -> list[str]:
+    return [landed_location(LANDED, year, month, settings, var=var, status=status) for var in VARIABLES]
+
+
+def _landed_status(year: int, month: int, settings: Settings) -> str:
+    """Which files of the month have landed: final ones if they have, else preliminary ones."""
+    for status in STATUSES:
+        if all(download.landed_version(loc, settings) for loc in _locations(year, month, status, settings)):
+            return status
+    raise BadSourceFile(f"NOAA county files for {month_label(year, month)} have not landed: "
+                        "run the download task for this month first")
+
+
+def download_published_files(year: int, month: int, settings: Settings | None = None) -> StepReport:
+    """Land the four variables' files: final ('scaled') ones if published, else the current 'prelim' ones."""
+    settings = settings or get_settings()
+    for status in STATUSES:
         try:
-            landed = []
-            for var in VARIABLES:
-                url = FILES.url(year, month, settings, var=var, status=status)
-                location = FILES.landed_path(year, month, settings, var=var, status=status)
-                # Preliminary files change every day: always fetch them again.
-                download.fetch(url, location, validate_county_file, settings, refetch=status == "prelim")
-                landed.append((url, location))
-            return status, landed
+            landed = [download.fetch(published_url(PUBLISHED, year, month, settings, var=var, status=status),
+                                     landed_location(LANDED, year, month, settings, var=var, status=status),
+                                     validate_county_file, settings)
+                      for var in VARIABLES]
+            break
         except NotPublishedYet as missing:
             log.info("%s", missing)
-    raise NotPublishedYet(f"NOAA nClimGrid county files for {year:04d}-{month:02d} are not published yet "
-                          f"(neither -scaled nor -prelim at {FILES.base_url(settings)})")
+    else:
+        raise NotPublishedYet(f"NOAA nClimGrid county files for {month_label(year, month)} are not published yet "
+                              f"(neither -scaled nor -prelim at {getattr(settings, PUBLISHED.base_url_setting)})")
 
+    def version(kind: str) -> str:
+        return ", ".join(sorted(f"{Path(f.location).name}@{getattr(f.version, kind)}" for f in landed))
 
-def download_and_stage(year: int, month: int, settings: Settings | None = None) -> StepReport:
-    settings = settings or get_settings()
-    status, landed = _land_month(year, month, settings)
-    spark = get_spark(settings)
-    schema = ", ".join(f"{name} STRING" for name in FIELDS)
-    frame = spark.read.csv([landing.spark_path(location) for _, location in landed], schema=schema, header=False,
-                           mode="FAILFAST")
-    frame.createOrReplaceTempView("landed_county_files")
-    codes = ", ".join(f"'{code}'" for code in NYC_COUNTIES)
-    retry_on_conflict(f"staging {STAGING.name}", lambda: sql.run(
-        spark, "stage_weather", staging=STAGING.spark_name(settings), county_files="landed_county_files",
-        county_codes=codes, status=status))
-    rows = spark.table(STAGING.spark_name(settings)).count()
-    if rows == 0:
-        raise BadSourceFile(f"{landed[0][0]} and its siblings hold no rows for New York City's counties "
-                            f"({', '.join(NYC_COUNTIES)}); nothing was staged.")
-    log.info("staged %d county-days (%s) for %04d-%02d", rows, status, year, month)
+    size = sum(f.version.size for f in landed)
     return StepReport(
-        inputs=[DatasetUse(FILES, source_url=landed[0][0])],
-        outputs=[DatasetUse(STAGING, snapshot_id=current_snapshot_id(spark, STAGING.spark_name(settings)),
-                            row_count=rows, operation="INSERT")],
-        summary={"month": f"{year:04d}-{month:02d}", "status": status,
-                 "files": [Path(location).name for _, location in landed], "staged_rows": rows},
+        inputs=[DatasetUse(PUBLISHED, version=version("published_version"), size_bytes=size,
+                           locations=tuple(f.version.url for f in landed))],
+        outputs=[DatasetUse(LANDED, version=version("landed_version"), size_bytes=size, operation="CREATE",
+                            locations=tuple(f.location for f in landed), committed=any(f.fetched for f in landed),
+                            columns=download.byte_for_byte(PUBLISHED))],
+        summary={"month": month_label(year, month), "status": status, "files": [Path(f.location).name for f in landed],
+                 "fetched": sum(f.fetched for f in landed)},
     )
 
 
+def stage_landed_files(year: int, month: int, settings: Settings | None = None) -> StepReport:
+    settings = settings or get_settings()
+    status = _landed_status(year, month, settings)
+    locations = _locations(year, month, status, settings)
+    version = landed_file_version(LANDED, locations, settings)
+
+    def landed_view(spark) -> str:
+        schema = ", ".join(f"{name} STRING" for name in FIELDS)
+        frame = spark.read.csv([lakehouse(settings).spark_path(loc) for loc in locations], schema=schema,
+                               header=False, mode="FAILFAST")
+        frame.createOrReplaceTempView("landed_county_files")
+        return "landed_county_files"
+
+    def no_rows() -> Exception:
+        return BadSourceFile(f"{locations[0]} and its siblings hold no rows for New York City's counties "
+                             f"({', '.join(NYC_COUNTIES)}); nothing was staged.")
+
+    return stage(SQL, "stage_weather", STAGING, LANDED, version, locations, landed_view, settings,
+                 summary={"month": month_label(year, month), "status": status}, empty=no_rows,
+                 county_codes=", ".join(f"'{code}'" for code in NYC_COUNTIES), status=status)
+
+
 def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> StepReport:
+    from nyc_taxi.core.spark import get_spark
+
     settings = settings or get_settings()
     spark = get_spark(settings)
-    staging, raw = STAGING.spark_name(settings), RAW.spark_name(settings)
-    staged = spark.table(staging).count()
-    changed = upsert_changes(spark, "weather_changes", "merge_weather", staging=staging, raw=raw)
+    staged_snapshot, before = current_snapshot(STAGING, settings), current_snapshot(RAW, settings)
+    staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
+    staged = int(staged_snapshot.summary.get("total-records", 0)) if staged_snapshot else 0
+    changed = upsert_changes(spark, SQL, "weather_changes", "merge_weather", staging=staging, raw=raw)
+    after = current_snapshot(RAW, settings)
     log.info("merged %d new or changed of %d staged county-days into %s", changed, staged, RAW.name)
+    columns = column_lineage(RAW, [
+        Statement(SQL, "weather_changes", reads={"staging": "staging", "raw": "target"}, makes="changes"),
+        Statement(SQL, "merge_weather", reads={"raw": "target", "changes": "changes"}),
+    ], {"staging": STAGING}, settings)
+    snapshot_id = lambda s: str(s.snapshot_id) if s else None  # noqa: E731
     return StepReport(
-        inputs=[DatasetUse(STAGING, snapshot_id=current_snapshot_id(spark, staging), row_count=staged)],
-        outputs=[DatasetUse(RAW, snapshot_id=current_snapshot_id(spark, raw), row_count=changed)],
-        summary={"month": f"{year:04d}-{month:02d}", "staged_rows": staged, "merged_rows": changed},
+        inputs=[DatasetUse(STAGING, version=snapshot_id(staged_snapshot), row_count=staged)],
+        outputs=[DatasetUse(RAW, version=snapshot_id(after), row_count=changed,
+                            committed=snapshot_id(after) != snapshot_id(before), columns=columns)],
+        summary={"month": month_label(year, month), "staged_rows": staged, "merged_rows": changed},
     )

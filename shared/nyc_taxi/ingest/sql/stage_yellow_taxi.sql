@@ -1,8 +1,7 @@
--- One landed TLC month, cast to the one target schema. ${landed} is the parquet file as read, with
--- missing optional columns added as NULL; Spark matches column names case-insensitively, so
--- Airport_fee (2024+) and airport_fee (2022-2023) both land in airport_fee.
+-- One landed TLC month, cast to the one target schema: what replaces yellow_taxi_staging. ${landed} is
+-- the parquet file as read, with missing optional columns added as NULL; Spark matches column names
+-- case-insensitively, so Airport_fee (2024+) and airport_fee (2022-2023) both land in airport_fee.
 -- The row key is the file name and the row's position in it: the same file gives the same keys.
-INSERT OVERWRITE ${staging}
 SELECT
   concat(source_file, ':', CAST(source_row_index AS STRING)) AS row_key,
   source_file,

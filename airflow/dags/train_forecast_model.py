@@ -1,0 +1,53 @@
+"""
+### Train the forecast model when new taxi data lands
+
+Scheduled on the `yellow_taxi_raw` Asset: every merge that committed a new snapshot starts a run,
+which starts `TrainForecastModelFlow` (Metaflow) as its child. The flow's lineage names this task
+run as its parent and this DAG run as its root, in OpenLineage and in DataHub: the hop from Airflow
+to Metaflow is in the lineage.
+
+Without `as_of_datetime` the forecast starts right after the month the triggering merge loaded;
+trigger with `{"as_of_datetime": "2024-02-15T00:00", "model": "weather_adjusted"}` for a backtest.
+"""
+
+import pendulum
+from airflow.sdk import DAG, Param
+
+from nyc_taxi.airflow_adapter.operators import DEFAULT_ARGS, RunFlowOperator, asset
+from nyc_taxi.core import datasets as d
+from nyc_taxi.core.jobs import TRAIN_FORECAST_MODEL as JOBS
+from nyc_taxi.core.jobs import TRAINING_FLOW
+
+
+def flow_parameters(context) -> dict[str, str]:
+    """The flow's parameters: the run's params, the forecast origin from the triggering merge if not given."""
+    params = context["params"]
+    as_of = params.get("as_of_datetime")
+    if not as_of:
+        months = [event.extra.get("month") for events in context["triggering_asset_events"].values()
+                  for event in events if event.extra.get("month")]
+        if not months:
+            raise ValueError("no as_of_datetime given and no merge triggered this run: say which hour to forecast from")
+        year, month = map(int, max(months).split("-"))
+        as_of = f"{year + month // 12:04d}-{month % 12 + 1:02d}-01T00:00"
+    return {"as_of_datetime": as_of, "model": params["model"], "lookback_days": str(params["lookback_days"])}
+
+
+with DAG(
+    dag_id=JOBS.name,
+    description=JOBS.description,
+    schedule=[asset(d.YELLOW_TAXI_RAW)],
+    start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    default_args={**DEFAULT_ARGS, "retries": 0},  # a failed flow is resumed with Metaflow's `resume`, not re-run
+    params={
+        "as_of_datetime": Param(None, type=["null", "string"], description="Forecast origin, New York local time; "
+                                "empty: the start of the month after the one the triggering merge loaded"),
+        "model": Param("seasonal_naive", enum=["seasonal_naive", "weather_adjusted"]),
+        "lookback_days": Param(28, type="integer", minimum=7),
+    },
+    tags=["metaflow", "forecast"],
+    doc_md=__doc__,
+) as dag:
+    run_training_flow = RunFlowOperator(job=JOBS.run_training_flow, flow=TRAINING_FLOW, arguments=flow_parameters)

@@ -1,0 +1,62 @@
+"""Airflow's configuration, derived from the project settings (one place):
+`python -m nyc_taxi.airflow_adapter.environment` prints it as `export` lines for the task runner;
+tests apply it before importing Airflow.
+
+Lineage is written to files in the state directory only — DataHub's plugin through a `datahub-file`
+connection, the OpenLineage provider through a file transport — and shipped from there to a real
+DataHub (`DATAHUB_GMS_URL`) or OpenLineage endpoint (`OPENLINEAGE_URL`) at the end of every task
+(``nyc_taxi.airflow_adapter.delivery``), so no server can cost a local record.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
+from nyc_taxi.lineage.write.destinations import datahub_file, openlineage_file
+
+DAGS_FOLDER = REPO_ROOT / "airflow" / "dags"
+
+
+def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
+    settings = settings or get_settings()
+    home = settings.airflow_home
+    instance = {"AIRFLOW__DATAHUB__PLATFORM_INSTANCE": settings.datahub_platform_instance} if settings.datahub_platform_instance else {}
+    return {**instance,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        # A 2-core machine: few task processes at a time, one Spark JVM each.
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__API__HOST": "127.0.0.1",  # the UI/API listens on this machine only
+        # Simple auth manager: user admin; Airflow generates its password into
+        # $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated (never a fixed one).
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        # Both lineage integrations on (the DataHub plugin silences OpenLineage unless told not to).
+        "AIRFLOW__DATAHUB__ENABLED": "True",
+        "AIRFLOW__DATAHUB__DISABLE_OPENLINEAGE_PLUGIN": "False",
+        "AIRFLOW__DATAHUB__CLUSTER": settings.datahub_env,
+        "AIRFLOW__DATAHUB__CAPTURE_OL_FILE_DATASETS": "True",  # landed files are real inputs and outputs here
+        "AIRFLOW__DATAHUB__CONN_ID": "datahub_file",
+        "AIRFLOW_CONN_DATAHUB_FILE": json.dumps({"conn_type": "datahub-file", "host": str(datahub_file(settings, "airflow"))}),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": settings.openlineage_namespace,
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(openlineage_file(settings, "airflow")), "append": True}),
+    }
+
+
+def prepare_directories(settings: Settings | None = None) -> None:
+    settings = settings or get_settings()
+    for path in (settings.airflow_home, datahub_file(settings, "airflow").parent, openlineage_file(settings, "airflow").parent):
+        path.mkdir(parents=True, exist_ok=True)
+
+
+if __name__ == "__main__":
+    prepare_directories()
+    for key, value in airflow_environment().items():
+        print(f"export {key}={shlex.quote(value)}")

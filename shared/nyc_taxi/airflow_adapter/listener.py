@@ -1,0 +1,84 @@
+"""What happens at the end of every Airflow task, after Airflow's own lineage listeners.
+
+An Airflow listener, registered as a plugin (entry point ``airflow.plugins`` of this package), run
+after the OpenLineage provider's and DataHub's listeners (``trylast``), which have written the task's
+records to the local files by then:
+1. Column lineage in DataHub: the plugin does not turn OpenLineage's columnLineage facet into
+   DataHub's fine-grained lineage, so for a task that reported column lineage the task's DataJob
+   input/output aspect is written again with it, through the plugin's own connection (after the
+   plugin's version of the aspect, so this one stands).
+2. The plugin's live record file becomes a segment of its own (its file emitter rewrites the whole
+   file for every record: it must stay short).
+3. What the servers have not accepted yet is shipped, within ``LINEAGE_SHIP_SECONDS``; the rest waits
+   for the next task or `bash run lineage-replay`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from airflow.listeners import hookimpl
+from airflow.plugins_manager import AirflowPlugin
+
+log = logging.getLogger(__name__)
+
+
+def _column_lineage(task_instance) -> None:
+    from datahub_airflow_plugin._config import get_lineage_config
+
+    from nyc_taxi.airflow_adapter.operators import ReportsLineage
+    from nyc_taxi.core.registry import pipeline
+    from nyc_taxi.lineage.write.datahub import job_io_records
+
+    task = getattr(task_instance, "task", None)
+    report = getattr(task, "report", None)
+    if not isinstance(task, ReportsLineage) or report is None or not any(u.columns for u in report.outputs):
+        return
+    config = get_lineage_config()
+    if not config.enabled:
+        return
+    emitter = config.make_emitter_hook().make_emitter()
+    for record in job_io_records(pipeline(task_instance.dag_id), task.job, report, sorted(task.upstream_task_ids)):
+        emitter.emit(record)
+    emitter.flush()
+
+
+def _at_the_end(run) -> None:
+    """``run``: a task instance or a DAG run."""
+    from nyc_taxi.core.settings import get_settings
+    from nyc_taxi.lineage.write.delivery import ship_at_end_of
+    from nyc_taxi.lineage.write.outbox import rotate
+
+    if hasattr(run, "task_id"):
+        try:
+            _column_lineage(run)
+        except Exception as error:  # lineage must never fail the data work
+            log.warning("column lineage of %s.%s not recorded in DataHub: %s", run.dag_id, run.task_id, error)
+    try:
+        rotate(get_settings())
+    except Exception as error:
+        log.warning("DataHub record file not rotated: %s", error)
+    ship_at_end_of(".".join(filter(None, [run.dag_id, getattr(run, "task_id", None)])))
+
+
+class AtTheEndOfEveryTask:
+    @hookimpl(trylast=True)
+    def on_task_instance_success(self, previous_state, task_instance):
+        _at_the_end(task_instance)
+
+    @hookimpl(trylast=True)
+    def on_task_instance_failed(self, previous_state, task_instance, error):
+        _at_the_end(task_instance)
+
+    @hookimpl(trylast=True)
+    def on_dag_run_success(self, dag_run, msg):
+        _at_the_end(dag_run)
+
+    @hookimpl(trylast=True)
+    def on_dag_run_failed(self, dag_run, msg):
+        _at_the_end(dag_run)
+
+
+class LineagePlugin(AirflowPlugin):
+    name = "nyc_taxi_lineage"
+    listeners = [AtTheEndOfEveryTask()]

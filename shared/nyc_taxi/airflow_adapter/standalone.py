@@ -1,0 +1,34 @@
+"""`bash run airflow standalone`: Airflow's own standalone, with every component on 127.0.0.1.
+
+Airflow's standalone runs the API server (UI), scheduler, DAG processor and triggerer. The API
+server listens where AIRFLOW__API__HOST says (127.0.0.1, see environment.py); but the scheduler and
+the triggerer also start a log server each (ports 8793/8794) that Airflow binds to every interface,
+with no setting to change it. Those servers exist for workers on other machines; here every task
+runs on this machine and the UI reads its logs from disk, so they are switched off with the
+components' own ``--skip-serve-logs`` flag. Everything else is Airflow's standalone as is.
+"""
+
+from __future__ import annotations
+
+from airflow.cli.commands.standalone_command import StandaloneCommand
+
+WITH_LOG_SERVER = ("scheduler", "triggerer")
+
+
+class _WithoutLogServers(dict):
+    """The standalone's components by name; the ones with a log server get --skip-serve-logs."""
+
+    def __setitem__(self, name, component):
+        if name in WITH_LOG_SERVER and "--skip-serve-logs" not in component.command:
+            component.command = [*component.command, "--skip-serve-logs"]
+        super().__setitem__(name, component)
+
+
+class LocalStandalone(StandaloneCommand):
+    def __init__(self):
+        super().__init__()
+        self.subcommands = _WithoutLogServers()
+
+
+if __name__ == "__main__":
+    LocalStandalone().run()

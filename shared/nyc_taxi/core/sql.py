@@ -1,0 +1,27 @@
+"""The project's SQL files: one statement per file, ``${name}`` placeholders filled by the runner.
+
+Each data module keeps its SQL in a ``sql/`` folder beside it: ``SQL = SqlFolder(__file__)``.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+
+class SqlFolder:
+    def __init__(self, module_file: str | Path):
+        self.folder = Path(module_file).parent / "sql"
+
+    def path(self, name: str) -> Path:
+        path = self.folder / f"{name}.sql"
+        if not path.is_file():
+            known = ", ".join(sorted(p.stem for p in self.folder.glob("*.sql")))
+            raise FileNotFoundError(f"no SQL file {name}.sql in {self.folder}; there are: {known}")
+        return path
+
+    def render(self, name: str, **values: object) -> str:
+        return string.Template(self.path(name).read_text()).substitute({k: str(v) for k, v in values.items()})
+
+    def run(self, spark, name: str, **values: object):
+        return spark.sql(self.render(name, **values))

@@ -1,0 +1,92 @@
+"""Iceberg tables created from the registry (never retyped), through pyiceberg: no JVM needed.
+
+Spark and pyiceberg share the catalog, so a table created here is the table Spark writes.
+"""
+
+from __future__ import annotations
+
+from nyc_taxi.core.datasets import TABLES, Table
+from nyc_taxi.core.naming import iceberg_identifier, spark_table, table_location
+from nyc_taxi.core.settings import Settings, get_settings
+
+# Format v2: row-level MERGE/DELETE. Copy-on-write keeps readers (pyiceberg, DuckDB) simple.
+DEFAULT_PROPERTIES = {
+    "format-version": "2",
+    "write.merge.mode": "copy-on-write",
+    "write.update.mode": "copy-on-write",
+    "write.delete.mode": "copy-on-write",
+}
+PRIMARY_KEY_PROPERTY = "nyc_taxi.primary-key"  # recorded for readers; Iceberg does not enforce it (the MERGE keys do)
+# Partition transforms as Spark SQL writes them, and the partition field name Spark gives them.
+TRANSFORMS = {"days": ("DayTransform", "day"), "months": ("MonthTransform", "month"), "years": ("YearTransform", "year")}
+
+
+def iceberg_type(spark_type: str):
+    from pyiceberg import types
+
+    return {
+        "INT": types.IntegerType(), "BIGINT": types.LongType(), "DOUBLE": types.DoubleType(),
+        "STRING": types.StringType(), "DATE": types.DateType(),
+        "TIMESTAMP_NTZ": types.TimestampType(), "TIMESTAMP": types.TimestamptzType(),
+    }[spark_type]
+
+
+def iceberg_schema(table: Table):
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    return Schema(*(NestedField(field_id=i, name=c.name, field_type=iceberg_type(c.type), required=not c.nullable,
+                                doc=c.doc) for i, c in enumerate(table.columns, start=1)))
+
+
+def partition_spec(table: Table, schema):
+    from pyiceberg import transforms
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+
+    fields = []
+    for number, expression in enumerate(table.partitioned_by):
+        function, column = expression.rstrip(")").split("(")
+        transform, suffix = TRANSFORMS[function]
+        fields.append(PartitionField(source_id=schema.find_field(column).field_id, field_id=1000 + number,
+                                     transform=getattr(transforms, transform)(), name=f"{column}_{suffix}"))
+    return PartitionSpec(*fields)
+
+
+def table_properties(table: Table) -> dict[str, str]:
+    properties = {**DEFAULT_PROPERTIES, **table.properties, "comment": table.description}
+    if table.primary_key:
+        properties[PRIMARY_KEY_PROPERTY] = ",".join(table.primary_key)
+    return properties
+
+
+def pinned(table: Table, snapshot, settings: Settings | None = None) -> str:
+    """The table for Spark SQL, read at ``snapshot`` (a pyiceberg snapshot or id): a run reads exactly
+    the version its lineage reports, whatever another writer commits meanwhile."""
+    name = spark_table(table, settings)
+    snapshot_id = getattr(snapshot, "snapshot_id", snapshot)
+    return f"{name} VERSION AS OF {snapshot_id}" if snapshot_id is not None else name
+
+
+def ensure_tables(tables: list[Table] | None = None, settings: Settings | None = None) -> list[str]:
+    """Create the given registry tables (all by default) and their namespace if they do not exist yet;
+    the names of the tables it created."""
+    from nyc_taxi.core.catalog import load_catalog
+    from nyc_taxi.core.commits import retry_on_conflict
+
+    settings = settings or get_settings()
+
+    def create() -> list[str]:  # two writers starting at once may both find a table missing
+        catalog = load_catalog(settings)
+        catalog.create_namespace_if_not_exists(settings.database)
+        created = []
+        for table in tables or list(TABLES.values()):
+            identifier = iceberg_identifier(table, settings)
+            if catalog.table_exists(identifier):
+                continue
+            schema = iceberg_schema(table)
+            catalog.create_table(identifier, schema, location=table_location(table, settings),
+                                 partition_spec=partition_spec(table, schema), properties=table_properties(table))
+            created.append(table.name)
+        return created
+
+    return retry_on_conflict("creating the tables", create, creating=True)

@@ -1,0 +1,69 @@
+"""Staging a landed month: one way for both sources.
+
+A staging table holds exactly one load. Each staging snapshot records, in Iceberg's own snapshot
+summary, which landed version it holds; staging the same landed version again commits nothing
+(and starts no Spark), and the lineage of a staging snapshot can be read from the table itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from nyc_taxi.core.catalog import current_snapshot
+from nyc_taxi.core.commits import retry_on_conflict
+from nyc_taxi.core.datasets import LandedFiles, Table
+from nyc_taxi.core.naming import spark_table
+from nyc_taxi.core.settings import Settings
+from nyc_taxi.core.sql import SqlFolder
+from nyc_taxi.ingest import download
+from nyc_taxi.ingest.errors import BadSourceFile
+from nyc_taxi.lineage.write.report import DatasetUse, StepReport
+
+LANDED_VERSION = "nyc-taxi.landed-version"  # snapshot summary property of a staging snapshot
+
+
+def landed_file_version(landed: LandedFiles, locations: list[str], settings: Settings) -> str:
+    """The version of the landed files a stage reads: each file's name and sha256."""
+    versions = []
+    for location in locations:
+        version = download.landed_version(location, settings)
+        if version is None:
+            raise BadSourceFile(f"{location} has not landed (or has no version record beside it): "
+                                "run the download task for this month first")
+        versions.append(f"{Path(location).name}@{version.landed_version}")
+    return ", ".join(sorted(versions))
+
+
+def stage(sql: SqlFolder, statement: str, staging: Table, landed: LandedFiles, version: str, locations: list[str],
+          landed_view: Callable[[object], str], settings: Settings, summary: dict,
+          empty: Callable[[], Exception] | None = None, **values: object) -> StepReport:
+    """Replace ``staging`` with ``statement`` (a SELECT over the landed files' view) unless it holds ``version``.
+
+    ``landed_view(spark)`` registers the landed files as a view and returns its name; ``empty()``, if
+    given, is the error to raise when the statement selects no rows (nothing is written then). The
+    column lineage is the statement's, as DataHub's SQL parser reads it.
+    """
+    from nyc_taxi.lineage.write.columns import Statement, column_lineage
+
+    columns = column_lineage(staging, [Statement(sql, statement, reads={"landed": "landed"}, values=values)],
+                             {"landed": landed}, settings)
+    snapshot = current_snapshot(staging, settings)
+    committed = not (snapshot and snapshot.summary.get(LANDED_VERSION) == version)
+    if committed:
+        from nyc_taxi.core.spark import get_spark
+
+        spark = get_spark(settings)
+        frame = sql.run(spark, statement, landed=landed_view(spark), **values)
+        if empty is not None and frame.isEmpty():
+            raise empty()
+        retry_on_conflict(f"staging {staging.name}", lambda: frame.writeTo(spark_table(staging, settings))
+                          .option(f"snapshot-property.{LANDED_VERSION}", version).overwritePartitions())
+        snapshot = current_snapshot(staging, settings)
+    rows = int(snapshot.summary.get("total-records", 0))
+    return StepReport(
+        inputs=[DatasetUse(landed, version=version, locations=tuple(locations))],
+        outputs=[DatasetUse(staging, version=str(snapshot.snapshot_id), row_count=rows, operation="INSERT",
+                            committed=committed, columns=columns)],
+        summary={**summary, "staged_rows": rows, "restaged": committed},
+    )

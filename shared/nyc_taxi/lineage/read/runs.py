@@ -1,0 +1,234 @@
+"""Runs, from the OpenLineage events both tools recorded: the per-run record.
+
+Each event carries the run id, its state, its parent and root runs, the dataset versions it read and
+wrote (Iceberg snapshot ids, file versions, model versions) and which files, the code version
+(source-code-location facet), the job version (Metaflow's tag) and the parameters (Airflow's dag-run
+conf and nominal time; Metaflow's ``param.*`` run tags). ``Runs`` holds them all; ``job_runs`` is one
+job's history, a failed run compared with the last good run before it: what changed.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nyc_taxi.core.datasets import DATASETS
+from nyc_taxi.core.naming import identity
+from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.lineage.write.destinations import openlineage_events_dir
+
+FINAL = {"COMPLETE": "success", "FAIL": "failure", "ABORT": "aborted"}
+
+
+@dataclass
+class JobRun:
+    job: str  # <dag>.<task>, <Flow>.<step>, or a DAG / flow
+    run_id: str  # OpenLineage's
+    label: str = ""  # what the tool calls the run: Airflow's run id, Metaflow's pathspec
+    state: str = "running"
+    started: str | None = None
+    ended: str | None = None
+    code_version: str | None = None
+    job_version: str | None = None
+    parameters: dict[str, str] = field(default_factory=dict)
+    inputs: dict[str, str | None] = field(default_factory=dict)  # dataset -> version
+    outputs: dict[str, str | None] = field(default_factory=dict)
+    locations: dict[str, list[str]] = field(default_factory=dict)  # dataset -> the files this run read or wrote
+    rows: dict[str, int] = field(default_factory=dict)  # output dataset -> rows written
+    parent: tuple[str, str] | None = None  # (job, run id)
+    root: tuple[str, str] | None = None
+    upstream_jobs: list[str] = field(default_factory=list)  # jobs that ran right before, in the same DAG or flow
+    error: str | None = None
+    changed_since_last_good: dict[str, list] | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        if not (self.started and self.ended):
+            return None
+        return (dt.datetime.fromisoformat(self.ended) - dt.datetime.fromisoformat(self.started)).total_seconds()
+
+    @property
+    def pipeline(self) -> str:
+        return self.job.split(".", 1)[0]
+
+    @property
+    def is_pipeline_run(self) -> bool:
+        return "." not in self.job
+
+
+def event_files(settings: Settings) -> list[Path]:
+    return sorted(openlineage_events_dir(settings).glob("*.jsonl"))
+
+
+def read_events(settings: Settings | None = None) -> list[dict]:
+    settings = settings or get_settings()
+    events = []
+    for path in event_files(settings):
+        events += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sorted(events, key=lambda e: e["eventTime"])
+
+
+def _names(settings: Settings) -> dict[tuple[str, str], str]:
+    return {(i.ol_namespace, i.ol_name): d.name for d in DATASETS.values() for i in [identity(d, settings)]}
+
+
+def _dataset_name(dataset: dict, names: dict[tuple[str, str], str]) -> str:
+    return names.get((dataset["namespace"], dataset["name"]), f"{dataset['namespace']}/{dataset['name']}")
+
+
+def _apply(run: JobRun, event: dict, names: dict[tuple[str, str], str]) -> None:
+    kind, facets, job_facets = event["eventType"], event["run"].get("facets", {}), event["job"].get("facets", {})
+    run.started = run.started or event["eventTime"]  # events are read in time order: the first is the start
+    if kind in FINAL:
+        run.state, run.ended = FINAL[kind], event["eventTime"]
+    if "sourceCodeLocation" in job_facets:
+        run.code_version = job_facets["sourceCodeLocation"].get("version")
+    for tag in job_facets.get("tags", {}).get("tags", []):
+        if tag["key"] == "version":
+            run.job_version = tag["value"]
+    if parent := facets.get("parent"):
+        run.parent = (parent["job"]["name"], parent["run"]["runId"])
+        root = parent.get("root") or {}
+        run.root = (root["job"]["name"], root["run"]["runId"]) if root else run.parent
+    airflow = facets.get("airflow", {})
+    if airflow.get("dagRun"):
+        run.label = airflow["dagRun"].get("run_id", run.label)
+        run.parameters.update({k: json.dumps(v) if not isinstance(v, str) else v
+                               for k, v in (airflow["dagRun"].get("conf") or {}).items()})
+        if airflow.get("taskInstance", {}).get("try_number"):
+            run.parameters["try_number"] = str(airflow["taskInstance"]["try_number"])
+    if airflow.get("task", {}).get("upstream_task_ids"):
+        upstream = airflow["task"]["upstream_task_ids"]
+        run.upstream_jobs = [f"{run.pipeline}.{t}" for t in (ast.literal_eval(upstream) if isinstance(upstream, str) else upstream)]
+    if jobs := facets.get("jobDependencies", {}).get("upstream"):
+        run.upstream_jobs = [j["job"]["name"] for j in jobs]
+    for tag in facets.get("tags", {}).get("tags", []):
+        if tag["key"].startswith("param."):
+            run.parameters[tag["key"][len("param."):]] = tag["value"]
+        elif tag["key"] in ("metaflow.pathspec", "metaflow.run"):
+            run.label = tag["value"]
+    if "nominalTime" in facets:
+        run.parameters["nominal_time"] = facets["nominalTime"]["nominalStartTime"]
+    if "errorMessage" in facets:
+        run.error = facets["errorMessage"]["message"]
+    for side, target in (("inputs", run.inputs), ("outputs", run.outputs)):
+        for dataset in event.get(side, []):
+            version = dataset.get("facets", {}).get("version", {}).get("datasetVersion")
+            name = _dataset_name(dataset, names)
+            if version or name not in target:
+                target[name] = version
+            extra = dataset.get("inputFacets" if side == "inputs" else "outputFacets", {})
+            condition = extra.get("subset", {}).get("inputCondition" if side == "inputs" else "outputCondition", {})
+            if condition.get("locations"):
+                run.locations[name] = condition["locations"]
+            if side == "outputs" and (count := extra.get("outputStatistics", {}).get("rowCount")) is not None:
+                run.rows[name] = count
+
+
+@dataclass
+class Runs:
+    """Every recorded run, by OpenLineage run id, in the order they started."""
+
+    by_id: dict[str, JobRun]
+
+    @classmethod
+    def read(cls, settings: Settings | None = None, until: str | None = None) -> Runs:
+        """The runs as the events recorded them (only the events up to ``until``, an ISO time, if given)."""
+        settings = settings or get_settings()
+        names, runs = _names(settings), {}
+        for event in read_events(settings):
+            if until and event["eventTime"] > until:
+                break
+            run_id = event["run"]["runId"]
+            _apply(runs.setdefault(run_id, JobRun(job=event["job"]["name"], run_id=run_id)), event, names)
+        return cls(dict(sorted(runs.items(), key=lambda item: item[1].started or "")))
+
+    def __iter__(self):
+        return iter(self.by_id.values())
+
+    def of_job(self, job: str) -> list[JobRun]:
+        return [r for r in self if r.job == job]
+
+    def children(self, run: JobRun) -> list[JobRun]:
+        return [r for r in self if r.parent == (run.job, run.run_id)]
+
+    def find(self, text: str) -> JobRun:
+        """A run by what a user has: an OpenLineage run id, ``<Flow>/<run id>`` (Metaflow) or
+        ``<dag_id>/<run_id>`` (Airflow), or a pathspec of a step run."""
+        if text in self.by_id:
+            return self.by_id[text]
+        pipeline, _, label = text.partition("/")
+        for run in self:
+            if run.job == pipeline and run.label in (text, label):
+                return run
+            if "." in run.job and run.label == text:  # a Metaflow step's pathspec
+                return run
+        known = sorted({f"{r.job}/{r.label.split('/')[-1] if '/' in r.label else r.label}" for r in self if r.is_pipeline_run})
+        raise KeyError(f"no run {text!r} in the OpenLineage events; runs of DAGs and flows: {', '.join(known[-8:])}")
+
+    def committer(self, dataset: str, version: str) -> JobRun | None:
+        """The run that wrote ``version`` of ``dataset``: the first to report it as an output (later runs
+        that changed nothing report the same version)."""
+        return next((r for r in self if r.state == "success" and r.outputs.get(dataset) == version), None)
+
+
+def _changes(good: JobRun, run: JobRun) -> dict[str, list]:
+    changed: dict[str, list] = {}
+    if good.code_version != run.code_version:
+        changed["code_version"] = [good.code_version, run.code_version]
+    for key in sorted(set(good.parameters) | set(run.parameters)):
+        if key != "try_number" and good.parameters.get(key) != run.parameters.get(key):
+            changed[f"parameter {key}"] = [good.parameters.get(key), run.parameters.get(key)]
+    for name in sorted(set(good.inputs) | set(run.inputs)):
+        if good.inputs.get(name) != run.inputs.get(name):
+            changed[f"input {name}"] = [good.inputs.get(name), run.inputs.get(name)]
+    return changed
+
+
+def job_runs(job: str, settings: Settings | None = None) -> list[JobRun]:
+    """Every recorded run of ``job`` ("dag.task", "Flow.step", or a DAG / flow), oldest first."""
+    runs = Runs.read(settings)
+    jobs = {r.job for r in runs}
+    match = next((j for j in jobs if j.lower() == job.lower()), None)
+    if match is None:
+        close = sorted(j for j in jobs if job.lower() in j.lower())
+        raise KeyError(f"no runs of {job!r} in the OpenLineage events"
+                       + (f"; did you mean: {', '.join(close)}" if close else f"; jobs with runs: {', '.join(sorted(jobs))}"))
+    ordered = runs.of_job(match)
+    last_good = None
+    for run in ordered:
+        if run.state == "success":
+            last_good = run
+        elif run.state == "failure" and last_good is not None:
+            run.changed_since_last_good = _changes(last_good, run)
+    return ordered
+
+
+def as_json(runs: list[JobRun]) -> list[dict]:
+    return [asdict(r) | {"seconds": r.seconds} for r in runs]
+
+
+def render(runs: list[JobRun]) -> str:
+    def versions(uses: dict) -> str:
+        return ", ".join(f"{n}@{v or '?'}" for n, v in sorted(uses.items())) or "-"
+
+    lines = [f"runs of {runs[0].job} (oldest first; from the OpenLineage events)"] if runs else []
+    for run in runs:
+        took = f" {run.seconds:.1f} s" if run.seconds is not None else ""
+        params = " ".join(f"{k}={v}" for k, v in sorted(run.parameters.items()))
+        lines.append(f"  {run.started or '?'}  {run.state.upper():8s}{took}  {run.label or run.run_id}")
+        lines.append(f"      code {(run.code_version or '?')[:12]}  parameters {params or '-'}")
+        lines.append(f"      read  {versions(run.inputs)}")
+        lines.append(f"      wrote {versions(run.outputs)}")
+        if run.error:
+            lines.append(f"      error: {run.error.splitlines()[0][:300]}")
+        if run.changed_since_last_good is not None:
+            if run.changed_since_last_good:
+                for what, (before, after) in run.changed_since_last_good.items():
+                    lines.append(f"      changed since the last good run: {what}: {before} → {after}")
+            else:
+                lines.append("      nothing changed since the last good run (code, parameters and inputs are the same)")
+    return "\n".join(lines)

@@ -1,0 +1,226 @@
+"""Shipping the local lineage files to the servers, exactly once and in order.
+
+The local files (``outbox``) are the source of truth. For each server that is configured
+(OpenLineage events to ``OPENLINEAGE_URL``, DataHub records to ``DATAHUB_GMS_URL``) a ledger
+remembers, per local file, how many of its records the server has accepted. Shipping sends the
+records after that, in file order, one at a time, and writes the ledger after each one; it stops at
+the first failure (down, refusing, too slow) so that order is kept, and whoever ships next — the
+next task or step, or `bash run lineage-replay` — continues from there. Every task and step ships
+at its end within a time budget (``LINEAGE_SHIP_SECONDS``); a server that is down costs a task at
+most that, and never a record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.lineage.write.destinations import openlineage_events_dir
+from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_file, read_openlineage_file, replace_file
+
+log = logging.getLogger(__name__)
+
+
+class Server:
+    """A lineage server the local files are shipped to."""
+
+    name: str
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    @property
+    def url(self) -> str: ...
+
+    def files(self) -> list[Path]: ...
+
+    def read(self, path: Path) -> list[dict]: ...
+
+    def sender(self) -> Callable[[dict], None]:
+        """Sends one record; raises unless the server accepted it."""
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.settings.lineage_dir / "delivery" / f"{self.name}_ledger.json"
+
+
+class OpenLineageServer(Server):
+    name = "openlineage"
+
+    @property
+    def url(self) -> str:
+        return self.settings.openlineage_url
+
+    def files(self) -> list[Path]:
+        return sorted(openlineage_events_dir(self.settings).glob("*.jsonl"))
+
+    def read(self, path: Path) -> list[dict]:
+        return read_openlineage_file(path)
+
+    def sender(self) -> Callable[[dict], None]:
+        from openlineage.client.transport.http import HttpConfig, HttpTransport
+
+        config = {"url": self.url, "timeout": self.settings.lineage_request_timeout, "retry": {"total": 0}}
+        if self.settings.openlineage_api_key:
+            config["auth"] = {"type": "api_key", "apiKey": self.settings.openlineage_api_key.get_secret_value()}
+        return HttpTransport(HttpConfig.from_dict(config)).emit
+
+
+class DataHubServer(Server):
+    name = "datahub"
+
+    @property
+    def url(self) -> str:
+        return self.settings.datahub_gms_url
+
+    def files(self) -> list[Path]:
+        return datahub_files(self.settings)
+
+    def read(self, path: Path) -> list[dict]:
+        return read_datahub_file(path)
+
+    def sender(self) -> Callable[[dict], None]:
+        from datahub.emitter.rest_emitter import DataHubRestEmitter
+        from datahub.ingestion.source.file import read_metadata_file
+
+        token = self.settings.datahub_token.get_secret_value() if self.settings.datahub_token else None
+        timeout = self.settings.lineage_request_timeout
+        emitter = DataHubRestEmitter(self.url, token=token, retry_max_times=0, connect_timeout_sec=timeout,
+                                     read_timeout_sec=timeout, openapi_ingestion=False)
+
+        def send(record: dict) -> None:
+            import tempfile
+
+            # DataHub's own reader turns a record of its file format back into the typed proposal.
+            with tempfile.NamedTemporaryFile("w", suffix=".json") as one:
+                one.write(json.dumps([record]))
+                one.flush()
+                [proposal] = read_metadata_file(Path(one.name))
+            emitter.emit(proposal)
+
+        return send
+
+
+def servers(settings: Settings) -> list[Server]:
+    return ([OpenLineageServer(settings)] if settings.openlineage_url else []) + (
+        [DataHubServer(settings)] if settings.datahub_gms_url else [])
+
+
+def _head(records: list[dict]) -> str:
+    """A file is only ever appended to; a different first record means it was replaced."""
+    return hashlib.sha256(json.dumps(records[:1], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _ledger(server: Server) -> dict:
+    path = server.ledger_path
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _shipped(ledger: dict, path: Path, records: list[dict]) -> int:
+    entry = ledger.get(path.name, {})
+    return entry.get("shipped", 0) if entry.get("head") == _head(records) and entry.get("shipped", 0) <= len(records) else 0
+
+
+@dataclass
+class Shipment:
+    server: str
+    url: str
+    sent: int = 0
+    pending: int = 0
+    error: str | None = None
+    skipped: bool = False  # another process was shipping to this server
+
+
+@dataclass
+class ShipResult:
+    shipments: list[Shipment] = field(default_factory=list)
+
+    @property
+    def sent(self) -> int:
+        return sum(s.sent for s in self.shipments)
+
+    @property
+    def pending(self) -> int:
+        return sum(s.pending for s in self.shipments)
+
+
+def ship(settings: Settings | None = None, budget_seconds: float | None = None) -> ShipResult:
+    """Send every record not sent yet to every configured server; within ``budget_seconds`` if given."""
+    from filelock import FileLock, Timeout
+
+    settings = settings or get_settings()
+    deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
+    result = ShipResult()
+    for server in servers(settings):
+        shipment = Shipment(server.name, server.url)
+        result.shipments.append(shipment)
+        server.ledger_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with FileLock(str(server.ledger_path.with_suffix(".lock")), timeout=0 if deadline else -1):
+                _ship_to(server, shipment, deadline)
+        except Timeout:
+            shipment.skipped = True
+    return result
+
+
+def _ship_to(server: Server, shipment: Shipment, deadline: float | None) -> None:
+    ledger, send = _ledger(server), None
+    for path in server.files():
+        records = server.read(path)
+        start = _shipped(ledger, path, records)
+        for index in range(start, len(records)):
+            if shipment.error is not None or (deadline is not None and time.monotonic() > deadline):
+                shipment.pending += len(records) - index
+                break
+            try:
+                send = send or server.sender()
+                send(records[index])
+            except Exception as error:  # down, refusing, timing out: keep the rest for later, in order
+                shipment.error = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+                shipment.pending += len(records) - index
+                break
+            shipment.sent += 1
+            ledger[path.name] = {"shipped": index + 1, "head": _head(records)}
+            replace_file(server.ledger_path, json.dumps(ledger, indent=1))
+
+
+def ship_at_end_of(what: str, settings: Settings | None = None) -> None:
+    """A task or step ships what is pending, within the time budget; never fails the work."""
+    settings = settings or get_settings()
+    if not servers(settings):
+        return
+    try:
+        result = ship(settings, settings.lineage_ship_seconds)
+    except Exception as error:  # lineage must never fail the data work
+        log.warning("lineage not shipped after %s: %s; it stays in the local files (bash run lineage-replay)", what, error)
+        return
+    for shipment in result.shipments:
+        if shipment.error or shipment.pending:
+            log.warning("%s: %d lineage records sent to %s, %d kept for later%s (bash run lineage-replay)", what,
+                        shipment.sent, shipment.url, shipment.pending, f" ({shipment.error})" if shipment.error else "")
+
+
+@dataclass
+class Pending:
+    server: str
+    file: str
+    shipped: int
+    total: int
+
+
+def status(settings: Settings | None = None) -> list[Pending]:
+    """For every configured server and local file: how many records it has, how many were shipped."""
+    settings = settings or get_settings()
+    rows = []
+    for server in servers(settings):
+        ledger = _ledger(server)
+        for path in server.files():
+            records = server.read(path)
+            rows.append(Pending(server.name, str(path), _shipped(ledger, path, records), len(records)))
+    return rows

@@ -1,0 +1,217 @@
+"""OpenLineage: a step's report as typed datasets with facets, and run events for integrations that
+build their own (the Metaflow adapter). Identities come from the registry's naming rules.
+
+Facets used, all from the OpenLineage spec: schema, symlinks, version (the Iceberg snapshot id, the
+file version, the model version), columnLineage; input/output statistics, data-quality metrics and
+assertions; subset (which files of a file dataset the run read or wrote); for runs parent,
+jobDependencies, nominalTime, errorMessage, tags; for jobs jobType, sourceCodeLocation, tags.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from nyc_taxi.core.datasets import Column
+from nyc_taxi.core.jobs import Job
+from nyc_taxi.core.naming import identity
+from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
+from nyc_taxi.lineage.write.report import DatasetUse, StepReport
+
+PRODUCER = "https://github.com/nyc-taxi-lineage/airflow-metaflow-lineage"
+
+
+def run_uuid(*parts: str) -> str:
+    """A stable OpenLineage run id for a run named by ``parts`` (the same from every process)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "nyc-taxi:" + "/".join(parts)))
+
+
+@functools.cache
+def git_revision() -> tuple[str, str]:
+    """(repository URL, commit) of the code that runs: the code version in both tools' lineage."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True).stdout.strip()
+
+    return git("remote", "get-url", "origin") or REPO_ROOT.as_uri(), git("rev-parse", "HEAD") or "unknown"
+
+
+def source_code_location(path: str):
+    """The source-code-location job facet for a file of this repository at the running commit."""
+    from openlineage.client.facet_v2 import source_code_location_job
+
+    repo, commit = git_revision()
+    return source_code_location_job.SourceCodeLocationJobFacet(type="git", url=repo, repoUrl=repo, path=path,
+                                                                 version=commit)
+
+
+# ---- datasets -------------------------------------------------------------------------------
+
+def _schema(columns: tuple[Column, ...]):
+    from openlineage.client.facet_v2 import schema_dataset
+
+    return schema_dataset.SchemaDatasetFacet(fields=[
+        schema_dataset.SchemaDatasetFacetFields(name=c.name, type=c.type, description=c.doc) for c in columns])
+
+
+def _column_lineage(use: DatasetUse, settings: Settings):
+    from openlineage.client.facet_v2 import column_lineage_dataset as cl
+
+    fields = {}
+    for column, sources in sorted(use.columns.items()):
+        inputs = []
+        for source in sources:
+            ident = identity(source.dataset, settings)
+            inputs.append(cl.InputField(
+                namespace=ident.ol_namespace, name=ident.ol_name, field=source.column,
+                transformations=[cl.Transformation(type="INDIRECT" if source.indirect else "DIRECT",
+                                                   subtype=source.transformation, description=source.description,
+                                                   masking=False)]))
+        fields[column] = cl.Fields(inputFields=inputs)
+    return cl.ColumnLineageDatasetFacet(fields=fields)
+
+
+def _dataset_facets(use: DatasetUse, settings: Settings) -> dict[str, Any]:
+    from openlineage.client.facet_v2 import dataset_version_dataset
+
+    facets: dict[str, Any] = dict(identity(use.dataset, settings).openlineage_dataset().facets)
+    if use.dataset.columns:
+        facets["schema"] = _schema(use.dataset.columns)
+    if use.version is not None:
+        facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(use.version))
+    return facets
+
+
+def input_dataset(use: DatasetUse, settings: Settings | None = None):
+    from openlineage.client.event_v2 import InputDataset
+    from openlineage.client.facet_v2 import (base_subset_dataset, data_quality_assertions_dataset,
+                                             data_quality_metrics_input_dataset, input_statistics_input_dataset)
+
+    settings = settings or get_settings()
+    ident = identity(use.dataset, settings)
+    facets: dict[str, Any] = {}
+    if use.row_count is not None:
+        facets["dataQualityMetrics"] = data_quality_metrics_input_dataset.DataQualityMetricsInputDatasetFacet(
+            rowCount=use.row_count, columnMetrics={})
+    if use.row_count is not None or use.size_bytes is not None:
+        facets["inputStatistics"] = input_statistics_input_dataset.InputStatisticsInputDatasetFacet(
+            rowCount=use.row_count, size=use.size_bytes, fileCount=len(use.locations) or None)
+    if use.checks:
+        facets["dataQualityAssertions"] = data_quality_assertions_dataset.DataQualityAssertionsDatasetFacet(
+            assertions=[data_quality_assertions_dataset.Assertion(
+                assertion=f"{c.name} ({c.rows} rows, kept)", success=c.passed, column=c.column, severity="warn")
+                for c in use.checks])
+    if use.locations:
+        facets["subset"] = base_subset_dataset.InputSubsetInputDatasetFacet(
+            inputCondition=base_subset_dataset.LocationSubsetCondition(locations=list(use.locations)))
+    return InputDataset(namespace=ident.ol_namespace, name=ident.ol_name, facets=_dataset_facets(use, settings),
+                        inputFacets=facets)
+
+
+def output_dataset(use: DatasetUse, settings: Settings | None = None):
+    from openlineage.client.event_v2 import OutputDataset
+    from openlineage.client.facet_v2 import base_subset_dataset, output_statistics_output_dataset
+
+    settings = settings or get_settings()
+    ident = identity(use.dataset, settings)
+    facets = _dataset_facets(use, settings)
+    if use.columns:
+        facets["columnLineage"] = _column_lineage(use, settings)
+    output_facets: dict[str, Any] = {}
+    if use.row_count is not None or use.size_bytes is not None:
+        output_facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+            rowCount=use.row_count, size=use.size_bytes, fileCount=len(use.locations) or None)
+    if use.locations:
+        output_facets["subset"] = base_subset_dataset.OutputSubsetOutputDatasetFacet(
+            outputCondition=base_subset_dataset.LocationSubsetCondition(locations=list(use.locations)))
+    return OutputDataset(namespace=ident.ol_namespace, name=ident.ol_name, facets=facets, outputFacets=output_facets)
+
+
+# ---- runs (for integrations that emit their own events) -------------------------------------------
+
+@dataclass(frozen=True)
+class RunRef:
+    """Another run this one belongs to or follows: a parent, a root, an upstream step."""
+
+    namespace: str
+    job_name: str
+    run_id: str
+
+    @classmethod
+    def parse(cls, text: str | None) -> RunRef | None:
+        """``<namespace>/<job name>/<run id>``, as OpenLineage integrations pass a parent (dbt-ol, Airflow's macros)."""
+        if not text or text.count("/") < 2:
+            return None
+        namespace, rest = text.split("/", 1)
+        job_name, run_id = rest.rsplit("/", 1)
+        return cls(namespace, job_name, run_id)
+
+
+@dataclass
+class RunContext:
+    """What a run event says about its run, beyond the datasets."""
+
+    job_name: str
+    run_id: str
+    job_type: str  # FLOW | STEP | DAG | TASK
+    integration: str  # METAFLOW | AIRFLOW
+    code_path: str
+    parent: RunRef | None = None
+    root: RunRef | None = None
+    upstream: list[RunRef] = field(default_factory=list)  # runs of the steps that ran right before
+    tags: dict[str, str] = field(default_factory=dict)  # run tags: parameters, pathspecs
+    job_version: str | None = None
+    nominal_time: str | None = None
+
+
+def run_event(state: str, run: RunContext, report: StepReport | None = None, error: BaseException | None = None,
+              settings: Settings | None = None):
+    from openlineage.client.event_v2 import Job as OLJob
+    from openlineage.client.event_v2 import Run, RunEvent, RunState
+    from openlineage.client.facet_v2 import (error_message_run, job_dependencies_run, job_type_job,
+                                             nominal_time_run, parent_run, tags_job, tags_run)
+
+    settings = settings or get_settings()
+    source = run.integration
+    run_facets: dict[str, Any] = {"tags": tags_run.TagsRunFacet(tags=[
+        tags_run.TagsRunFacetFields(key=k, value=v, source=source) for k, v in sorted(run.tags.items())])}
+    if run.nominal_time:
+        run_facets["nominalTime"] = nominal_time_run.NominalTimeRunFacet(nominalStartTime=run.nominal_time)
+    if run.parent:
+        root = run.root or run.parent
+        run_facets["parent"] = parent_run.ParentRunFacet(
+            run=parent_run.Run(runId=run.parent.run_id),
+            job=parent_run.Job(namespace=run.parent.namespace, name=run.parent.job_name),
+            root=parent_run.Root(run=parent_run.RootRun(runId=root.run_id),
+                                 job=parent_run.RootJob(namespace=root.namespace, name=root.job_name)))
+    if run.job_type == "STEP":
+        run_facets["jobDependencies"] = job_dependencies_run.JobDependenciesRunFacet(upstream=[
+            job_dependencies_run.JobDependency(
+                job=job_dependencies_run.JobIdentifier(namespace=u.namespace, name=u.job_name),
+                run=job_dependencies_run.RunIdentifier(runId=u.run_id),
+                dependency_type="DIRECT_INVOCATION", sequence_trigger_rule="FINISH_TO_START")
+            for u in run.upstream])
+    if error is not None:
+        run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+            message=f"{type(error).__name__}: {error}", programmingLanguage="python")
+    job_facets: dict[str, Any] = {
+        "jobType": job_type_job.JobTypeJobFacet(processingType="BATCH", integration=run.integration, jobType=run.job_type),
+        "sourceCodeLocation": source_code_location(run.code_path),
+    }
+    if run.job_version:
+        job_facets["tags"] = tags_job.TagsJobFacet(tags=[tags_job.TagsJobFacetFields(
+            key="version", value=run.job_version, source=source)])
+    return RunEvent(
+        eventType=getattr(RunState, state), eventTime=dt.datetime.now(dt.timezone.utc).isoformat(), producer=PRODUCER,
+        run=Run(runId=run.run_id, facets=run_facets),
+        job=OLJob(namespace=settings.openlineage_namespace, name=run.job_name, facets=job_facets),
+        inputs=[input_dataset(u, settings) for u in (report.inputs if report else [])],
+        outputs=[output_dataset(u, settings) for u in (report.outputs if report else [])])
+
+
+def declared_uses(job: Job) -> tuple[list[DatasetUse], list[DatasetUse]]:
+    """The datasets a job is declared to read and write (what a run announces before it knows more)."""
+    return [DatasetUse(d) for d in job.reads], [DatasetUse(d) for d in job.writes]

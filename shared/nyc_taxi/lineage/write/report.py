@@ -1,0 +1,81 @@
+"""What one run of a step read and wrote: the neutral contract between the data work and lineage.
+
+A data function (an ingestion step, a forecasting step) returns a ``StepReport``, or a result that
+carries one as ``.report``. The orchestrator's adapter turns it into OpenLineage events and DataHub
+records (``openlineage.py``, ``datahub.py`` beside this file). Nothing here imports a lineage SDK.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nyc_taxi.core.datasets import Dataset
+
+# OpenLineage's column-lineage transformation subtypes we use (type DIRECT unless ``indirect``).
+Transformation = Literal["IDENTITY", "TRANSFORMATION", "AGGREGATION", "FILTER", "GROUP_BY", "CONDITIONAL", "JOIN"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A data-quality count: rows a consumer should know about (kept, not dropped)."""
+
+    name: str
+    rows: int
+    column: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.rows == 0
+
+
+@dataclass(frozen=True)
+class ColumnSource:
+    """One input column an output column is computed from, and how."""
+
+    dataset: Dataset
+    column: str
+    transformation: Transformation = "IDENTITY"
+    indirect: bool = False  # it selects or groups the rows (a filter, a key), it is not the value
+    description: str = ""
+
+
+ColumnLineage = dict[str, tuple[ColumnSource, ...]]  # output column -> what it is computed from
+
+
+@dataclass
+class DatasetUse:
+    """A dataset as one run saw it: the version it read or wrote and what was measured."""
+
+    dataset: Dataset
+    version: str | None = None  # Iceberg snapshot id, file version (name@etag/sha256), model version
+    row_count: int | None = None
+    size_bytes: int | None = None
+    locations: tuple[str, ...] = ()  # the files of the dataset this run read or wrote (file datasets)
+    checks: list[Check] = field(default_factory=list)
+    operation: str = "UPDATE"  # outputs: INSERT | UPDATE | CREATE (DataHub's operation types)
+    committed: bool | None = None  # outputs: did this run commit a new version (False: nothing changed)
+    columns: ColumnLineage = field(default_factory=dict)  # outputs: column lineage
+
+    @property
+    def name(self) -> str:
+        return self.dataset.name
+
+
+@dataclass
+class StepReport:
+    inputs: list[DatasetUse] = field(default_factory=list)
+    outputs: list[DatasetUse] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    recorded_by: str | None = None  # the run whose lineage already holds this report
+
+    def __add__(self, other: StepReport) -> StepReport:
+        return StepReport(self.inputs + other.inputs, self.outputs + other.outputs, {**self.summary, **other.summary})
+
+
+def report_of(value: Any) -> StepReport | None:
+    """The report a data function's result carries: itself, or its ``report`` attribute."""
+    if isinstance(value, StepReport):
+        return value
+    report = getattr(value, "report", None)
+    return report if isinstance(report, StepReport) else None

@@ -1,0 +1,1 @@
+"""Metaflow's room: its configuration from the project settings, and lineage as a flow decorator."""

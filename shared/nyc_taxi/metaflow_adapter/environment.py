@@ -1,0 +1,38 @@
+"""Metaflow's configuration from the project settings: local datastore and metadata under the state
+directory. `python -m nyc_taxi.metaflow_adapter.environment` prints it as `export` lines for the task runner."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shlex
+
+from nyc_taxi.core.settings import Settings, get_settings
+
+
+def _user() -> str:
+    for name in (os.environ.get("METAFLOW_USER"), os.environ.get("USER"), getpass.getuser()):
+        if name and name != "root":
+            return name
+    return "nyc-taxi"
+
+
+def metaflow_environment(settings: Settings | None = None) -> dict[str, str]:
+    settings = settings or get_settings()
+    home = settings.metaflow_home
+    return {
+        "METAFLOW_HOME": str(home),
+        "METAFLOW_DEFAULT_DATASTORE": "local",
+        "METAFLOW_DEFAULT_METADATA": "local",
+        "METAFLOW_DATASTORE_SYSROOT_LOCAL": str(home),
+        "METAFLOW_CARD_LOCALROOT": str(home / "mf.cards"),
+        # Metaflow needs a user name and refuses "root" (CI and containers often run as root).
+        "METAFLOW_USER": _user(),
+    }
+
+
+if __name__ == "__main__":
+    environment = metaflow_environment()
+    os.makedirs(environment["METAFLOW_HOME"], exist_ok=True)
+    for key, value in environment.items():
+        print(f"export {key}={shlex.quote(value)}")

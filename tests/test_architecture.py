@@ -1,0 +1,116 @@
+"""The package's rooms and who may import whom (read from the code with ast, so a wrong import fails
+here), no import cycles, and the declarations import no lineage SDK."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "shared" / "nyc_taxi"
+
+# room -> rooms it must never import (directly or in a function)
+FORBIDDEN = {
+    "core": {"ingest", "forecast", "lineage", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli"},
+    "ingest": {"forecast", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
+    "forecast": {"ingest", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
+    "lineage.write": {"lineage.read", "ingest", "forecast", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli"},
+    "lineage.read": {"ingest", "forecast", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli"},
+    "airflow_adapter": {"metaflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
+    "metaflow_adapter": {"airflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
+    "fixtures": {"airflow_adapter", "metaflow_adapter", "bench", "cli", "lineage"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """(imported nyc_taxi module, at module level?) for every import in the file."""
+    tree = ast.parse(path.read_text())
+    top = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        for name in names:
+            if name.startswith("nyc_taxi."):
+                found.append((name, id(node) in top))
+    return found
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")[1:] or [""]
+    return ".".join(parts[:2]) if parts[:1] == ["lineage"] and len(parts) > 1 and parts[1] in ("read", "write") else parts[0]
+
+
+def test_every_room_imports_only_what_it_may():
+    modules = _modules()
+    offences = []
+    for module, path in sorted(modules.items()):
+        room = _room(module)
+        for imported, _ in _imports(path):
+            target = _room(imported)
+            banned = FORBIDDEN.get(room, set())
+            if target in banned or target.split(".")[0] in banned:
+                offences.append(f"{module} imports {imported}")
+    assert offences == []
+
+
+def test_no_import_cycles_at_module_level():
+    modules = _modules()
+    graph = defaultdict(set)
+    for module, path in modules.items():
+        for imported, top_level in _imports(path):
+            if top_level:
+                target = imported if imported in modules else imported.rsplit(".", 1)[0]
+                if target in modules and target != module:
+                    graph[module].add(target)
+    cycles, state = [], {}
+
+    def visit(node, trail):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join(trail[trail.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = "done"
+
+    for module in sorted(modules):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+@pytest.mark.parametrize("module", ["nyc_taxi.core.datasets", "nyc_taxi.core.naming", "nyc_taxi.core.registry",
+                                    "nyc_taxi.core.jobs", "nyc_taxi.lineage.write.report"])
+def test_declarations_and_the_report_contract_load_no_lineage_sdk(module):
+    probe = (f"import sys, {module}\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'datahub', 'openlineage', 'pyspark', 'airflow', 'metaflow'}))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"
+
+
+def test_the_readme_layout_names_every_room():
+    readme = (PACKAGE.parents[1] / "README.md").read_text()
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rooms = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    rooms += sorted(f"lineage/{p.name}" for p in (PACKAGE / "lineage").iterdir() if (p / "__init__.py").exists())
+    missing = [room for room in rooms if f"`shared/nyc_taxi/{room}/`" not in layout]
+    assert missing == []
+    for top in ("airflow/", "metaflow/", "shared/", "infra/", "tests/", "images/", "run"):
+        assert f"`{top}`" in layout, top

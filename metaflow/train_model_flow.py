@@ -23,13 +23,18 @@ from nyc_taxi.metaflow_adapter.lineage import lineage
 
 @lineage(nominal_time="as_of_datetime", variant="model")
 class TrainForecastModelFlow(FlowSpec):
-    as_of_datetime = Parameter("as_of_datetime", required=True, type=str,
-                               help="Forecast origin, New York local time (e.g. 2024-02-15T00:00): "
-                                    "training uses the hours before it, forecasts start at it")
+    as_of_datetime = Parameter(
+        "as_of_datetime",
+        required=True,
+        type=str,
+        help="Forecast origin, New York local time (e.g. 2024-02-15T00:00): "
+        "training uses the hours before it, forecasts start at it",
+    )
     lookback_days = Parameter("lookback_days", default=30, type=int, help="Days of actuals to train on")
     predict_horizon_hours = Parameter("predict_horizon_hours", default=24, type=int, help="Hours to forecast")
-    model = Parameter("model", default="seasonal_naive", type=str,
-                      help="seasonal_naive, or weather_adjusted (also reads weather_raw)")
+    model = Parameter(
+        "model", default="seasonal_naive", type=str, help="seasonal_naive, or weather_adjusted (also reads weather_raw)"
+    )
 
     @step
     def start(self):
@@ -75,8 +80,9 @@ class TrainForecastModelFlow(FlowSpec):
         """MAE and WAPE per zone and overall where the forecast hours have actuals (a backtest)."""
         self.evaluation = forecast.evaluate(self.forecasts, self.predict_horizon_hours)
         self.mae, self.wape, self.metrics = self.evaluation.mae, self.evaluation.wape, self.evaluation.metrics
-        cards.evaluation_card(current.card["evaluation"], self.forecasts.values, self.evaluation.actual, self.metrics,
-                              self.model)
+        cards.evaluation_card(
+            current.card["evaluation"], self.forecasts.values, self.evaluation.actual, self.metrics, self.model
+        )
         self.next(self.end)
 
     @step

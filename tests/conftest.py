@@ -19,11 +19,28 @@ _STATE = Path(tempfile.mkdtemp(prefix="nyc-taxi-test-state-"))
 def pytest_configure(config):
     """Before anything reads the settings or imports Airflow: isolated state, no outside servers, and
     Airflow's configuration (a few environment variables: Airflow reads them when it is imported)."""
-    os.environ.update({"STATE_DIR": str(_STATE), "PROFILE": "local", "SPARK_LOCAL_IP": "127.0.0.1",
-                       "DATAHUB_TELEMETRY_ENABLED": "false"})
-    for name in ("DATAHUB_PLATFORM_INSTANCE", "DATAHUB_ENV", "DATAHUB_GMS_URL", "OPENLINEAGE_URL", "SPARK_MASTER",
-                 "S3_BUCKET", "AIRFLOW_CONFIG", "TLC_BASE_URL", "NOAA_BASE_URL", "OPENLINEAGE_PARENT_ID",
-                 "OPENLINEAGE_ROOT_PARENT_ID", "PARENT_AIRFLOW_TASK"):
+    os.environ.update(
+        {
+            "STATE_DIR": str(_STATE),
+            "PROFILE": "local",
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "DATAHUB_TELEMETRY_ENABLED": "false",
+        }
+    )
+    for name in (
+        "DATAHUB_PLATFORM_INSTANCE",
+        "DATAHUB_ENV",
+        "DATAHUB_GMS_URL",
+        "OPENLINEAGE_URL",
+        "SPARK_MASTER",
+        "S3_BUCKET",
+        "AIRFLOW_CONFIG",
+        "TLC_BASE_URL",
+        "NOAA_BASE_URL",
+        "OPENLINEAGE_PARENT_ID",
+        "OPENLINEAGE_ROOT_PARENT_ID",
+        "PARENT_AIRFLOW_TASK",
+    ):
         os.environ.pop(name, None)
     from nyc_taxi.airflow_adapter.environment import airflow_environment
 
@@ -98,8 +115,14 @@ def moto_endpoint():
 def aws_settings(moto_endpoint, tmp_path):
     from nyc_taxi.core.settings import Settings
 
-    return Settings(_env_file=None, profile="aws", aws_profile="", aws_endpoint_url=moto_endpoint,
-                    aws_region="eu-west-1", state_dir=tmp_path)
+    return Settings(
+        _env_file=None,
+        profile="aws",
+        aws_profile="",
+        aws_endpoint_url=moto_endpoint,
+        aws_region="eu-west-1",
+        state_dir=tmp_path,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -135,8 +158,15 @@ def browser():
     """Headless Debian Chromium driven by Playwright (no browser download), on a fresh empty profile."""
     from playwright.sync_api import sync_playwright
 
-    args = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"]
+    args = [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=args)
         yield chromium
@@ -151,6 +181,7 @@ RUN_SPECIFIC_COLUMNS = {"ingested_at", "computed_at", "created_at", "model_versi
 def table_contents():
     """settings -> the rows of every registry table that exists, without the run-specific columns,
     sorted: two lakehouses that did the same work compare equal."""
+
     def contents(settings) -> dict[str, list[tuple]]:
         from nyc_taxi.core.catalog import load_catalog
         from nyc_taxi.core.datasets import TABLES
@@ -165,6 +196,7 @@ def table_contents():
             rows = rows.drop_columns([c for c in rows.column_names if c in RUN_SPECIFIC_COLUMNS])
             tables[table.name] = sorted(tuple(r.values()) for r in rows.to_pylist())
         return tables
+
     return contents
 
 
@@ -172,6 +204,7 @@ def table_contents():
 def lineage_events():
     """settings -> (job, event type) of every OpenLineage event both tools wrote, sorted; every line
     must be whole JSON (a torn or interleaved line fails)."""
+
     def events(settings) -> list[tuple[str, str]]:
         import json
 
@@ -183,6 +216,7 @@ def lineage_events():
                 event = json.loads(line)
                 found.append((event["job"]["name"], event["eventType"]))
         return sorted(found)
+
     return events
 
 
@@ -190,6 +224,7 @@ def lineage_events():
 def listening_sockets():
     """pids -> {(command line, IPv4 address, port)} of every listening TCP socket of those processes
     and all their descendants."""
+
     def sockets(*pids: int) -> set[tuple[str, str, int]]:
         import psutil
 
@@ -204,6 +239,7 @@ def listening_sockets():
             except psutil.NoSuchProcess:
                 pass
         return found
+
     return sockets
 
 
@@ -239,8 +275,11 @@ def lineage_backend():
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
-        return SimpleNamespace(url=f"http://127.0.0.1:{server.server_address[1]}", requests=requests,
-                               events=lambda: [body for path, _, body in requests if path == "/api/v1/lineage"])
+        return SimpleNamespace(
+            url=f"http://127.0.0.1:{server.server_address[1]}",
+            requests=requests,
+            events=lambda: [body for path, _, body in requests if path == "/api/v1/lineage"],
+        )
 
     yield start
     for server in servers:

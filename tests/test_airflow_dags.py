@@ -33,19 +33,53 @@ from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
 # The TLC -> target column contract, written out independently of the product's registry/SQL.
-COLUMNS_2024 = ["VendorID", "tpep_pickup_datetime", "tpep_dropoff_datetime", "passenger_count", "trip_distance",
-                "RatecodeID", "store_and_fwd_flag", "PULocationID", "DOLocationID", "payment_type", "fare_amount",
-                "extra", "mta_tax", "tip_amount", "tolls_amount", "improvement_surcharge", "total_amount",
-                "congestion_surcharge", "Airport_fee"]
+COLUMNS_2024 = [
+    "VendorID",
+    "tpep_pickup_datetime",
+    "tpep_dropoff_datetime",
+    "passenger_count",
+    "trip_distance",
+    "RatecodeID",
+    "store_and_fwd_flag",
+    "PULocationID",
+    "DOLocationID",
+    "payment_type",
+    "fare_amount",
+    "extra",
+    "mta_tax",
+    "tip_amount",
+    "tolls_amount",
+    "improvement_surcharge",
+    "total_amount",
+    "congestion_surcharge",
+    "Airport_fee",
+]
 TLC_TO_TARGET = {
-    "vendorid": ("vendor_id", pa.int32()), "tpep_pickup_datetime": ("pickup_datetime", pa.timestamp("us")),
-    "tpep_dropoff_datetime": ("dropoff_datetime", pa.timestamp("us")), "passenger_count": ("passenger_count", pa.int64()),
-    "trip_distance": ("trip_distance", pa.float64()), "ratecodeid": ("ratecode_id", pa.int64()),
-    "store_and_fwd_flag": ("store_and_fwd_flag", pa.string()), "pulocationid": ("pickup_location_id", pa.int32()),
-    "dolocationid": ("dropoff_location_id", pa.int32()), "payment_type": ("payment_type", pa.int64()),
-    **{c: (c, pa.float64()) for c in ("fare_amount", "extra", "mta_tax", "tip_amount", "tolls_amount",
-                                      "improvement_surcharge", "total_amount", "congestion_surcharge", "airport_fee",
-                                      "cbd_congestion_fee")},
+    "vendorid": ("vendor_id", pa.int32()),
+    "tpep_pickup_datetime": ("pickup_datetime", pa.timestamp("us")),
+    "tpep_dropoff_datetime": ("dropoff_datetime", pa.timestamp("us")),
+    "passenger_count": ("passenger_count", pa.int64()),
+    "trip_distance": ("trip_distance", pa.float64()),
+    "ratecodeid": ("ratecode_id", pa.int64()),
+    "store_and_fwd_flag": ("store_and_fwd_flag", pa.string()),
+    "pulocationid": ("pickup_location_id", pa.int32()),
+    "dolocationid": ("dropoff_location_id", pa.int32()),
+    "payment_type": ("payment_type", pa.int64()),
+    **{
+        c: (c, pa.float64())
+        for c in (
+            "fare_amount",
+            "extra",
+            "mta_tax",
+            "tip_amount",
+            "tolls_amount",
+            "improvement_surcharge",
+            "total_amount",
+            "congestion_surcharge",
+            "airport_fee",
+            "cbd_congestion_fee",
+        )
+    },
 }
 
 
@@ -67,13 +101,15 @@ class LineageLog:
         return datahub_files(self.settings, "airflow")
 
     def openlineage(self) -> list[dict]:
-        return [json.loads(line) for line in self._ol_all()[self.ol_mark:]]
+        return [json.loads(line) for line in self._ol_all()[self.ol_mark :]]
 
     def datahub(self) -> list[dict]:
-        return self._dh_all()[self.dh_mark:]
+        return self._dh_all()[self.dh_mark :]
 
     def ol_event(self, event_type: str, task_id: str) -> dict:
-        [event] = [e for e in self.openlineage() if e["eventType"] == event_type and e["job"]["name"].endswith(f".{task_id}")]
+        [event] = [
+            e for e in self.openlineage() if e["eventType"] == event_type and e["job"]["name"].endswith(f".{task_id}")
+        ]
         return event
 
 
@@ -96,7 +132,10 @@ def raw_rows(table: registry.Table, **equal) -> pa.Table:
 def expected_taxi_rows(path: Path) -> pa.Table:
     """What raw must hold for one TLC file: renamed case-insensitively, cast, keyed by file and row."""
     source = pq.read_table(path)
-    columns = {TLC_TO_TARGET[name.lower()][0]: source[name].cast(TLC_TO_TARGET[name.lower()][1]) for name in source.column_names}
+    columns = {
+        TLC_TO_TARGET[name.lower()][0]: source[name].cast(TLC_TO_TARGET[name.lower()][1])
+        for name in source.column_names
+    }
     if "cbd_congestion_fee" not in columns:
         columns["cbd_congestion_fee"] = pa.nulls(source.num_rows, pa.float64())
     keys = pa.array([f"{path.name}:{i}" for i in range(source.num_rows)])
@@ -109,6 +148,7 @@ def comparable(table: pa.Table) -> pa.Table:
 
 
 # ---------------------------------------------------------------------------------------------
+
 
 def test_dags_import_without_database_or_network(tmp_path):
     """Parsing touches neither the metadata database (a path that cannot exist) nor the network."""
@@ -124,32 +164,54 @@ print(json.dumps({{"errors": {{k: str(v) for k, v in bag.import_errors.items()}}
     "outlets": {{d: sorted(getattr(a, "uri", a.name) for t in dag.tasks for a in t.outlets) for d, dag in bag.dags.items()}},
     "schedules": {{d: sorted(a.uri for a in dag.schedule) if isinstance(dag.schedule, list) else [] for d, dag in bag.dags.items()}}}}))
 """
-    env = {**os.environ, "PROFILE": "aws", "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AIRFLOW_HOME": str(tmp_path),
-           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite:////nonexistent/dir/airflow.db"}
+    env = {
+        **os.environ,
+        "PROFILE": "aws",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite:////nonexistent/dir/airflow.db",
+    }
     result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     parsed = json.loads(result.stdout.strip().splitlines()[-1])
     assert parsed["errors"] == {}
     assert parsed["tasks"] == {
-        "ingest_yellow_taxi_data": ["create_tables", "download_published_files", "merge_upsert_staging_into_raw_yellow",
-                                    "stage_landed_files"],
-        "ingest_weather_data": ["create_tables", "download_published_files", "merge_upsert_staging_into_raw_weather",
-                                "stage_landed_files"],
+        "ingest_yellow_taxi_data": [
+            "create_tables",
+            "download_published_files",
+            "merge_upsert_staging_into_raw_yellow",
+            "stage_landed_files",
+        ],
+        "ingest_weather_data": [
+            "create_tables",
+            "download_published_files",
+            "merge_upsert_staging_into_raw_weather",
+            "stage_landed_files",
+        ],
         "train_forecast_model": ["run_training_flow"],
     }
     # a merge emits its raw table's asset events through an alias, only when it committed a snapshot
-    assert parsed["outlets"] == {"ingest_yellow_taxi_data": ["yellow_taxi_raw commits"],
-                                 "ingest_weather_data": ["weather_raw commits"], "train_forecast_model": []}
-    assert parsed["schedules"] == {"ingest_yellow_taxi_data": [], "ingest_weather_data": [],
-                                   "train_forecast_model": [Asset(uri="iceberg://nyc_taxi.yellow_taxi_raw").uri]}
+    assert parsed["outlets"] == {
+        "ingest_yellow_taxi_data": ["yellow_taxi_raw commits"],
+        "ingest_weather_data": ["weather_raw commits"],
+        "train_forecast_model": [],
+    }
+    assert parsed["schedules"] == {
+        "ingest_yellow_taxi_data": [],
+        "ingest_weather_data": [],
+        "train_forecast_model": [Asset(uri="iceberg://nyc_taxi.yellow_taxi_raw").uri],
+    }
 
 
 def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, site, settings):
     path = add_taxi_month(site, 2024, 2, rows=8_000, seed=11)
     log = LineageLog(settings)
     assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-02") == {
-        "create_tables": "success", "download_published_files": "success", "stage_landed_files": "success",
-        "merge_upsert_staging_into_raw_yellow": "success"}
+        "create_tables": "success",
+        "download_published_files": "success",
+        "stage_landed_files": "success",
+        "merge_upsert_staging_into_raw_yellow": "success",
+    }
 
     got = raw_rows(registry.YELLOW_TAXI_RAW, source_file=path.name)
     assert comparable(got).equals(comparable(expected_taxi_rows(path)))
@@ -161,55 +223,84 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
     landed = landed_location(registry.TLC_YELLOW_TRIPDATA_LANDED, 2024, 2, settings)
     download = log.ol_event("COMPLETE", "download_published_files")
     assert [(i["namespace"], i["name"]) for i in download["inputs"]] == [
-        (ident["tlc_yellow_tripdata_published"].ol_namespace, ident["tlc_yellow_tripdata_published"].ol_name)]
+        (ident["tlc_yellow_tripdata_published"].ol_namespace, ident["tlc_yellow_tripdata_published"].ol_name)
+    ]
     assert download["inputs"][0]["inputFacets"]["subset"]["inputCondition"]["locations"] == [url]
     etag = f'"{hashlib.md5(path.read_bytes()).hexdigest()}"'  # the fixture site sends S3's ETag
     assert download["inputs"][0]["facets"]["version"]["datasetVersion"] == f"{path.name}@etag:{etag}"
     assert [f["name"] for f in download["inputs"][0]["facets"]["schema"]["fields"]] == [
-        name for name in COLUMNS_2024 + ["cbd_congestion_fee"]]
+        name for name in COLUMNS_2024 + ["cbd_congestion_fee"]
+    ]
     assert [(o["namespace"], o["name"]) for o in download["outputs"]] == [
-        (ident["tlc_yellow_tripdata_landed"].ol_namespace, ident["tlc_yellow_tripdata_landed"].ol_name)]
+        (ident["tlc_yellow_tripdata_landed"].ol_namespace, ident["tlc_yellow_tripdata_landed"].ol_name)
+    ]
     landed_version = f"{path.name}@sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
     assert download["outputs"][0]["facets"]["version"]["datasetVersion"] == landed_version
     assert download["outputs"][0]["outputFacets"]["subset"]["outputCondition"]["locations"] == [landed]
     stage = log.ol_event("COMPLETE", "stage_landed_files")
     assert [(i["name"], i["facets"]["version"]["datasetVersion"]) for i in stage["inputs"]] == [
-        (ident["tlc_yellow_tripdata_landed"].ol_name, landed_version)]
+        (ident["tlc_yellow_tripdata_landed"].ol_name, landed_version)
+    ]
     assert [(o["name"], o["facets"]["version"]["datasetVersion"]) for o in stage["outputs"]] == [
-        (ident["yellow_taxi_staging"].ol_name, str(staging_snapshot))]
+        (ident["yellow_taxi_staging"].ol_name, str(staging_snapshot))
+    ]
     merge = log.ol_event("COMPLETE", "merge_upsert_staging_into_raw_yellow")
     assert [i["name"] for i in merge["inputs"]] == [ident["yellow_taxi_staging"].ol_name]
     assert [o["name"] for o in merge["outputs"]] == [ident["yellow_taxi_raw"].ol_name]
     assert merge["inputs"][0]["facets"]["version"]["datasetVersion"] == str(staging_snapshot)
     assert merge["outputs"][0]["facets"]["version"]["datasetVersion"] == str(raw_snapshot)
     assert merge["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 8_000
-    assert [f["name"] for f in merge["outputs"][0]["facets"]["schema"]["fields"]] == registry.YELLOW_TAXI_RAW.column_names
-    assertions = {a["assertion"].split(" ")[0]: a for a in merge["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]}
-    outside = pc.sum(pc.or_(pc.less(got["pickup_datetime"], pa.scalar(dt.datetime(2024, 2, 1), pa.timestamp("us"))),
-                            pc.greater_equal(got["pickup_datetime"], pa.scalar(dt.datetime(2024, 3, 1), pa.timestamp("us"))))).as_py()
-    assert outside > 0 and assertions["pickup_outside_month"]["assertion"] == f"pickup_outside_month ({outside} rows, kept)"
+    assert [
+        f["name"] for f in merge["outputs"][0]["facets"]["schema"]["fields"]
+    ] == registry.YELLOW_TAXI_RAW.column_names
+    assertions = {
+        a["assertion"].split(" ")[0]: a
+        for a in merge["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]
+    }
+    outside = pc.sum(
+        pc.or_(
+            pc.less(got["pickup_datetime"], pa.scalar(dt.datetime(2024, 2, 1), pa.timestamp("us"))),
+            pc.greater_equal(got["pickup_datetime"], pa.scalar(dt.datetime(2024, 3, 1), pa.timestamp("us"))),
+        )
+    ).as_py()
+    assert (
+        outside > 0
+        and assertions["pickup_outside_month"]["assertion"] == f"pickup_outside_month ({outside} rows, kept)"
+    )
     assert assertions["pickup_outside_month"]["success"] is False
     for event in log.openlineage():
         assert validation_errors(event) == [], event["job"]["name"]
 
     # DataHub: per-task lineage with the registry's URNs, and the snapshot id the table really has.
     records = log.datahub()
-    io = {r["entityUrn"].rsplit(",", 1)[1].rstrip(")"): r["aspect"]["json"] for r in records
-          if r.get("aspectName") == "dataJobInputOutput" and "ingest_yellow_taxi_data" in r["entityUrn"]}
+    io = {
+        r["entityUrn"].rsplit(",", 1)[1].rstrip(")"): r["aspect"]["json"]
+        for r in records
+        if r.get("aspectName") == "dataJobInputOutput" and "ingest_yellow_taxi_data" in r["entityUrn"]
+    }
     assert io["download_published_files"]["inputDatasets"] == [ident["tlc_yellow_tripdata_published"].datahub_urn]
     assert io["download_published_files"]["outputDatasets"] == [ident["tlc_yellow_tripdata_landed"].datahub_urn]
     assert io["stage_landed_files"]["inputDatasets"] == [ident["tlc_yellow_tripdata_landed"].datahub_urn]
     assert io["stage_landed_files"]["outputDatasets"] == [ident["yellow_taxi_staging"].datahub_urn]
     assert io["merge_upsert_staging_into_raw_yellow"]["inputDatasets"] == [ident["yellow_taxi_staging"].datahub_urn]
     assert io["merge_upsert_staging_into_raw_yellow"]["outputDatasets"] == [ident["yellow_taxi_raw"].datahub_urn]
-    operations = [r["aspect"]["json"]["customProperties"] for r in records if r.get("aspectName") == "operation"
-                  and r["entityUrn"] == ident["yellow_taxi_raw"].datahub_urn and r["aspect"]["json"].get("customProperties")]
+    operations = [
+        r["aspect"]["json"]["customProperties"]
+        for r in records
+        if r.get("aspectName") == "operation"
+        and r["entityUrn"] == ident["yellow_taxi_raw"].datahub_urn
+        and r["aspect"]["json"].get("customProperties")
+    ]
     assert operations[-1]["snapshot_id"] == str(raw_snapshot)
     dataset_urns = {r["entityUrn"] for r in records if r.get("entityType") == "dataset"}
     assert dataset_urns <= {i.datahub_urn for i in ident.values()}
     for record_file in log.datahub_files():
-        check = subprocess.run([sys.executable, "-m", "datahub", "check", "metadata-file", str(record_file)],
-                               capture_output=True, text=True, timeout=300)
+        check = subprocess.run(
+            [sys.executable, "-m", "datahub", "check", "metadata-file", str(record_file)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
 
     # Re-running the month changes nothing: the landed file is not fetched again, no new snapshot, the same rows.
@@ -222,7 +313,9 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
     assert landed_file.stat().st_mtime_ns == landed_mtime  # the server said 304: not fetched again
     rerun = log.ol_event("COMPLETE", "download_published_files")
     assert rerun["inputs"][0]["facets"]["version"]["datasetVersion"] == f"{path.name}@etag:{etag}"
-    assert comparable(raw_rows(registry.YELLOW_TAXI_RAW, source_file=path.name)).equals(comparable(expected_taxi_rows(path)))
+    assert comparable(raw_rows(registry.YELLOW_TAXI_RAW, source_file=path.name)).equals(
+        comparable(expected_taxi_rows(path))
+    )
 
 
 def test_republished_month_is_a_new_input_version_and_updates_changed_rows_in_place(dagbag, site, settings):
@@ -242,8 +335,11 @@ def test_republished_month_is_a_new_input_version_and_updates_changed_rows_in_pl
     got = raw_rows(registry.YELLOW_TAXI_RAW, source_file=first.name)
     assert got.num_rows == 4_000
     assert comparable(got).equals(comparable(expected_taxi_rows(first)))
-    versions = [e["inputs"][0]["facets"]["version"]["datasetVersion"] for e in log.openlineage()
-                if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".download_published_files")]
+    versions = [
+        e["inputs"][0]["facets"]["version"]["datasetVersion"]
+        for e in log.openlineage()
+        if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".download_published_files")
+    ]
     assert versions == [f"{first.name}@etag:{before['etag']}", f"{first.name}@etag:{after['etag']}"]
 
 
@@ -276,8 +372,12 @@ def test_truncated_file_fails_the_task_and_leaves_tables_untouched(dagbag, site,
 def test_unpublished_month_skips_cleanly(dagbag):
     before = snapshot_id(registry.YELLOW_TAXI_RAW)
     states = run_dag(dagbag, "ingest_yellow_taxi_data", "2031-01")
-    assert states == {"create_tables": "success", "download_published_files": "skipped", "stage_landed_files": "skipped",
-                      "merge_upsert_staging_into_raw_yellow": "skipped"}
+    assert states == {
+        "create_tables": "success",
+        "download_published_files": "skipped",
+        "stage_landed_files": "skipped",
+        "merge_upsert_staging_into_raw_yellow": "skipped",
+    }
     assert snapshot_id(registry.YELLOW_TAXI_RAW) == before
 
 
@@ -293,7 +393,7 @@ def expected_weather(site: Path, year: int, month: int, status: str) -> dict[tup
             fields = line.split(",")
             if fields[1] not in NYC_COUNTIES:
                 continue
-            for day, value in enumerate(fields[6:6 + days], start=1):
+            for day, value in enumerate(fields[6 : 6 + days], start=1):
                 if value.strip() != "-999.99":
                     out.setdefault((fields[1], dt.date(year, month, day)), {})[column] = float(value)
     return out

@@ -18,7 +18,16 @@ FORBIDDEN = {
     "core": {"ingest", "forecast", "lineage", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli"},
     "ingest": {"forecast", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
     "forecast": {"ingest", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
-    "lineage.write": {"lineage.read", "ingest", "forecast", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli"},
+    "lineage.write": {
+        "lineage.read",
+        "ingest",
+        "forecast",
+        "airflow_adapter",
+        "metaflow_adapter",
+        "fixtures",
+        "bench",
+        "cli",
+    },
     "lineage.read": {"ingest", "forecast", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli"},
     "airflow_adapter": {"metaflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
     "metaflow_adapter": {"airflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
@@ -54,7 +63,11 @@ def _modules() -> dict[str, Path]:
 
 def _room(module: str) -> str:
     parts = module.split(".")[1:] or [""]
-    return ".".join(parts[:2]) if parts[:1] == ["lineage"] and len(parts) > 1 and parts[1] in ("read", "write") else parts[0]
+    return (
+        ".".join(parts[:2])
+        if parts[:1] == ["lineage"] and len(parts) > 1 and parts[1] in ("read", "write")
+        else parts[0]
+    )
 
 
 def test_every_room_imports_only_what_it_may():
@@ -85,7 +98,7 @@ def test_no_import_cycles_at_module_level():
         state[node] = "open"
         for nxt in sorted(graph[node]):
             if state.get(nxt) == "open":
-                cycles.append(" -> ".join(trail[trail.index(nxt):] + [nxt]))
+                cycles.append(" -> ".join(trail[trail.index(nxt) :] + [nxt]))
             elif nxt not in state:
                 visit(nxt, trail + [nxt])
         state[node] = "done"
@@ -96,11 +109,21 @@ def test_no_import_cycles_at_module_level():
     assert cycles == []
 
 
-@pytest.mark.parametrize("module", ["nyc_taxi.core.datasets", "nyc_taxi.core.naming", "nyc_taxi.core.registry",
-                                    "nyc_taxi.core.jobs", "nyc_taxi.lineage.write.report"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "nyc_taxi.core.datasets",
+        "nyc_taxi.core.naming",
+        "nyc_taxi.core.registry",
+        "nyc_taxi.core.jobs",
+        "nyc_taxi.lineage.write.report",
+    ],
+)
 def test_declarations_and_the_report_contract_load_no_lineage_sdk(module):
-    probe = (f"import sys, {module}\n"
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'datahub', 'openlineage', 'pyspark', 'airflow', 'metaflow'}))")
+    probe = (
+        f"import sys, {module}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'datahub', 'openlineage', 'pyspark', 'airflow', 'metaflow'}))"
+    )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
 

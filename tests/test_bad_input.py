@@ -34,8 +34,11 @@ def _snapshots(settings, tables) -> dict[str, int | None]:
 
 def _load_month(module, year, month, settings):
     """The DAG's three steps, as its tasks run them."""
-    for step in (module.download_published_file if module is taxi else module.download_published_files,
-                 module.stage_landed_file if module is taxi else module.stage_landed_files, module.merge_into_raw):
+    for step in (
+        module.download_published_file if module is taxi else module.download_published_files,
+        module.stage_landed_file if module is taxi else module.stage_landed_files,
+        module.merge_into_raw,
+    ):
         step(year, month, settings)
 
 
@@ -63,7 +66,8 @@ TAXI_CASES = {
     "empty file": (lambda y, m: b"", ["not a parquet file", "TLC_BASE_URL"]),
     "html error page with status 200": (
         lambda y, m: b"<!DOCTYPE html><html><body><h1>Service Unavailable</h1></body></html>",
-        ["not a parquet file", "Service Unavailable", "TLC_BASE_URL"]),
+        ["not a parquet file", "Service Unavailable", "TLC_BASE_URL"],
+    ),
     "parquet with no rows": (lambda y, m: _parquet_bytes(_good_month(y, m).slice(0, 0)), ["no rows"]),
 }
 
@@ -84,7 +88,9 @@ def test_bad_taxi_file_fails_clearly_and_changes_nothing(case, site, settings, s
     for word in words:
         assert word in message, message
     assert _snapshots(settings, TAXI_TABLES) == before
-    assert not Path(landed_location(registry.TLC_YELLOW_TRIPDATA_LANDED, year, month, settings)).exists()  # nothing landed
+    assert not Path(
+        landed_location(registry.TLC_YELLOW_TRIPDATA_LANDED, year, month, settings)
+    ).exists()  # nothing landed
 
 
 def _noaa_files(site, year, month, edit) -> None:
@@ -95,13 +101,25 @@ def _noaa_files(site, year, month, edit) -> None:
 
 
 WEATHER_CASES = {
-    "missing column": (lambda text: "\n".join(",".join(line.split(",")[:-1]) for line in text.split("\n")),
-                       ["has 36 fields, expected 37"]),
-    "header row": (lambda text: ",".join(["region_type", "region_code", "region_name", "year", "month", "variable"]
-                                         + [f"day{d}" for d in range(1, 32)]) + "\n" + text,
-                   ["line 1 is not a data row", "no header row"]),
-    "html error page with status 200": (lambda text: "<html><body>Temporarily unavailable</body></html>",
-                                        ["HTML page", "NOAA_BASE_URL"]),
+    "missing column": (
+        lambda text: "\n".join(",".join(line.split(",")[:-1]) for line in text.split("\n")),
+        ["has 36 fields, expected 37"],
+    ),
+    "header row": (
+        lambda text: (
+            ",".join(
+                ["region_type", "region_code", "region_name", "year", "month", "variable"]
+                + [f"day{d}" for d in range(1, 32)]
+            )
+            + "\n"
+            + text
+        ),
+        ["line 1 is not a data row", "no header row"],
+    ),
+    "html error page with status 200": (
+        lambda text: "<html><body>Temporarily unavailable</body></html>",
+        ["HTML page", "NOAA_BASE_URL"],
+    ),
 }
 
 

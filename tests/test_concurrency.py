@@ -48,7 +48,9 @@ def race(spark, settings):
     spark.sql(f"""SELECT CAST(z.id AS INT) AS pickup_location_id,
                          timestampadd(HOUR, h.id, TIMESTAMP_NTZ'{START}') AS pickup_hour,
                          2L AS ride_count, current_timestamp() AS computed_at
-                  FROM range(1, {max(ZONES) + 1}) z CROSS JOIN range(0, {HOURS}) h""").createOrReplaceTempView("recomputed")
+                  FROM range(1, {max(ZONES) + 1}) z CROSS JOIN range(0, {HOURS}) h""").createOrReplaceTempView(
+        "recomputed"
+    )
     yield own, name
     spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
 
@@ -69,11 +71,16 @@ class _Appender(threading.Thread):
             schema = table.schema().as_arrow()
             while not self.stop.is_set():
                 zone = 900 + self.commits
-                rows = pa.table({"pickup_location_id": [zone] * 24,
-                                 "pickup_hour": [START + dt.timedelta(hours=h) for h in range(24)],
-                                 "ride_count": [7] * 24,
-                                 "computed_at": [dt.datetime.now(dt.timezone.utc)] * 24}, schema=schema)
-                commits.retry_on_conflict("test append", lambda: table.refresh().append(rows))
+                rows = pa.table(
+                    {
+                        "pickup_location_id": [zone] * 24,
+                        "pickup_hour": [START + dt.timedelta(hours=h) for h in range(24)],
+                        "ride_count": [7] * 24,
+                        "computed_at": [dt.datetime.now(dt.UTC)] * 24,
+                    },
+                    schema=schema,
+                )
+                commits.retry_on_conflict("test append", lambda rows=rows: table.refresh().append(rows))
                 self.commits += 1
                 self.stop.wait(0.05)
         except Exception as error:  # reported by the test
@@ -92,7 +99,10 @@ class _LostRaces(logging.Handler):
 
 
 def _counts(spark, name):
-    return {(r[0], r[1]): r[2] for r in spark.sql(f"SELECT pickup_location_id, pickup_hour, ride_count FROM {name}").collect()}
+    return {
+        (r[0], r[1]): r[2]
+        for r in spark.sql(f"SELECT pickup_location_id, pickup_hour, ride_count FROM {name}").collect()
+    }
 
 
 def _merge_against_appender(spark, own, name, stop_after_first_loss: bool):
@@ -120,7 +130,9 @@ def test_a_merge_that_loses_a_race_is_recomputed_and_nothing_is_lost(spark, race
     result, appended, lost = _merge_against_appender(spark, own, name, stop_after_first_loss=True)
 
     assert lost, "the MERGE never met the other writer's commits: the test did not race"
-    assert any(word in lost[0] for word in ("concurrently modified", "conflicting files", "CommitFailedException")), lost[0]
+    assert any(word in lost[0] for word in ("concurrently modified", "conflicting files", "CommitFailedException")), (
+        lost[0]
+    )
     assert result == len(ZONES) * HOURS  # every zone-hour changed once, counted by the attempt that committed
     counts = _counts(spark, name)
     expected = {(z, START + dt.timedelta(hours=h)): 2 for z in ZONES for h in range(HOURS)}
@@ -132,10 +144,14 @@ def test_a_write_that_keeps_losing_fails_clearly_and_commits_nothing_of_its_own(
     own, name = race
     monkeypatch.setattr(commits, "ATTEMPTS", 2)
     monkeypatch.setattr(commits, "FIRST_WAIT_S", 0.01)
-    result, appended, lost = _merge_against_appender(spark, own, name, stop_after_first_loss=False)
+    result, appended, _lost = _merge_against_appender(spark, own, name, stop_after_first_loss=False)
 
     assert isinstance(result, commits.CommitConflict), result
-    assert f"MERGE into {name}" in str(result) and "2 times in a row" in str(result) and "nothing of this attempt" in str(result)
+    assert (
+        f"MERGE into {name}" in str(result)
+        and "2 times in a row" in str(result)
+        and "nothing of this attempt" in str(result)
+    )
     counts = _counts(spark, name)
     assert {v for (zone, _), v in counts.items() if zone < 900} == {1}  # no row of the MERGE landed
     assert sum(1 for zone, _ in counts if zone >= 900) == 24 * appended  # the other writer lost nothing
@@ -155,10 +171,11 @@ def test_other_errors_are_not_retried(spark):
 
 # ---- the whole system: both ingestion DAGs and the training flow at the same time ----
 
-FLOW = Path(__file__).resolve().parents[1] / "metaflow" / "train_model_flow.py"  # noqa: the flow file, run as Metaflow runs it
+FLOW = (
+    Path(__file__).resolve().parents[1] / "metaflow" / "train_model_flow.py"
+)  # the flow file, run as Metaflow runs it
 PRELOADED, CONCURRENT = (2023, 7), (2023, 8)  # the flow trains on July while August and July's weather load
 AS_OF = "2023-07-22T00:00"
-
 
 
 def _scenario(state: Path, airflow_db: Path | None = None):
@@ -171,29 +188,61 @@ def _scenario(state: Path, airflow_db: Path | None = None):
     settings = Settings(state_dir=state, profile="local")
     prepare_directories(settings)
     env = {**os.environ, "STATE_DIR": str(state), **airflow_environment(settings), **metaflow_environment(settings)}
-    preload = ("from nyc_taxi.core.lakehouse import lakehouse\nfrom nyc_taxi.ingest import taxi\n"
-               "from nyc_taxi.core.settings import get_settings\nfrom nyc_taxi.core.tables import ensure_tables\n"
-               "s = get_settings(); lakehouse(s).create(); ensure_tables(None, s)\n"
-               f"taxi.download_published_file(*{PRELOADED}, s); taxi.stage_landed_file(*{PRELOADED}, s); "
-               f"taxi.merge_into_raw(*{PRELOADED}, s)\n")
+    preload = (
+        "from nyc_taxi.core.lakehouse import lakehouse\nfrom nyc_taxi.ingest import taxi\n"
+        "from nyc_taxi.core.settings import get_settings\nfrom nyc_taxi.core.tables import ensure_tables\n"
+        "s = get_settings(); lakehouse(s).create(); ensure_tables(None, s)\n"
+        f"taxi.download_published_file(*{PRELOADED}, s); taxi.stage_landed_file(*{PRELOADED}, s); "
+        f"taxi.merge_into_raw(*{PRELOADED}, s)\n"
+    )
     subprocess.run([sys.executable, "-c", preload], env=env, check=True, capture_output=True, timeout=600)
     if airflow_db:
         shutil.copy(airflow_db, settings.airflow_home / "airflow.db")
     else:
-        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True,
-                       timeout=600)
+        subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=600
+        )
         # As a deployment's DAG processor would have: DAGs and their Assets in the database before any
         # run (two `dags test` processes would otherwise both insert the same new Asset rows).
-        subprocess.run([sys.executable, "-m", "airflow", "dags", "reserialize"], env=env, check=True,
-                       capture_output=True, timeout=600)
+        subprocess.run(
+            [sys.executable, "-m", "airflow", "dags", "reserialize"],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     month = "%04d-%02d"
     jobs = {
-        "ingest_yellow_taxi_data": [sys.executable, "-m", "airflow", "dags", "test", "ingest_yellow_taxi_data",
-                                    "--conf", json.dumps({"month": month % CONCURRENT})],
-        "ingest_weather_data": [sys.executable, "-m", "airflow", "dags", "test", "ingest_weather_data",
-                                "--conf", json.dumps({"month": month % PRELOADED})],
-        "TrainForecastModelFlow": [sys.executable, str(FLOW), "--no-pylint", "run", "--as_of_datetime", AS_OF,
-                                   "--lookback_days", "14"],
+        "ingest_yellow_taxi_data": [
+            sys.executable,
+            "-m",
+            "airflow",
+            "dags",
+            "test",
+            "ingest_yellow_taxi_data",
+            "--conf",
+            json.dumps({"month": month % CONCURRENT}),
+        ],
+        "ingest_weather_data": [
+            sys.executable,
+            "-m",
+            "airflow",
+            "dags",
+            "test",
+            "ingest_weather_data",
+            "--conf",
+            json.dumps({"month": month % PRELOADED}),
+        ],
+        "TrainForecastModelFlow": [
+            sys.executable,
+            str(FLOW),
+            "--no-pylint",
+            "run",
+            "--as_of_datetime",
+            AS_OF,
+            "--lookback_days",
+            "14",
+        ],
     }
     return settings, env, jobs
 
@@ -221,8 +270,9 @@ def _run(jobs: dict, env: dict, together: bool) -> dict[str, str]:
 
 @pytest.mark.airflow
 @pytest.mark.metaflow
-def test_both_dags_and_the_flow_at_once_equal_running_them_one_after_another(site, tmp_path, table_contents,
-                                                                             lineage_events):
+def test_both_dags_and_the_flow_at_once_equal_running_them_one_after_another(
+    site, tmp_path, table_contents, lineage_events
+):
     add_taxi_month(site, *PRELOADED, rows=30_000, seed=71)
     add_taxi_month(site, *CONCURRENT, rows=30_000, seed=72)
     add_weather_month(site, *PRELOADED, seed=73, n_counties=60)

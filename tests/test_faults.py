@@ -51,15 +51,22 @@ def _run_weather_dag(site, state: Path, **variables: str) -> SimpleNamespace:
     from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
     from nyc_taxi.core.settings import Settings
 
-    settings = Settings(state_dir=state, **{name.lower(): value for name, value in variables.items()
-                                            if name.lower() in Settings.model_fields})
+    settings = Settings(
+        state_dir=state,
+        **{name.lower(): value for name, value in variables.items() if name.lower() in Settings.model_fields},
+    )
     prepare_directories(settings)
     env = {**os.environ, "STATE_DIR": str(state), **variables, **airflow_environment(settings)}
     add_weather_month(site, 2023, 6, n_counties=60)
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "ingest_weather_data", "--conf",
-                          '{"month": "2023-06"}'], env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "test", "ingest_weather_data", "--conf", '{"month": "2023-06"}'],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     took = time.monotonic() - started
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
@@ -89,20 +96,27 @@ def test_a_live_openlineage_backend_gets_every_event_once(with_live_backend):
     run = with_live_backend
     assert {e["eventType"] for e in run.events} >= {"START", "COMPLETE"}
     during = run.received_during_the_run
-    assert during == run.events[:len(during)]  # in order, nothing twice
+    assert during == run.events[: len(during)]  # in order, nothing twice
     assert len(during) >= len([e for e in run.events if "." in e["job"]["name"]])  # at least every task's events
     assert run.received == run.events
 
 
 def test_lineage_backends_down_warn_only_keep_everything_and_replay_delivers_it_once(
-        site, tmp_path, broken_backend, with_live_backend, lineage_backend):
-    secret = {"DATAHUB_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16),
-              "AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(), "AWS_SECRET_ACCESS_KEY": secrets.token_hex(20)}
+    site, tmp_path, broken_backend, with_live_backend, lineage_backend
+):
+    secret = {
+        "DATAHUB_TOKEN": "dh-" + secrets.token_hex(16),
+        "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16),
+        "AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(),
+        "AWS_SECRET_ACCESS_KEY": secrets.token_hex(20),
+    }
     down, attempts = broken_backend
     state = tmp_path / "state"
     run = _run_weather_dag(site, state, DATAHUB_GMS_URL=down, OPENLINEAGE_URL=down, **secret)
     normal = with_live_backend.took
-    print(f"ingest_weather_data with both lineage backends down ({down}): {run.took:.0f} s, with a live backend {normal:.0f} s")
+    print(
+        f"ingest_weather_data with both lineage backends down ({down}): {run.took:.0f} s, with a live backend {normal:.0f} s"
+    )
     # within normal time: at the end of each task the first pending event is tried once, then left to the file
     assert run.took < 1.5 * normal, f"the DAG took {run.took:.0f} s with the backends down, {normal:.0f} s with them up"
     if attempts is not None:
@@ -111,13 +125,18 @@ def test_lineage_backends_down_warn_only_keep_everything_and_replay_delivers_it_
 
     # every record stayed local
     completed = {e["job"]["name"] for e in run.events if e["eventType"] == "COMPLETE"}
-    assert {"ingest_weather_data.create_tables", "ingest_weather_data.download_published_files",
-            "ingest_weather_data.stage_landed_files", "ingest_weather_data.merge_upsert_staging_into_raw_weather"} <= completed
+    assert {
+        "ingest_weather_data.create_tables",
+        "ingest_weather_data.download_published_files",
+        "ingest_weather_data.stage_landed_files",
+        "ingest_weather_data.merge_upsert_staging_into_raw_weather",
+    } <= completed
     from nyc_taxi.lineage.write.outbox import read_datahub_records
 
     records = read_datahub_records(run.settings, "airflow")
-    assert {r["entityUrn"].rsplit(",", 1)[1].rstrip(")") for r in records if r.get("aspectName") == "dataJobInputOutput"} \
-        >= {"download_published_files", "stage_landed_files", "merge_upsert_staging_into_raw_weather"}
+    assert {
+        r["entityUrn"].rsplit(",", 1)[1].rstrip(")") for r in records if r.get("aspectName") == "dataJobInputOutput"
+    } >= {"download_published_files", "stage_landed_files", "merge_upsert_staging_into_raw_weather"}
 
     # no secret in any file the run left (task logs, lineage records, Airflow's config and database) or its output
     assert _files_containing(state, secret) == []
@@ -127,11 +146,17 @@ def test_lineage_backends_down_warn_only_keep_everything_and_replay_delivers_it_
     backend = lineage_backend(201)
     replay_env = {**run.env, "OPENLINEAGE_URL": backend.url}
     replay_env.pop("DATAHUB_GMS_URL")
-    first = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.replay"], env=replay_env, capture_output=True, text=True)
+    first = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.replay"], env=replay_env, capture_output=True, text=True
+    )
     assert first.returncode == 0, first.stderr
     assert backend.events() == run.events
-    assert {headers["Authorization"] for _, headers, _ in backend.requests} == {f"Bearer {secret['OPENLINEAGE_API_KEY']}"}
-    again = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.replay"], env=replay_env, capture_output=True, text=True)
+    assert {headers["Authorization"] for _, headers, _ in backend.requests} == {
+        f"Bearer {secret['OPENLINEAGE_API_KEY']}"
+    }
+    again = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.replay"], env=replay_env, capture_output=True, text=True
+    )
     assert "openlineage: 0 records sent" in again.stdout and len(backend.events()) == len(run.events)
 
 

@@ -12,15 +12,32 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from nyc_taxi.core.zones import zones
 from nyc_taxi.fixtures import noaa, tlc
 from nyc_taxi.fixtures.server import FixtureServer
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
-from nyc_taxi.core.zones import zones
 
-COLUMNS_2024 = ["VendorID", "tpep_pickup_datetime", "tpep_dropoff_datetime", "passenger_count", "trip_distance",
-                "RatecodeID", "store_and_fwd_flag", "PULocationID", "DOLocationID", "payment_type", "fare_amount",
-                "extra", "mta_tax", "tip_amount", "tolls_amount", "improvement_surcharge", "total_amount",
-                "congestion_surcharge", "Airport_fee"]
+COLUMNS_2024 = [
+    "VendorID",
+    "tpep_pickup_datetime",
+    "tpep_dropoff_datetime",
+    "passenger_count",
+    "trip_distance",
+    "RatecodeID",
+    "store_and_fwd_flag",
+    "PULocationID",
+    "DOLocationID",
+    "payment_type",
+    "fare_amount",
+    "extra",
+    "mta_tax",
+    "tip_amount",
+    "tolls_amount",
+    "improvement_surcharge",
+    "total_amount",
+    "congestion_surcharge",
+    "Airport_fee",
+]
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +48,19 @@ def month_2024_11():
 def test_yearly_schemas_match_the_published_files():
     s2025 = tlc.yellow_schema(tlc.schema_style(2025, 9))
     assert s2025.names == COLUMNS_2024 + ["cbd_congestion_fee"]
-    assert [s2025.field(n).type for n in ("VendorID", "passenger_count", "RatecodeID", "store_and_fwd_flag", "PULocationID")] == [
-        pa.int32(), pa.int64(), pa.int64(), pa.large_string(), pa.int32()]
+    assert [
+        s2025.field(n).type for n in ("VendorID", "passenger_count", "RatecodeID", "store_and_fwd_flag", "PULocationID")
+    ] == [pa.int32(), pa.int64(), pa.int64(), pa.large_string(), pa.int32()]
     assert s2025.field("tpep_pickup_datetime").type == pa.timestamp("us")
     assert tlc.yellow_schema(tlc.schema_style(2024, 1)).names == COLUMNS_2024
     legacy = tlc.yellow_schema(tlc.schema_style(2023, 1))
     assert legacy.names == COLUMNS_2024[:-1] + ["airport_fee"]
     assert [legacy.field(n).type for n in ("VendorID", "passenger_count", "RatecodeID", "store_and_fwd_flag")] == [
-        pa.int64(), pa.float64(), pa.float64(), pa.string()]
+        pa.int64(),
+        pa.float64(),
+        pa.float64(),
+        pa.string(),
+    ]
     assert tlc.yellow_schema("2024", timestamp_unit="ms").field("tpep_dropoff_datetime").type == pa.timestamp("ms")
 
 
@@ -84,7 +106,10 @@ def test_daily_and_weekly_seasonality(month_2024_11):
 def test_quirks_are_present(month_2024_11):
     t = month_2024_11
     pickup, dropoff = t["tpep_pickup_datetime"], t["tpep_dropoff_datetime"]
-    month_start, month_end = pa.scalar(dt.datetime(2024, 11, 1), pa.timestamp("us")), pa.scalar(dt.datetime(2024, 12, 1), pa.timestamp("us"))
+    month_start, month_end = (
+        pa.scalar(dt.datetime(2024, 11, 1), pa.timestamp("us")),
+        pa.scalar(dt.datetime(2024, 12, 1), pa.timestamp("us")),
+    )
     outside = pc.or_(pc.less(pickup, month_start), pc.greater_equal(pickup, month_end))
     assert 4 <= pc.sum(outside).as_py() <= 60
     assert pc.min(pickup).as_py().year < 2010  # some years off
@@ -100,7 +125,15 @@ def test_quirks_are_present(month_2024_11):
     for column in ("passenger_count", "RatecodeID", "store_and_fwd_flag", "congestion_surcharge", "Airport_fee"):
         assert pc.is_null(t[column]).to_pylist() == flex.to_pylist(), column
     # Whole seconds and roughly in pickup order, as published.
-    assert pc.sum(pc.not_equal(pc.divide(pickup.cast(pa.int64()), 1_000_000), pc.divide(pickup.cast(pa.int64()).cast(pa.float64()), 1_000_000))).as_py() == 0
+    assert (
+        pc.sum(
+            pc.not_equal(
+                pc.divide(pickup.cast(pa.int64()), 1_000_000),
+                pc.divide(pickup.cast(pa.int64()).cast(pa.float64()), 1_000_000),
+            )
+        ).as_py()
+        == 0
+    )
     in_month = pc.filter(pickup, pc.invert(outside)).cast(pa.int64()).to_numpy()
     assert (np.diff(in_month) >= 0).all()
 
@@ -133,12 +166,15 @@ def test_noaa_layout():
     manhattan = by_code["30061"]
     assert manhattan[:6] == ["cty", "30061", "NY: New York County", "2024", "02", "TMAX"]
     assert all(len(cell) == 9 for cell in manhattan[6:])
-    assert [c.strip() for c in manhattan[6 + 29:]] == ["-999.99", "-999.99"]  # 2024-02 has 29 days
-    assert all(float(c) > -999 for c in manhattan[6:6 + 29])
+    assert [c.strip() for c in manhattan[6 + 29 :]] == ["-999.99", "-999.99"]  # 2024-02 has 29 days
+    assert all(float(c) > -999 for c in manhattan[6 : 6 + 29])
 
 
 def test_noaa_variables_agree():
-    files = {v: {r[1]: [float(c) for c in r[6:]] for r in _rows(t)} for v, t in noaa.generate_county_month(2024, 7, seed=2, n_counties=300).items()}
+    files = {
+        v: {r[1]: [float(c) for c in r[6:]] for r in _rows(t)}
+        for v, t in noaa.generate_county_month(2024, 7, seed=2, n_counties=300).items()
+    }
     for code, tavg in files["tavg"].items():
         for day in range(31):
             tmax, tmin = files["tmax"][code][day], files["tmin"][code][day]
@@ -159,8 +195,10 @@ def test_server_serves_the_real_paths_on_loopback_and_404s_missing_months(tmp_pa
         assert url.startswith("http://127.0.0.1:")
         with urllib.request.urlopen(f"{url}/trip-data/yellow_tripdata_2024-01.parquet") as response:
             assert response.read() == parquet.read_bytes()
-        with urllib.request.urlopen(f"{url}/pub/data/daily-grids/v1-0-0/averages/2024/tavg-202401-cty-scaled.csv") as response:
-            assert response.read() == [p for p in csvs if p.name.startswith("tavg")][0].read_bytes()
+        with urllib.request.urlopen(
+            f"{url}/pub/data/daily-grids/v1-0-0/averages/2024/tavg-202401-cty-scaled.csv"
+        ) as response:
+            assert response.read() == next(p for p in csvs if p.name.startswith("tavg")).read_bytes()
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(f"{url}/trip-data/yellow_tripdata_2031-01.parquet")
         assert missing.value.code == 404
@@ -184,6 +222,8 @@ def test_server_answers_like_the_real_sites_with_etag_and_last_modified(tmp_path
             urllib.request.urlopen(urllib.request.Request(f"{url}{address}", headers={"If-None-Match": etag}))
         assert unchanged.value.code == 304 and unchanged.value.headers["ETag"] == etag
         add_taxi_month(tmp_path, 2024, 1, rows=1_000, seed=2)  # republished with other content
-        with urllib.request.urlopen(urllib.request.Request(f"{url}{address}", headers={"If-None-Match": etag})) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(f"{url}{address}", headers={"If-None-Match": etag})
+        ) as response:
             assert response.status == 200 and response.headers["ETag"] != etag
             assert response.read() == parquet.read_bytes()

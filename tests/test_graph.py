@@ -31,24 +31,48 @@ def synthetic(tmp_path_factory):
     from nyc_taxi.lineage.write.outbox import Outbox
 
     settings = Settings(_env_file=None, state_dir=tmp_path_factory.mktemp("synthetic"))
-    urn = {t: identity(t, settings).datahub_urn for t in (d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW,
-                                                          d.YELLOW_RIDES_HOURLY_ACTUALS, d.YELLOW_RIDES_FORECAST_MODEL)}
+    urn = {
+        t: identity(t, settings).datahub_urn
+        for t in (
+            d.YELLOW_TAXI_STAGING,
+            d.YELLOW_TAXI_RAW,
+            d.YELLOW_RIDES_HOURLY_ACTUALS,
+            d.YELLOW_RIDES_FORECAST_MODEL,
+        )
+    }
     records = []
     for flow, job, inlets, outlets, upstream in (
-            (AIRFLOW_FLOW, "load", [d.YELLOW_TAXI_STAGING], [d.YELLOW_TAXI_RAW], []),
-            (METAFLOW_FLOW, "count", [d.YELLOW_TAXI_RAW], [d.YELLOW_RIDES_HOURLY_ACTUALS], []),
-            (METAFLOW_FLOW, "fit", [d.YELLOW_RIDES_HOURLY_ACTUALS], [], [COUNT])):
+        (AIRFLOW_FLOW, "load", [d.YELLOW_TAXI_STAGING], [d.YELLOW_TAXI_RAW], []),
+        (METAFLOW_FLOW, "count", [d.YELLOW_TAXI_RAW], [d.YELLOW_RIDES_HOURLY_ACTUALS], []),
+        (METAFLOW_FLOW, "fit", [d.YELLOW_RIDES_HOURLY_ACTUALS], [], [COUNT]),
+    ):
         parsed = DataFlowUrn.from_string(flow)
         records += DataFlow(orchestrator=parsed.orchestrator, id=parsed.flow_id, env="PROD").generate_mcp()
-        data_job = DataJob(id=job, flow_urn=parsed, inlets=[DatasetUrn.from_string(urn[t]) for t in inlets],
-                           outlets=[DatasetUrn.from_string(urn[t]) for t in outlets],
-                           upstream_urns=[DataJobUrn.from_string(u) for u in upstream])
+        data_job = DataJob(
+            id=job,
+            flow_urn=parsed,
+            inlets=[DatasetUrn.from_string(urn[t]) for t in inlets],
+            outlets=[DatasetUrn.from_string(urn[t]) for t in outlets],
+            upstream_urns=[DataJobUrn.from_string(u) for u in upstream],
+        )
         records += data_job.generate_mcp()
-    records.append(MetadataChangeProposalWrapper(entityUrn=urn[d.YELLOW_RIDES_FORECAST_MODEL], aspect=dhs.MLModelPropertiesClass(
-        name="model", trainingJobs=[FIT])))
-    records.append(MetadataChangeProposalWrapper(entityUrn=urn[d.YELLOW_TAXI_RAW], aspect=dhs.OperationClass(
-        timestampMillis=1_700_000_000_000, lastUpdatedTimestamp=1_700_000_000_000, operationType="UPDATE",
-        customProperties={"snapshot_id": "42", "actor": "airflow:load_things.load"})))
+    records.append(
+        MetadataChangeProposalWrapper(
+            entityUrn=urn[d.YELLOW_RIDES_FORECAST_MODEL],
+            aspect=dhs.MLModelPropertiesClass(name="model", trainingJobs=[FIT]),
+        )
+    )
+    records.append(
+        MetadataChangeProposalWrapper(
+            entityUrn=urn[d.YELLOW_TAXI_RAW],
+            aspect=dhs.OperationClass(
+                timestampMillis=1_700_000_000_000,
+                lastUpdatedTimestamp=1_700_000_000_000,
+                operationType="UPDATE",
+                customProperties={"snapshot_id": "42", "actor": "airflow:load_things.load"},
+            ),
+        )
+    )
     Outbox(settings, "synthetic").add_records(records)
     assert LineageStore(settings).load().new_records == len(records)
     return settings, urn
@@ -64,16 +88,24 @@ def graph(synthetic):
 def test_the_graph_is_exactly_the_records(graph, synthetic):
     urn = synthetic[1]
     assert {(e.source, e.target, e.kind.value) for e in graph.edges} == {
-        (urn[d.YELLOW_TAXI_STAGING], LOAD, "read"), (LOAD, urn[d.YELLOW_TAXI_RAW], "write"),
-        (urn[d.YELLOW_TAXI_RAW], COUNT, "read"), (COUNT, urn[d.YELLOW_RIDES_HOURLY_ACTUALS], "write"),
-        (urn[d.YELLOW_RIDES_HOURLY_ACTUALS], FIT, "read"), (COUNT, FIT, "then"),
-        (FIT, urn[d.YELLOW_RIDES_FORECAST_MODEL], "trained")}
+        (urn[d.YELLOW_TAXI_STAGING], LOAD, "read"),
+        (LOAD, urn[d.YELLOW_TAXI_RAW], "write"),
+        (urn[d.YELLOW_TAXI_RAW], COUNT, "read"),
+        (COUNT, urn[d.YELLOW_RIDES_HOURLY_ACTUALS], "write"),
+        (urn[d.YELLOW_RIDES_HOURLY_ACTUALS], FIT, "read"),
+        (COUNT, FIT, "then"),
+        (FIT, urn[d.YELLOW_RIDES_FORECAST_MODEL], "trained"),
+    }
     names = {n.name: (n.kind, n.tool, n.pipeline) for n in graph.nodes.values()}
-    assert names == {"yellow_taxi_staging": ("dataset", "Iceberg", None), "yellow_taxi_raw": ("dataset", "Iceberg", None),
-                     "yellow_rides_hourly_actuals": ("dataset", "Iceberg", None),
-                     "yellow_rides_forecast_model": ("model", "Metaflow", None),
-                     "load_things.load": ("job", "Airflow", "load_things"), "UseThings.count": ("job", "Metaflow", "UseThings"),
-                     "UseThings.fit": ("job", "Metaflow", "UseThings")}
+    assert names == {
+        "yellow_taxi_staging": ("dataset", "Iceberg", None),
+        "yellow_taxi_raw": ("dataset", "Iceberg", None),
+        "yellow_rides_hourly_actuals": ("dataset", "Iceberg", None),
+        "yellow_rides_forecast_model": ("model", "Metaflow", None),
+        "load_things.load": ("job", "Airflow", "load_things"),
+        "UseThings.count": ("job", "Metaflow", "UseThings"),
+        "UseThings.fit": ("job", "Metaflow", "UseThings"),
+    }
     assert graph.nodes[urn[d.YELLOW_TAXI_RAW]].freshness.snapshot_id == "42"
 
 
@@ -81,7 +113,9 @@ def test_walking_upstream_and_downstream_with_a_depth(graph, synthetic):
     urn = synthetic[1]
     raw = urn[d.YELLOW_TAXI_RAW]
     assert {(e.source, e.target) for e in graph.reachable(raw, "upstream")} == {
-        (urn[d.YELLOW_TAXI_STAGING], LOAD), (LOAD, raw)}
+        (urn[d.YELLOW_TAXI_STAGING], LOAD),
+        (LOAD, raw),
+    }
     assert {(e.source, e.target) for e in graph.reachable(raw, "downstream", depth=1)} == {(raw, COUNT)}
     assert len(graph.reachable(raw, "downstream")) == 5
     assert graph.resolve("usethings.COUNT") == COUNT and graph.resolve(raw) == raw

@@ -31,11 +31,18 @@ def test_local_create_is_idempotent_and_destroy_removes_everything(tmp_path):
 def test_destroy_without_a_terminal_refuses_without_yes(tmp_path):
     env = {"STATE_DIR": str(tmp_path), "PROFILE": "local", "PATH": "/usr/bin:/bin"}
     lakehouse(Settings(_env_file=None, state_dir=tmp_path)).create()
-    result = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.infra", "destroy"], env=env, stdin=subprocess.DEVNULL,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.infra", "destroy"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2 and "--yes" in result.stderr
     assert (tmp_path / "lake").is_dir()
-    result = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.infra", "destroy", "--yes"], env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.infra", "destroy", "--yes"], env=env, capture_output=True, text=True
+    )
     assert result.returncode == 0 and not (tmp_path / "lake").exists()
 
 
@@ -49,7 +56,12 @@ def test_aws_create_secures_the_bucket_and_creates_the_glue_database(aws_setting
     done = lake.create()
     assert f"created bucket s3://{bucket} in eu-west-1" in done and "created Glue database 'nyc_taxi'" in done
     block = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
-    assert block == {"BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True}
+    assert block == {
+        "BlockPublicAcls": True,
+        "IgnorePublicAcls": True,
+        "BlockPublicPolicy": True,
+        "RestrictPublicBuckets": True,
+    }
     rule = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"][0]
     assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
     policy = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from nyc_taxi.core import datasets as registry
-from nyc_taxi.core.naming import landed_location, table_location
+from nyc_taxi.core.naming import table_location
 from nyc_taxi.fixtures.site import add_taxi_month
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults]
@@ -24,11 +24,14 @@ YEAR, MONTH = 2024, 11
 
 def _step(state: Path, code: str, wait: bool = True):
     env = {**os.environ, "STATE_DIR": str(state)}
-    script = ("from nyc_taxi.core.lakehouse import lakehouse\nfrom nyc_taxi.ingest import taxi\n"
-              "from nyc_taxi.core.settings import get_settings\nfrom nyc_taxi.core.tables import ensure_tables\n"
-              f"s = get_settings(); lakehouse(s).create(); ensure_tables(None, s)\n{code}\n")
-    process = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+    script = (
+        "from nyc_taxi.core.lakehouse import lakehouse\nfrom nyc_taxi.ingest import taxi\n"
+        "from nyc_taxi.core.settings import get_settings\nfrom nyc_taxi.core.tables import ensure_tables\n"
+        f"s = get_settings(); lakehouse(s).create(); ensure_tables(None, s)\n{code}\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     if wait:
         out, _ = process.communicate(timeout=900)
         assert process.returncode == 0, out[-4000:]
@@ -48,8 +51,11 @@ def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_complete
     state = tmp_path / "state"
     settings = Settings(state_dir=state, profile="local")
     path = add_taxi_month(site, YEAR, MONTH, rows=400_000, seed=1)
-    _step(state, f"taxi.download_published_file({YEAR}, {MONTH}, s); taxi.stage_landed_file({YEAR}, {MONTH}, s); "
-                 f"taxi.merge_into_raw({YEAR}, {MONTH}, s)")
+    _step(
+        state,
+        f"taxi.download_published_file({YEAR}, {MONTH}, s); taxi.stage_landed_file({YEAR}, {MONTH}, s); "
+        f"taxi.merge_into_raw({YEAR}, {MONTH}, s)",
+    )
     before_snapshot, before = _raw(settings)
 
     # the month is republished with different values: staging gets it, the merge must rewrite raw
@@ -81,5 +87,9 @@ def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_complete
     _, final = _raw(settings)
     published = pq.read_table(path, columns=["total_amount"])
     assert final.num_rows == published.num_rows == before.num_rows
-    assert round(sum(final.column("total_amount").to_pylist()), 2) == round(sum(published.column("total_amount").to_pylist()), 2)
-    assert round(sum(final.column("total_amount").to_pylist()), 2) != round(sum(before.column("total_amount").to_pylist()), 2)
+    assert round(sum(final.column("total_amount").to_pylist()), 2) == round(
+        sum(published.column("total_amount").to_pylist()), 2
+    )
+    assert round(sum(final.column("total_amount").to_pylist()), 2) != round(
+        sum(before.column("total_amount").to_pylist()), 2
+    )

@@ -16,8 +16,15 @@ from nyc_taxi.core.tables import ensure_tables
 
 pytestmark = pytest.mark.spark
 
-ICEBERG_TYPE = {"INT": "int", "BIGINT": "long", "DOUBLE": "double", "STRING": "string", "DATE": "date",
-                "TIMESTAMP_NTZ": "timestamp", "TIMESTAMP": "timestamptz"}
+ICEBERG_TYPE = {
+    "INT": "int",
+    "BIGINT": "long",
+    "DOUBLE": "double",
+    "STRING": "string",
+    "DATE": "date",
+    "TIMESTAMP_NTZ": "timestamp",
+    "TIMESTAMP": "timestamptz",
+}
 TRANSFORM = {"days": DayTransform, "months": MonthTransform, "years": YearTransform}
 TEST_FILE = "lakehouse-test.parquet"  # marks this module's rows; other tests share the tables
 
@@ -50,10 +57,17 @@ def test_tables_are_created_from_the_registry(tables, table):
 
 def _trip(key: str, pickup: dt.datetime, fare: float) -> dict:
     row = {c.name: None for c in registry.YELLOW_TAXI_RAW.columns}
-    row |= {"row_key": key, "source_file": TEST_FILE,
-            "ingested_at": dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc), "vendor_id": 2,
-            "pickup_datetime": pickup, "dropoff_datetime": pickup + dt.timedelta(minutes=9),
-            "pickup_location_id": 132, "dropoff_location_id": 161, "fare_amount": fare}
+    row |= {
+        "row_key": key,
+        "source_file": TEST_FILE,
+        "ingested_at": dt.datetime(2024, 3, 1, tzinfo=dt.UTC),
+        "vendor_id": 2,
+        "pickup_datetime": pickup,
+        "dropoff_datetime": pickup + dt.timedelta(minutes=9),
+        "pickup_location_id": 132,
+        "dropoff_location_id": 161,
+        "fare_amount": fare,
+    }
     return row
 
 
@@ -75,7 +89,9 @@ def test_spark_write_and_merge_are_read_by_pyiceberg_at_the_same_snapshot(spark,
         WHEN MATCHED AND t.fare_amount IS DISTINCT FROM s.fare_amount THEN UPDATE SET *
         WHEN NOT MATCHED THEN INSERT *"""
     spark.sql(merge)
-    spark_snapshot = spark.sql(f"SELECT snapshot_id FROM {spark_table(raw)}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
+    spark_snapshot = spark.sql(
+        f"SELECT snapshot_id FROM {spark_table(raw)}.snapshots ORDER BY committed_at DESC LIMIT 1"
+    ).first()[0]
 
     table = tables.load_table(iceberg_identifier(raw))
     assert table.current_snapshot().snapshot_id == spark_snapshot
@@ -87,13 +103,17 @@ def test_spark_write_and_merge_are_read_by_pyiceberg_at_the_same_snapshot(spark,
         {"row_key": "c", "pickup_datetime": dt.datetime(2024, 1, 31, 1, 30), "fare_amount": 30.0},
     ]
     # Local wall-clock timestamps stay what they were (no time-zone shift on the way in or out).
-    assert spark.sql(f"SELECT max(pickup_datetime) FROM {spark_table(raw)} WHERE source_file = '{TEST_FILE}'").first()[0] == dt.datetime(2024, 1, 31, 1, 30)
+    assert spark.sql(f"SELECT max(pickup_datetime) FROM {spark_table(raw)} WHERE source_file = '{TEST_FILE}'").first()[
+        0
+    ] == dt.datetime(2024, 1, 31, 1, 30)
 
     spark.sql(merge)  # the same batch again: nothing to change
     again = tables.load_table(iceberg_identifier(raw)).scan(row_filter=f"source_file == '{TEST_FILE}'").to_arrow()
     assert {r["row_key"]: r["fare_amount"] for r in again.to_pylist()} == {"a": 10.0, "b": 25.0, "c": 30.0}
     # Time travel to the first write still shows the old fare.
-    old = spark.sql(f"SELECT fare_amount FROM {spark_table(raw)} VERSION AS OF {first_snapshot} WHERE row_key = 'b'").first()[0]
+    old = spark.sql(
+        f"SELECT fare_amount FROM {spark_table(raw)} VERSION AS OF {first_snapshot} WHERE row_key = 'b'"
+    ).first()[0]
     assert old == 20.0
 
 
@@ -103,9 +123,17 @@ def test_pyiceberg_appends_are_seen_by_spark(spark, tables):
 
     weather = registry.WEATHER_RAW
     table = tables.load_table(iceberg_identifier(weather))
-    row = {"county_code": "30061", "county_name": "NY: New York County", "date": dt.date(1999, 1, 2), "tmax_c": 3.0,
-           "tmin_c": -1.0, "tavg_c": 1.0, "prcp_mm": 0.0, "source_status": "scaled",
-           "ingested_at": dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc)}
+    row = {
+        "county_code": "30061",
+        "county_name": "NY: New York County",
+        "date": dt.date(1999, 1, 2),
+        "tmax_c": 3.0,
+        "tmin_c": -1.0,
+        "tavg_c": 1.0,
+        "prcp_mm": 0.0,
+        "source_status": "scaled",
+        "ingested_at": dt.datetime(2024, 3, 1, tzinfo=dt.UTC),
+    }
     table.append(pa.Table.from_pylist([row], schema=table.schema().as_arrow()))
     got = spark.sql(f"SELECT county_code, date, tavg_c FROM {spark_table(weather)} WHERE year(date) = 1999").collect()
     assert [tuple(r) for r in got] == [("30061", dt.date(1999, 1, 2), 1.0)]

@@ -82,12 +82,19 @@ def demo(tmp_path_factory):
     env = {**os.environ, "STATE_DIR": str(root / "state")}
     for name in ("TLC_BASE_URL", "NOAA_BASE_URL"):  # the demo serves its own fixture months
         env.pop(name, None)
-    result = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.demo", "--images", str(root / "images")], env=env,
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.demo", "--images", str(root / "images")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     # the demo served its sources on 127.0.0.1 (a port of its own: one identity whatever the port)
     fixture_site = "http://127.0.0.1:1"
-    settings = Settings(state_dir=root / "state", profile="local", tlc_base_url=fixture_site, noaa_base_url=fixture_site)
+    settings = Settings(
+        state_dir=root / "state", profile="local", tlc_base_url=fixture_site, noaa_base_url=fixture_site
+    )
     return settings, result.stdout, root / "images"
 
 
@@ -99,15 +106,23 @@ def graph(demo):
 
 
 def _lineage_cli(demo, *args) -> subprocess.CompletedProcess:
-    env = {**os.environ, "STATE_DIR": str(demo[0].state_dir), "TLC_BASE_URL": demo[0].tlc_base_url,
-           "NOAA_BASE_URL": demo[0].noaa_base_url}
-    return subprocess.run([sys.executable, "-m", "nyc_taxi.cli.lineage", *args], env=env, capture_output=True, text=True)
+    env = {
+        **os.environ,
+        "STATE_DIR": str(demo[0].state_dir),
+        "TLC_BASE_URL": demo[0].tlc_base_url,
+        "NOAA_BASE_URL": demo[0].noaa_base_url,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.lineage", *args], env=env, capture_output=True, text=True
+    )
 
 
 def test_every_node_is_a_registry_dataset_or_a_job_of_the_two_tools(graph, demo):
     settings = demo[0]
     datasets = {n.urn for n in graph.nodes.values() if n.kind in ("dataset", "model")}
-    assert datasets == {identity(d, settings).datahub_urn for d in registry.DATASETS.values()}  # no phantom, none missing
+    assert datasets == {
+        identity(d, settings).datahub_urn for d in registry.DATASETS.values()
+    }  # no phantom, none missing
     jobs = {n.name for n in graph.nodes.values() if n.kind == "job"}
     assert jobs == {e[i] for e in EXPECTED_EDGES for i in (0, 1) if "." in e[i]}
 
@@ -132,8 +147,13 @@ def test_lineage_of_the_forecast_table_reaches_the_source_files_across_both_tool
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
     names = {n["name"] for n in answer["nodes"].values()}
-    assert {"tlc_yellow_tripdata_published", f"{Y}.merge_upsert_staging_into_raw_yellow", "yellow_taxi_raw",
-            f"{F}.compute_actuals", "yellow_rides_forecast_model"} <= names
+    assert {
+        "tlc_yellow_tripdata_published",
+        f"{Y}.merge_upsert_staging_into_raw_yellow",
+        "yellow_taxi_raw",
+        f"{F}.compute_actuals",
+        "yellow_rides_forecast_model",
+    } <= names
     assert "noaa_nclimgrid_daily_county_published" in names  # the last flow run's model reads weather
     assert answer["downstream"] == []
     # as the seasonal-naive flow run left it, the forecast did not come from weather
@@ -187,11 +207,15 @@ def test_record_files_are_valid_datahub_and_openlineage(demo):
     files = datahub_files(settings)
     assert {f.name.split("_mcps.")[0] for f in files} == {"airflow", "catalog", "metaflow"}
     for path in files:
-        check = subprocess.run([sys.executable, "-m", "datahub", "check", "metadata-file", str(path)],
-                               capture_output=True, text=True)
+        check = subprocess.run(
+            [sys.executable, "-m", "datahub", "check", "metadata-file", str(path)], capture_output=True, text=True
+        )
         assert check.returncode == 0, check.stdout + check.stderr
-    events = [json.loads(line) for p in sorted((settings.lineage_dir / "openlineage").glob("*.jsonl"))
-              for line in p.read_text().splitlines()]
+    events = [
+        json.loads(line)
+        for p in sorted((settings.lineage_dir / "openlineage").glob("*.jsonl"))
+        for line in p.read_text().splitlines()
+    ]
     assert len(events) > 30
     assert [e for e in events if validation_errors(e)] == []
     if REFERENCE_SPEC.exists():  # the copy we validate with is the team's reference, byte for byte
@@ -205,8 +229,13 @@ def test_datahub_iceberg_source_names_the_tables_as_the_lineage_does(demo):
     assert datasets == {identity(t, demo[0]).datahub_urn for t in registry.TABLES.values()}
     from datahub.utilities.urns.field_paths import get_simple_field_path_from_v2_field_path
 
-    schemas = {r["entityUrn"]: {get_simple_field_path_from_v2_field_path(f["fieldPath"]) for f in r["aspect"]["json"]["fields"]}
-               for r in records if r.get("aspectName") == "schemaMetadata"}
+    schemas = {
+        r["entityUrn"]: {
+            get_simple_field_path_from_v2_field_path(f["fieldPath"]) for f in r["aspect"]["json"]["fields"]
+        }
+        for r in records
+        if r.get("aspectName") == "schemaMetadata"
+    }
     for table in registry.TABLES.values():
         assert schemas[identity(table, demo[0]).datahub_urn] == set(table.column_names)
 
@@ -248,10 +277,20 @@ def test_run_history_names_real_snapshots_and_a_failed_run_is_compared_with_the_
     server = FixtureServer(site)
     url = server.start()
     try:
-        env = {**os.environ, "STATE_DIR": str(settings.state_dir), "TLC_BASE_URL": url, "NOAA_BASE_URL": url,
-               **airflow_environment(settings)}
-        subprocess.run([sys.executable, "-m", "airflow", "dags", "test", Y, "--conf", '{"month": "2024-03"}'],
-                       env=env, capture_output=True, text=True, timeout=600)
+        env = {
+            **os.environ,
+            "STATE_DIR": str(settings.state_dir),
+            "TLC_BASE_URL": url,
+            "NOAA_BASE_URL": url,
+            **airflow_environment(settings),
+        }
+        subprocess.run(
+            [sys.executable, "-m", "airflow", "dags", "test", Y, "--conf", '{"month": "2024-03"}'],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         server.stop()
     download = f"{Y}.download_published_files"

@@ -49,9 +49,16 @@ def _run(state: Path, crash: bool) -> tuple[str, object]:
     settings = Settings(state_dir=state, profile="local")
     prepare_directories(settings)
     env = {**os.environ, "STATE_DIR": str(state), **airflow_environment(settings)}
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
-    result = subprocess.run([sys.executable, "-c", RUNNER.format(merge=MERGE, crash=crash, month=MONTH)], env=env,
-                            capture_output=True, text=True, timeout=900)
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=600
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", RUNNER.format(merge=MERGE, crash=crash, month=MONTH)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     return next(line for line in output.splitlines() if line.startswith("RESULT")), settings
@@ -67,7 +74,13 @@ def test_a_merge_task_retried_after_a_failure_ends_like_a_clean_run(site, tmp_pa
     assert table_contents(retried_settings) == table_contents(clean_settings)
 
     merge_events = [e for e in lineage_events(retried_settings) if e[0].endswith(f".{MERGE}")]
-    assert merge_events == sorted([(f"ingest_yellow_taxi_data.{MERGE}", t) for t in ("START", "FAIL", "START", "COMPLETE")])
-    failed = [json.loads(line) for path in openlineage_events_dir(retried_settings).glob("*.jsonl")
-              for line in path.read_text().splitlines() if '"FAIL"' in line]
+    assert merge_events == sorted(
+        [(f"ingest_yellow_taxi_data.{MERGE}", t) for t in ("START", "FAIL", "START", "COMPLETE")]
+    )
+    failed = [
+        json.loads(line)
+        for path in openlineage_events_dir(retried_settings).glob("*.jsonl")
+        for line in path.read_text().splitlines()
+        if '"FAIL"' in line
+    ]
     assert any("worker lost after staging" in json.dumps(e) for e in failed)  # the reason travels with the lineage

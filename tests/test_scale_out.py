@@ -71,18 +71,51 @@ def standalone_cluster(tmp_path):
 
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
     port, web, worker_web = _free_port(), _free_port(), _free_port()
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work"),
-           "SPARK_HOME": str(spark_class.parent.parent)}
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_WORKER_DIR": str(tmp_path / "work"),
+        "SPARK_HOME": str(spark_class.parent.parent),
+    }
     master_log, worker_log = tmp_path / "master.log", tmp_path / "worker.log"
-    master = subprocess.Popen([str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(port), "--webui-port", str(web)], env=env,
-                              stdout=master_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    master = subprocess.Popen(
+        [
+            str(spark_class),
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(web),
+        ],
+        env=env,
+        stdout=master_log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     worker = None
     try:
         _wait_for(port, master, master_log, "master")
-        worker = subprocess.Popen([str(spark_class), "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
-                                   "--host", "127.0.0.1", "--cores", "1", "--memory", "2g", "--webui-port", str(worker_web)],
-                                  env=env, stdout=worker_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        worker = subprocess.Popen(
+            [
+                str(spark_class),
+                "org.apache.spark.deploy.worker.Worker",
+                f"spark://127.0.0.1:{port}",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "2g",
+                "--webui-port",
+                str(worker_web),
+            ],
+            env=env,
+            stdout=worker_log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 90
         while "Registering worker" not in master_log.read_text():
             assert worker.poll() is None and time.monotonic() < deadline, worker_log.read_text()[-3000:]
@@ -105,7 +138,9 @@ def _run(master: str | None, state: Path) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_merge_and_actuals_on_a_standalone_cluster_equal_local_mode(standalone_cluster, site, tmp_path, listening_sockets):
+def test_merge_and_actuals_on_a_standalone_cluster_equal_local_mode(
+    standalone_cluster, site, tmp_path, listening_sockets
+):
     url, pids = standalone_cluster
     add_taxi_month(site, 2024, 10, rows=20_000, seed=10)
     cluster = _run(url, tmp_path / "cluster-state")

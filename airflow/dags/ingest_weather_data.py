@@ -23,7 +23,9 @@ with DAG(
     catchup=False,
     max_active_runs=1,  # one staging table
     default_args=DEFAULT_ARGS,
-    params={"month": Param(None, type=["null", "string"], description="YYYY-MM to load; empty: the run's data interval")},
+    params={
+        "month": Param(None, type=["null", "string"], description="YYYY-MM to load; empty: the run's data interval")
+    },
     tags=["ingestion", "weather", "spark", "iceberg"],
     doc_md=__doc__,
 ) as dag:

@@ -24,8 +24,12 @@ def flow_parameters(context) -> dict[str, str]:
     params = context["params"]
     as_of = params.get("as_of_datetime")
     if not as_of:
-        months = [event.extra.get("month") for events in context["triggering_asset_events"].values()
-                  for event in events if event.extra.get("month")]
+        months = [
+            event.extra.get("month")
+            for events in context["triggering_asset_events"].values()
+            for event in events
+            if event.extra.get("month")
+        ]
         if not months:
             raise ValueError("no as_of_datetime given and no merge triggered this run: say which hour to forecast from")
         year, month = map(int, max(months).split("-"))
@@ -42,8 +46,12 @@ with DAG(
     max_active_runs=1,
     default_args={**DEFAULT_ARGS, "retries": 0},  # a failed flow is resumed with Metaflow's `resume`, not re-run
     params={
-        "as_of_datetime": Param(None, type=["null", "string"], description="Forecast origin, New York local time; "
-                                "empty: the start of the month after the one the triggering merge loaded"),
+        "as_of_datetime": Param(
+            None,
+            type=["null", "string"],
+            description="Forecast origin, New York local time; "
+            "empty: the start of the month after the one the triggering merge loaded",
+        ),
         "model": Param("seasonal_naive", enum=["seasonal_naive", "weather_adjusted"]),
         "lookback_days": Param(28, type="integer", minimum=7),
     },

@@ -26,8 +26,18 @@ def main(argv: list[str]) -> int:
         dag_id, _, conf = spec.partition(":")
         run = bag.get_dag(dag_id).test(run_conf=json.loads(conf) if conf else None)
         states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-        print(json.dumps({"dag_id": dag_id, "conf": json.loads(conf) if conf else {}, "run_id": run.run_id,
-                          "state": str(run.state), "tasks": states}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "dag_id": dag_id,
+                    "conf": json.loads(conf) if conf else {},
+                    "run_id": run.run_id,
+                    "state": str(run.state),
+                    "tasks": states,
+                }
+            ),
+            flush=True,
+        )
         failed |= str(run.state) != "success"
     return 1 if failed else 0
 

@@ -22,8 +22,13 @@ DAGS_FOLDER = REPO_ROOT / "airflow" / "dags"
 def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
     settings = settings or get_settings()
     home = settings.airflow_home
-    instance = {"AIRFLOW__DATAHUB__PLATFORM_INSTANCE": settings.datahub_platform_instance} if settings.datahub_platform_instance else {}
-    return {**instance,
+    instance = (
+        {"AIRFLOW__DATAHUB__PLATFORM_INSTANCE": settings.datahub_platform_instance}
+        if settings.datahub_platform_instance
+        else {}
+    )
+    return {
+        **instance,
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -43,16 +48,23 @@ def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
         "AIRFLOW__DATAHUB__CLUSTER": settings.datahub_env,
         "AIRFLOW__DATAHUB__CAPTURE_OL_FILE_DATASETS": "True",  # landed files are real inputs and outputs here
         "AIRFLOW__DATAHUB__CONN_ID": "datahub_file",
-        "AIRFLOW_CONN_DATAHUB_FILE": json.dumps({"conn_type": "datahub-file", "host": str(datahub_file(settings, "airflow"))}),
+        "AIRFLOW_CONN_DATAHUB_FILE": json.dumps(
+            {"conn_type": "datahub-file", "host": str(datahub_file(settings, "airflow"))}
+        ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": settings.openlineage_namespace,
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
-            {"type": "file", "log_file_path": str(openlineage_file(settings, "airflow")), "append": True}),
+            {"type": "file", "log_file_path": str(openlineage_file(settings, "airflow")), "append": True}
+        ),
     }
 
 
 def prepare_directories(settings: Settings | None = None) -> None:
     settings = settings or get_settings()
-    for path in (settings.airflow_home, datahub_file(settings, "airflow").parent, openlineage_file(settings, "airflow").parent):
+    for path in (
+        settings.airflow_home,
+        datahub_file(settings, "airflow").parent,
+        openlineage_file(settings, "airflow").parent,
+    ):
         path.mkdir(parents=True, exist_ok=True)
 
 

@@ -14,8 +14,8 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from airflow.providers.openlineage.extractors import OperatorLineage
 from airflow.sdk import Asset, AssetAlias, BaseOperator
@@ -71,8 +71,11 @@ class ReportsLineage(BaseOperator):
         """Datasets plus the code version (git commit and DAG file), so runs can be compared."""
         from nyc_taxi.lineage.write.openlineage import input_dataset, output_dataset, source_code_location
 
-        return OperatorLineage(inputs=[input_dataset(u) for u in inputs], outputs=[output_dataset(u) for u in outputs],
-                               job_facets={"sourceCodeLocation": source_code_location(_code_path(self.dag))})
+        return OperatorLineage(
+            inputs=[input_dataset(u) for u in inputs],
+            outputs=[output_dataset(u) for u in outputs],
+            job_facets={"sourceCodeLocation": source_code_location(_code_path(self.dag))},
+        )
 
     def get_openlineage_facets_on_start(self) -> OperatorLineage:
         return self._lineage([DatasetUse(d) for d in self.job.reads], [DatasetUse(d) for d in self.job.writes])
@@ -144,7 +147,8 @@ class IngestStepOperator(ReportsLineage):
         for use in self.report.outputs:
             if isinstance(use.dataset, Table) and use.dataset.layer == "raw" and use.committed:
                 context["outlet_events"][commits_of(use.dataset)].add(
-                    asset(use.dataset), extra={"snapshot_id": use.version, "month": f"{year:04d}-{month:02d}"})
+                    asset(use.dataset), extra={"snapshot_id": use.version, "month": f"{year:04d}-{month:02d}"}
+                )
         log.info("%s", self.report.summary)
         return self.report.summary
 
@@ -190,17 +194,27 @@ class RunFlowOperator(ReportsLineage):
             "OPENLINEAGE_ROOT_PARENT_ID": lineage_root_parent_id(ti),
             "PARENT_AIRFLOW_TASK": f"{ti.dag_id}/{ti.task_id}/{ti.run_id}",
         }
-        command = [sys.executable, "-m", "nyc_taxi.metaflow_adapter", self.flow.name, "run",
-                   "--tag", f"airflow_dag_run:{ti.dag_id}/{ti.run_id}",
-                   *[item for name, value in parameters.items() for item in (f"--{name}", str(value))]]
+        command = [
+            sys.executable,
+            "-m",
+            "nyc_taxi.metaflow_adapter",
+            self.flow.name,
+            "run",
+            "--tag",
+            f"airflow_dag_run:{ti.dag_id}/{ti.run_id}",
+            *[item for name, value in parameters.items() for item in (f"--{name}", str(value))],
+        ]
         log.info("starting %s: %s", self.flow.name, " ".join(command[3:]))
         run_id = None
-        with subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) as process:
+        with subprocess.Popen(
+            command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as process:
             for line in process.stdout:
                 log.info("%s", line.rstrip())
                 if "(run-id " in line and run_id is None:
                     run_id = line.split("(run-id ")[1].split(")")[0]
         if process.returncode:
-            raise AirflowFailException(f"{self.flow.name} run {run_id} failed (exit {process.returncode}); its log is above")
+            raise AirflowFailException(
+                f"{self.flow.name} run {run_id} failed (exit {process.returncode}); its log is above"
+            )
         return {"flow": self.flow.name, "run_id": run_id, **parameters}

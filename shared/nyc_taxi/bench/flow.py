@@ -48,16 +48,23 @@ def _reference(files: list[Path], start: dt.datetime, as_of: dt.datetime, end: d
 def step_seconds(flow_output: str, env: dict) -> dict[str, float]:
     """Seconds per step of the Metaflow run whose output this is (Metaflow's own task timestamps)."""
     run_id = next(line.split("(run-id ")[1].split(")")[0] for line in flow_output.splitlines() if "(run-id " in line)
-    probe = ("import json\nfrom metaflow import Run, namespace\nnamespace(None)\n"
-             f"run = Run('TrainForecastModelFlow/{run_id}')\n"
-             "print(json.dumps({s.id: (s.task.finished_at - s.task.created_at).total_seconds() for s in run}))")
-    return json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                                     check=True).stdout.strip().splitlines()[-1])
+    probe = (
+        "import json\nfrom metaflow import Run, namespace\nnamespace(None)\n"
+        f"run = Run('TrainForecastModelFlow/{run_id}')\n"
+        "print(json.dumps({s.id: (s.task.finished_at - s.task.created_at).total_seconds() for s in run}))"
+    )
+    return json.loads(
+        subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
 
 
 def _spark_startup(env: dict) -> float:
-    probe = ("import time; t=time.perf_counter()\nfrom nyc_taxi.core.spark import get_spark\n"
-             "get_spark().sql('SELECT 1').collect(); print(time.perf_counter()-t)")
+    probe = (
+        "import time; t=time.perf_counter()\nfrom nyc_taxi.core.spark import get_spark\n"
+        "get_spark().sql('SELECT 1').collect(); print(time.perf_counter()-t)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -104,9 +111,21 @@ def main(argv: list[str] | None = None) -> dict:
     env = {**os.environ, **metaflow_environment()}
     with PeakMemory() as memory:
         t = time.perf_counter()
-        run = subprocess.run([sys.executable, str(REPO_ROOT / TRAINING_FLOW.code), "--no-pylint", "run",
-                              "--as_of_datetime", as_of.isoformat(), "--lookback_days", str(args.lookback_days)],
-                             env=env, capture_output=True, text=True)
+        run = subprocess.run(
+            [
+                sys.executable,
+                str(REPO_ROOT / TRAINING_FLOW.code),
+                "--no-pylint",
+                "run",
+                "--as_of_datetime",
+                as_of.isoformat(),
+                "--lookback_days",
+                str(args.lookback_days),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         flow_s = time.perf_counter() - t
     if run.returncode:
         raise SystemExit(run.stderr[-3000:])

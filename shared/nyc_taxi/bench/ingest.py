@@ -25,15 +25,17 @@ def _duckdb_reference(path: Path, db) -> float:
     from nyc_taxi.core import datasets as d
 
     present = {c[0].lower() for c in db.execute(f"DESCRIBE SELECT * FROM read_parquet('{path}')").fetchall()}
-    columns = [f"CAST({c.source if c.source.lower() in present else 'NULL'} AS {_duckdb_type(c.type)}) AS {c.name}"
-               for c in d.YELLOW_TRIP_COLUMNS]
+    columns = [
+        f"CAST({c.source if c.source.lower() in present else 'NULL'} AS {_duckdb_type(c.type)}) AS {c.name}"
+        for c in d.YELLOW_TRIP_COLUMNS
+    ]
     names = [c.name for c in d.LOAD_COLUMNS + d.YELLOW_TRIP_COLUMNS]
     updates = ", ".join(f"{n} = excluded.{n}" for n in names if n != "row_key")
     start = time.perf_counter()
     db.execute(f"""
         INSERT INTO raw
         SELECT '{path.name}:' || file_row_number AS row_key, '{path.name}' AS source_file, now() AS ingested_at,
-               {', '.join(columns)}
+               {", ".join(columns)}
         FROM read_parquet('{path}', file_row_number = true)
         ON CONFLICT (row_key) DO UPDATE SET {updates}""")
     return time.perf_counter() - start
@@ -42,8 +44,10 @@ def _duckdb_reference(path: Path, db) -> float:
 def _duckdb_table(db) -> None:
     from nyc_taxi.core import datasets as d
 
-    columns = ", ".join(f"{c.name} {_duckdb_type(c.type)}" + (" PRIMARY KEY" if c.name in d.YELLOW_TAXI_RAW.primary_key else "")
-                        for c in d.LOAD_COLUMNS + d.YELLOW_TRIP_COLUMNS)
+    columns = ", ".join(
+        f"{c.name} {_duckdb_type(c.type)}" + (" PRIMARY KEY" if c.name in d.YELLOW_TAXI_RAW.primary_key else "")
+        for c in d.LOAD_COLUMNS + d.YELLOW_TRIP_COLUMNS
+    )
     db.execute(f"CREATE TABLE raw ({columns})")
 
 
@@ -143,8 +147,15 @@ def main(argv: list[str] | None = None) -> dict:
     for entry in grow:
         rows.append((f"growing raw: merge of {entry['month']}, s", entry["merge_s"]))
     if len(grow) >= 2:
-        rows.append((f"RATIO merge {grow[-1]['month']} / {grow[0]['month']}  (target <= 1.2)", grow[-1]["merge_s"] / grow[0]["merge_s"]))
-    rows.append(("peak memory over all months, GiB", max([new["peak_gib"], rerun["peak_gib"]] + [g["peak_gib"] for g in grow])))
+        rows.append(
+            (
+                f"RATIO merge {grow[-1]['month']} / {grow[0]['month']}  (target <= 1.2)",
+                grow[-1]["merge_s"] / grow[0]["merge_s"],
+            )
+        )
+    rows.append(
+        ("peak memory over all months, GiB", max([new["peak_gib"], rerun["peak_gib"]] + [g["peak_gib"] for g in grow]))
+    )
     for name, value in rows:
         print(f"{name:58s} {value:12.2f}" if isinstance(value, float) else f"{name:58s} {value:12,}")
     out = Path(settings.state_dir) / "bench-ingest.json"

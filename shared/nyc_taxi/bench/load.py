@@ -34,9 +34,11 @@ def _timed(command: list[str], env: dict) -> tuple[float, float, str]:
 
 
 def _step(names: list[str], year: int, month: int) -> list[str]:
-    code = ("from nyc_taxi.ingest import taxi\nsummary = {}\n"
-            + "".join(f"summary.update(taxi.{name}({year}, {month}).summary)\n" for name in names)
-            + "import json; print('SUMMARY', json.dumps(summary, default=str))")
+    code = (
+        "from nyc_taxi.ingest import taxi\nsummary = {}\n"
+        + "".join(f"summary.update(taxi.{name}({year}, {month}).summary)\n" for name in names)
+        + "import json; print('SUMMARY', json.dumps(summary, default=str))"
+    )
     return [sys.executable, "-c", code]
 
 
@@ -55,7 +57,9 @@ def main(argv: list[str] | None = None) -> dict:
     t = time.perf_counter()
     for year, month in months:
         add_taxi_month(work / "site", year, month, rows=args.rows, seed=month)
-    print(f"generated {len(months)} months of {args.rows:,} rows in {time.perf_counter() - t:.0f} s ({work})", flush=True)
+    print(
+        f"generated {len(months)} months of {args.rows:,} rows in {time.perf_counter() - t:.0f} s ({work})", flush=True
+    )
     server = FixtureServer(work / "site")
     os.environ.update({"STATE_DIR": str(work / "state"), "PROFILE": "local", "TLC_BASE_URL": server.start()})
 
@@ -76,32 +80,60 @@ def main(argv: list[str] | None = None) -> dict:
         stage_s, stage_gib, _ = _timed(_step(["download_published_file", "stage_landed_file"], year, month), env)
         merge_s, merge_gib, out = _timed(_step(["merge_into_raw"], year, month), env)
         summary = json.loads(next(line for line in out.splitlines() if line.startswith("SUMMARY"))[8:])
-        per_month.append({"month": f"{year}-{month:02d}", "stage_s": stage_s, "stage_gib": stage_gib,
-                          "merge_s": merge_s, "merge_gib": merge_gib, "merged_rows": summary["merged_rows"]})
-        print(f"  {year}-{month:02d}: stage {stage_s:6.1f} s {stage_gib:5.2f} GiB | merge {merge_s:6.1f} s "
-              f"{merge_gib:5.2f} GiB | {summary['merged_rows']:,} rows", flush=True)
+        per_month.append(
+            {
+                "month": f"{year}-{month:02d}",
+                "stage_s": stage_s,
+                "stage_gib": stage_gib,
+                "merge_s": merge_s,
+                "merge_gib": merge_gib,
+                "merged_rows": summary["merged_rows"],
+            }
+        )
+        print(
+            f"  {year}-{month:02d}: stage {stage_s:6.1f} s {stage_gib:5.2f} GiB | merge {merge_s:6.1f} s "
+            f"{merge_gib:5.2f} GiB | {summary['merged_rows']:,} rows",
+            flush=True,
+        )
     server.stop()
 
     last_year, last_month = months[-1]
     as_of = f"{last_year:04d}-{last_month:02d}-21T00:00"
-    flow_s, flow_gib, out = _timed([sys.executable, str(REPO_ROOT / TRAINING_FLOW.code), "--no-pylint",
-                                    "run", "--as_of_datetime", as_of, "--lookback_days", str(args.lookback_days)], env)
+    flow_s, flow_gib, out = _timed(
+        [
+            sys.executable,
+            str(REPO_ROOT / TRAINING_FLOW.code),
+            "--no-pylint",
+            "run",
+            "--as_of_datetime",
+            as_of,
+            "--lookback_days",
+            str(args.lookback_days),
+        ],
+        env,
+    )
     steps = step_seconds(out, env)
 
     first, rest = per_month[0], per_month[1:]
-    later = rest[len(rest) // 2:] or [first]
+    later = rest[len(rest) // 2 :] or [first]
     mean = lambda key, entries: sum(e[key] for e in entries) / len(entries)  # noqa: E731
     peak = max([startup_gib, flow_gib] + [max(e["stage_gib"], e["merge_gib"]) for e in per_month])
     rows = [
         ("table creation (one Spark JVM), s", startup_s),
         (f"month 1 ({first['month']}, raw empty): stage + merge, s", first["stage_s"] + first["merge_s"]),
-        (f"months {rest[0]['month'] if rest else '-'}..{per_month[-1]['month']}: mean stage + merge, s",
-         mean("stage_s", rest or [first]) + mean("merge_s", rest or [first])),
-        ("RATIO mean merge, second half / month 2  (flat: ~1)",
-         mean("merge_s", later) / (rest[0]["merge_s"] if rest else first["merge_s"])),
-        ("RATIO mean stage, second half / month 2  (flat: ~1)",
-         mean("stage_s", later) / (rest[0]["stage_s"] if rest else first["stage_s"])),
-        ("flow wall time (Metaflow run, lookback %d days), s" % args.lookback_days, flow_s),
+        (
+            f"months {rest[0]['month'] if rest else '-'}..{per_month[-1]['month']}: mean stage + merge, s",
+            mean("stage_s", rest or [first]) + mean("merge_s", rest or [first]),
+        ),
+        (
+            "RATIO mean merge, second half / month 2  (flat: ~1)",
+            mean("merge_s", later) / (rest[0]["merge_s"] if rest else first["merge_s"]),
+        ),
+        (
+            "RATIO mean stage, second half / month 2  (flat: ~1)",
+            mean("stage_s", later) / (rest[0]["stage_s"] if rest else first["stage_s"]),
+        ),
+        (f"flow wall time (Metaflow run, lookback {args.lookback_days} days), s", flow_s),
         ("flow peak memory (all step processes + JVMs), GiB", flow_gib),
         ("peak memory of any stage, GiB", peak),
         (f"RATIO peak memory / the {MACHINE_GIB} GiB machine", peak / MACHINE_GIB),
@@ -111,8 +143,12 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"flow step {name:28s} {seconds:8.2f} s")
     for name, value in rows:
         print(f"{name:62s} {value:10.2f}")
-    figures = {"rows_per_month": args.rows, "months": per_month, "flow_steps_s": steps,
-               **{name: value for name, value in rows}}
+    figures = {
+        "rows_per_month": args.rows,
+        "months": per_month,
+        "flow_steps_s": steps,
+        **{name: value for name, value in rows},
+    }
     out_path = work / "bench-load.json"
     out_path.write_text(json.dumps(figures, indent=2))
     print(f"\nfigures: {out_path}")

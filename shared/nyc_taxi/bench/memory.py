@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import psutil
@@ -17,17 +18,15 @@ class PeakMemory:
         me = psutil.Process()
         total = me.memory_info().rss
         for child in me.children(recursive=True):
-            try:
+            with contextlib.suppress(psutil.Error):
                 total += child.memory_info().rss
-            except psutil.Error:
-                pass
         return total
 
     def _run(self):
         while not self._stop.wait(self.interval):
             self.peak = max(self.peak, self._rss())
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         self.peak = self._rss()
         self._thread.start()
         return self

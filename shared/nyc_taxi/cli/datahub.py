@@ -1,7 +1,7 @@
 """`bash run datahub-push` and `bash run datahub-ingest-catalog`: the real DataHub.
 
-    python -m nyc_taxi.cli.datahub push            # every record file to DATAHUB_GMS_URL (upserts)
-    python -m nyc_taxi.cli.datahub ingest-catalog  # DataHub's Iceberg source on the catalog, into DataHub Lite
+python -m nyc_taxi.cli.datahub push            # every record file to DATAHUB_GMS_URL (upserts)
+python -m nyc_taxi.cli.datahub ingest-catalog  # DataHub's Iceberg source on the catalog, into DataHub Lite
 """
 
 from __future__ import annotations
@@ -36,8 +36,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {missing}\n")
     except Exception as failed:  # DataHub's pipeline errors (server down, rejected records) are long; say what to do
         first = str(failed).splitlines()[0] if str(failed) else type(failed).__name__
-        parser.exit(1, f"error: {first}\nnothing is lost: the records stay in {datahub_records_dir(settings)}; "
-                       "run this again when the server is reachable\n")
+        parser.exit(
+            1,
+            f"error: {first}\nnothing is lost: the records stay in {datahub_records_dir(settings)}; "
+            "run this again when the server is reachable\n",
+        )
     return 0
 
 

@@ -52,10 +52,15 @@ def _run(args: list[str], env: dict, what: str) -> subprocess.CompletedProcess:
 
 def _dag_runs() -> list[str]:
     """The DAG runs, in order: both ingestion DAGs per month, then the model twice."""
-    runs = [f"{dag.name}:{json.dumps({'month': f'{y:04d}-{m:02d}'})}" for y, m in MONTHS
-            for dag in (INGEST_YELLOW_TAXI_DATA, INGEST_WEATHER_DATA)]
-    runs += [f"{TRAIN_FORECAST_MODEL.name}:{json.dumps({'as_of_datetime': AS_OF, 'model': model, 'lookback_days': 28})}"
-             for model in MODELS]
+    runs = [
+        f"{dag.name}:{json.dumps({'month': f'{y:04d}-{m:02d}'})}"
+        for y, m in MONTHS
+        for dag in (INGEST_YELLOW_TAXI_DATA, INGEST_WEATHER_DATA)
+    ]
+    runs += [
+        f"{TRAIN_FORECAST_MODEL.name}:{json.dumps({'as_of_datetime': AS_OF, 'model': model, 'lookback_days': 28})}"
+        for model in MODELS
+    ]
     return runs
 
 
@@ -105,7 +110,9 @@ def _explain(settings, images: Path | None) -> None:
     _say("DataHub's own Iceberg source on the catalog (schemas and properties, the same URNs)")
     print(f"    {ingest_catalog(settings)}")
 
-    _say("the cross-tool graph of the forecast table, from DataHub Lite (bash run lineage yellow_rides_hourly_forecast)")
+    _say(
+        "the cross-tool graph of the forecast table, from DataHub Lite (bash run lineage yellow_rides_hourly_forecast)"
+    )
     graph = load_graph(settings)
     print(_indent(render.tree(graph, graph.resolve(d.YELLOW_RIDES_HOURLY_FORECAST.name))))
     raw = graph.resolve(d.YELLOW_TAXI_RAW.name)
@@ -126,10 +133,12 @@ def _explain(settings, images: Path | None) -> None:
     _say(f"where a forecast column comes from (bash run lineage {column})")
     print(_indent(render_columns(upstream_of(column, settings))))
 
-    svg, page = write_picture(graph, images or settings.lineage_dir / "picture")
+    _svg, page = write_picture(graph, images or settings.lineage_dir / "picture")
     _say("where to look next")
     print(f"    the whole graph: {page}")
-    print("    bash run lineage yellow_taxi_raw     # any dataset or job, --json, --runs <job>, --trace, --as-of, --diff")
+    print(
+        "    bash run lineage yellow_taxi_raw     # any dataset or job, --json, --runs <job>, --trace, --as-of, --diff"
+    )
     print("    bash run airflow standalone          # the DAG runs in the Airflow UI (http://localhost:8080)")
     print("    bash run training-flow card get evaluate evaluation.html   # forecast vs actual, as a page")
     print("    DATAHUB_GMS_URL=http://localhost:8080 bash run lineage-replay  # the same records in a real DataHub")

@@ -15,7 +15,9 @@ from nyc_taxi.core.settings import get_settings
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="infra", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="infra", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("action", choices=["create", "destroy"])
     parser.add_argument("--yes", action="store_true", help="destroy without asking")
     args = parser.parse_args(argv)

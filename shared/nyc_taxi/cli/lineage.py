@@ -1,14 +1,14 @@
 """`bash run lineage`: the cross-tool lineage (DataHub Lite, the OpenLineage events, Iceberg's history).
 
-    bash run lineage yellow_taxi_raw                 upstream and downstream, recursively, across tools
-    bash run lineage TrainForecastModelFlow.predict --json
-    bash run lineage yellow_rides_hourly_forecast.predicted_ride_count   a column, back to the source file's
-    bash run lineage --trace yellow_rides_hourly_forecast   the exact versions and runs behind it (also
-                     name@<snapshot id>, TrainForecastModelFlow/<run id>, <dag_id>/<run_id>)
-    bash run lineage --as-of 2024-05-01T12:00        the graph as the runs up to then recorded it (or a run)
-    bash run lineage --diff RUN_A RUN_B              two runs of a job, a DAG or a flow, compared
-    bash run lineage --graph [--out DIR]             the whole graph as SVG + HTML
-    bash run lineage --runs ingest_yellow_taxi_data.merge_upsert_staging_into_raw_yellow
+bash run lineage yellow_taxi_raw                 upstream and downstream, recursively, across tools
+bash run lineage TrainForecastModelFlow.predict --json
+bash run lineage yellow_rides_hourly_forecast.predicted_ride_count   a column, back to the source file's
+bash run lineage --trace yellow_rides_hourly_forecast   the exact versions and runs behind it (also
+                 name@<snapshot id>, TrainForecastModelFlow/<run id>, <dag_id>/<run_id>)
+bash run lineage --as-of 2024-05-01T12:00        the graph as the runs up to then recorded it (or a run)
+bash run lineage --diff RUN_A RUN_B              two runs of a job, a DAG or a flow, compared
+bash run lineage --graph [--out DIR]             the whole graph as SVG + HTML
+bash run lineage --runs ingest_yellow_taxi_data.merge_upsert_staging_into_raw_yellow
 """
 
 from __future__ import annotations
@@ -23,13 +23,16 @@ from nyc_taxi.core.settings import get_settings
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bash run lineage", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="bash run lineage", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("name", nargs="?", help="a dataset (registry name or URN) or a job (dag.task, Flow.step)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--graph", action="store_true", help="write the whole graph as lineage.svg and lineage.html")
     parser.add_argument("--out", type=Path, help="where --graph writes (default: <state>/lineage/picture)")
-    parser.add_argument("--runs", metavar="JOB", help="run history of a job, failed runs compared with the last good one")
+    parser.add_argument(
+        "--runs", metavar="JOB", help="run history of a job, failed runs compared with the last good one"
+    )
     parser.add_argument("--trace", metavar="TARGET", help="the versions and runs behind a dataset version or a run")
     parser.add_argument("--as-of", metavar="WHEN", help="the graph as it stood at a time (UTC) or after a run")
     parser.add_argument("--diff", nargs=2, metavar=("RUN_A", "RUN_B"), help="what changed between two runs")

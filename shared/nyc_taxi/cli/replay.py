@@ -1,7 +1,7 @@
 """`bash run lineage-replay`: ship what the local lineage files hold and the servers have not accepted yet.
 
-    bash run lineage-replay            send it (OPENLINEAGE_URL, DATAHUB_GMS_URL), in order, each record once
-    bash run lineage-replay --status   what is pending, per server and file
+bash run lineage-replay            send it (OPENLINEAGE_URL, DATAHUB_GMS_URL), in order, each record once
+bash run lineage-replay --status   what is pending, per server and file
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from nyc_taxi.lineage.write.delivery import servers, ship, status
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bash run lineage-replay", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="bash run lineage-replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--status", action="store_true", help="say what is pending; send nothing")
     args = parser.parse_args(argv)
     settings = get_settings()
@@ -32,8 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{shipment.server}: {shipment.sent} records sent to {shipment.url}, {shipment.pending} pending")
         if shipment.error:
             failed = True
-            print(f"error: {shipment.server} at {shipment.url}: {shipment.error}; what was sent is remembered, "
-                  "run this again to send the rest", file=sys.stderr)
+            print(
+                f"error: {shipment.server} at {shipment.url}: {shipment.error}; what was sent is remembered, "
+                "run this again to send the rest",
+                file=sys.stderr,
+            )
     return 1 if failed else 0
 
 

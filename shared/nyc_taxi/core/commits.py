@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -64,9 +65,12 @@ def _causes(error: BaseException):
 
 def _race(name: str, message: str, creating: bool) -> bool:
     text = message.lower()
-    return (name in _CONFLICT_CLASSES or (creating and name in _EXISTS_CLASSES)
-            or (name == _VALIDATION_CLASS and any(m in text for m in _RACE_MESSAGES))
-            or any(m in text for m in _ANY_CLASS_MESSAGES))
+    return (
+        name in _CONFLICT_CLASSES
+        or (creating and name in _EXISTS_CLASSES)
+        or (name == _VALIDATION_CLASS and any(m in text for m in _RACE_MESSAGES))
+        or any(m in text for m in _ANY_CLASS_MESSAGES)
+    )
 
 
 def lost_race(error: BaseException, creating: bool = False) -> str | None:
@@ -93,11 +97,20 @@ def retry_on_conflict(what: str, attempt: Callable[[], T], *, creating: bool = F
             if race is None:
                 raise
             if number == attempts:
-                raise CommitConflict(f"{what}: another writer committed first {attempts} times in a row "
-                                     f"({race}); nothing of this attempt was committed. "
-                                     "Run the task again when the other writers are done.") from error
+                raise CommitConflict(
+                    f"{what}: another writer committed first {attempts} times in a row "
+                    f"({race}); nothing of this attempt was committed. "
+                    "Run the task again when the other writers are done."
+                ) from error
             wait = FIRST_WAIT_S * 2 ** (number - 1) * random.uniform(0.5, 1.5)
-            log.warning("%s lost a race with another writer (%s); recomputing from the table's current state "
-                        "in %.1f s (attempt %d of %d)", what, race, wait, number + 1, attempts)
+            log.warning(
+                "%s lost a race with another writer (%s); recomputing from the table's current state "
+                "in %.1f s (attempt %d of %d)",
+                what,
+                race,
+                wait,
+                number + 1,
+                attempts,
+            )
             time.sleep(wait)
     raise AssertionError("unreachable")

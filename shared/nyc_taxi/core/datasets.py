@@ -85,6 +85,8 @@ class Model:
 Dataset = PublishedFiles | LandedFiles | Table | Model
 
 
+# The declarations below are a table, one column per line: the formatter leaves them as written.
+# fmt: off
 # ---- NYC TLC yellow taxi trips ------------------------------------------------------------------
 # The one target schema every TLC file (2022-2025 shapes) is cast to; `source` names its column in
 # the published file (the case varies by year).
@@ -242,11 +244,21 @@ YELLOW_RIDES_HOURLY_FORECAST = Table(
     primary_key=("pickup_location_id", "forecast_hour"),
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (
-    YELLOW_TAXI_STAGING, YELLOW_TAXI_RAW, WEATHER_STAGING, WEATHER_RAW,
-    YELLOW_RIDES_HOURLY_ACTUALS, YELLOW_RIDES_HOURLY_FORECAST,
-)}
-PUBLISHED: dict[str, PublishedFiles] = {p.name: p for p in (TLC_YELLOW_TRIPDATA_PUBLISHED, NOAA_NCLIMGRID_DAILY_COUNTY_PUBLISHED)}
+# fmt: on
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        YELLOW_TAXI_STAGING,
+        YELLOW_TAXI_RAW,
+        WEATHER_STAGING,
+        WEATHER_RAW,
+        YELLOW_RIDES_HOURLY_ACTUALS,
+        YELLOW_RIDES_HOURLY_FORECAST,
+    )
+}
+PUBLISHED: dict[str, PublishedFiles] = {
+    p.name: p for p in (TLC_YELLOW_TRIPDATA_PUBLISHED, NOAA_NCLIMGRID_DAILY_COUNTY_PUBLISHED)
+}
 LANDED: dict[str, LandedFiles] = {f.name: f for f in (TLC_YELLOW_TRIPDATA_LANDED, NOAA_NCLIMGRID_DAILY_COUNTY_LANDED)}
 MODELS: dict[str, Model] = {m.name: m for m in (YELLOW_RIDES_FORECAST_MODEL,)}
 DATASETS: dict[str, Dataset] = {**PUBLISHED, **LANDED, **TABLES, **MODELS}

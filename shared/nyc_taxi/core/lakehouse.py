@@ -17,9 +17,9 @@ import os
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from nyc_taxi.core import aws
 from nyc_taxi.core.settings import Settings, get_settings
@@ -174,7 +174,9 @@ class LocalLakehouse(Lakehouse):
 
     def spark_jars(self) -> list[str]:
         if not SQLITE_JDBC_JAR.is_file():
-            raise FileNotFoundError(f"{SQLITE_JDBC_JAR} is missing: run `bash run setup` (Debian package libxerial-sqlite-jdbc-java)")
+            raise FileNotFoundError(
+                f"{SQLITE_JDBC_JAR} is missing: run `bash run setup` (Debian package libxerial-sqlite-jdbc-java)"
+            )
         return [str(SQLITE_JDBC_JAR)]
 
     def java_options(self) -> list[str]:
@@ -182,7 +184,11 @@ class LocalLakehouse(Lakehouse):
         return [f"-Djava.library.path={SQLITE_JDBC_JNI_DIR}"]
 
     def pyiceberg_properties(self) -> dict[str, str]:
-        return {"type": "sql", "uri": f"sqlite:///{self.settings.catalog_db_path}", "warehouse": f"file://{self.warehouse}"}
+        return {
+            "type": "sql",
+            "uri": f"sqlite:///{self.settings.catalog_db_path}",
+            "warehouse": f"file://{self.warehouse}",
+        }
 
     def prepare_catalog_file(self) -> None:
         """The SQLite catalog file in WAL mode, so Spark's open reads never block pyiceberg's commits."""
@@ -218,7 +224,9 @@ class LocalLakehouse(Lakehouse):
         catalog_existed = self.settings.catalog_db_path.exists()
         catalog = load_catalog(self.settings)  # creates the catalog tables in the SQLite file
         if not catalog_existed:
-            done.append(f"created Iceberg SQL catalog {self.settings.catalog_name!r} at {self.settings.catalog_db_path}")
+            done.append(
+                f"created Iceberg SQL catalog {self.settings.catalog_name!r} at {self.settings.catalog_db_path}"
+            )
         if (self.settings.database,) not in catalog.list_namespaces():
             catalog.create_namespace(self.settings.database, {"comment": DATABASE_COMMENT})
             done.append(f"created namespace {self.settings.database!r}")
@@ -281,12 +289,18 @@ class AwsLakehouse(Lakehouse):
         return "s3a://" + location.split("://", 1)[1]  # Hadoop's S3 connector
 
     def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
-        conf = {f"{prefix}.type": "glue", f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
-                f"{prefix}.client.region": self.settings.aws_region}
+        conf = {
+            f"{prefix}.type": "glue",
+            f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+            f"{prefix}.client.region": self.settings.aws_region,
+        }
         if self.settings.aws_endpoint_url:
             endpoint = self.settings.aws_endpoint_url
-            conf |= {f"{prefix}.glue.endpoint": endpoint, f"{prefix}.s3.endpoint": endpoint,
-                     f"{prefix}.s3.path-style-access": "true"}
+            conf |= {
+                f"{prefix}.glue.endpoint": endpoint,
+                f"{prefix}.s3.endpoint": endpoint,
+                f"{prefix}.s3.path-style-access": "true",
+            }
         return conf
 
     def pyiceberg_properties(self) -> dict[str, str]:
@@ -302,17 +316,21 @@ class AwsLakehouse(Lakehouse):
         return f"{self.root} and Glue database {self.settings.database}"
 
     def _tls_only_policy(self) -> str:
-        return json.dumps({
-            "Version": "2012-10-17",
-            "Statement": [{
-                "Sid": "DenyInsecureTransport",
-                "Effect": "Deny",
-                "Principal": "*",
-                "Action": "s3:*",
-                "Resource": [f"arn:aws:s3:::{self.bucket}", f"arn:aws:s3:::{self.bucket}/*"],
-                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-            }],
-        })
+        return json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Sid": "DenyInsecureTransport",
+                        "Effect": "Deny",
+                        "Principal": "*",
+                        "Action": "s3:*",
+                        "Resource": [f"arn:aws:s3:::{self.bucket}", f"arn:aws:s3:::{self.bucket}/*"],
+                        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                    }
+                ],
+            }
+        )
 
     def create(self) -> list[str]:
         s3, glue, bucket, region = self._s3(), aws.client(self.settings, "glue"), self.bucket, self.settings.aws_region
@@ -322,17 +340,33 @@ class AwsLakehouse(Lakehouse):
             s3.create_bucket(Bucket=bucket, **kwargs)
             done.append(f"created bucket s3://{bucket} in {region}")
         # Applied every time: they are idempotent and keep an existing bucket in the wanted state.
-        s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
-            "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True})
-        s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={
-            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}]})
+        s3.put_public_access_block(
+            Bucket=bucket,
+            PublicAccessBlockConfiguration={
+                "BlockPublicAcls": True,
+                "IgnorePublicAcls": True,
+                "BlockPublicPolicy": True,
+                "RestrictPublicBuckets": True,
+            },
+        )
+        s3.put_bucket_encryption(
+            Bucket=bucket,
+            ServerSideEncryptionConfiguration={
+                "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}]
+            },
+        )
         s3.put_bucket_policy(Bucket=bucket, Policy=self._tls_only_policy())
         done.append(f"s3://{bucket}: public access blocked, AES256 default encryption, TLS-only policy")
         try:
             glue.get_database(Name=self.settings.database)
         except glue.exceptions.EntityNotFoundException:
-            glue.create_database(DatabaseInput={"Name": self.settings.database, "Description": DATABASE_COMMENT,
-                                                "LocationUri": f"{self.warehouse}/{self.settings.database}"})
+            glue.create_database(
+                DatabaseInput={
+                    "Name": self.settings.database,
+                    "Description": DATABASE_COMMENT,
+                    "LocationUri": f"{self.warehouse}/{self.settings.database}",
+                }
+            )
             done.append(f"created Glue database {self.settings.database!r}")
         return done
 
@@ -349,8 +383,10 @@ class AwsLakehouse(Lakehouse):
             pass
         if bucket in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
             for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-                objects = [{"Key": o["Key"], "VersionId": o["VersionId"]}
-                           for o in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+                objects = [
+                    {"Key": o["Key"], "VersionId": o["VersionId"]}
+                    for o in page.get("Versions", []) + page.get("DeleteMarkers", [])
+                ]
                 if objects:
                     s3.delete_objects(Bucket=bucket, Delete={"Objects": objects})
             s3.delete_bucket(Bucket=bucket)

@@ -66,12 +66,17 @@ class Identity:
 
         facets = {}
         if self.ol_symlinks:
-            facets["symlinks"] = symlinks_dataset.SymlinksDatasetFacet(identifiers=[
-                symlinks_dataset.Identifier(namespace=s.namespace, name=s.name, type=s.type) for s in self.ol_symlinks])
+            facets["symlinks"] = symlinks_dataset.SymlinksDatasetFacet(
+                identifiers=[
+                    symlinks_dataset.Identifier(namespace=s.namespace, name=s.name, type=s.type)
+                    for s in self.ol_symlinks
+                ]
+            )
         return OLDataset(namespace=self.ol_namespace, name=self.ol_name, facets=facets)
 
 
 # ---- tables -------------------------------------------------------------------------------
+
 
 def iceberg_identifier(table: Table, settings: Settings | None = None) -> str:
     """The table inside the catalog: ``<database>.<table>``."""
@@ -96,8 +101,10 @@ def _instance_name(name: str, settings: Settings) -> str:
 
 # ---- files --------------------------------------------------------------------------------
 
-def published_url(published: PublishedFiles, year: int, month: int, settings: Settings | None = None,
-                  **parts: str) -> str:
+
+def published_url(
+    published: PublishedFiles, year: int, month: int, settings: Settings | None = None, **parts: str
+) -> str:
     """The URL of one period's file on the publisher's site (or the fixture server standing in for it)."""
     base = getattr(settings or get_settings(), published.base_url_setting)
     return base + published.path.format(year=year, month=month, **parts)
@@ -108,8 +115,7 @@ def landed_folder(landed: LandedFiles) -> str:
     return f"landing/{landed.name}"
 
 
-def landed_location(landed: LandedFiles, year: int, month: int, settings: Settings | None = None,
-                    **parts: str) -> str:
+def landed_location(landed: LandedFiles, year: int, month: int, settings: Settings | None = None, **parts: str) -> str:
     """Where one landed file is (a local path or an s3:// URI)."""
     folder = lakehouse(settings).location(landed_folder(landed))
     return f"{folder}/{landed.file_name.format(year=year, month=month, **parts)}"
@@ -130,14 +136,16 @@ def _logical_path(template: str) -> str:
 
 # ---- every dataset ------------------------------------------------------------------------
 
+
 def _datahub_urn(ol_namespace: str, ol_name: str, settings: Settings) -> str:
     """DataHub's translation of an OpenLineage dataset, as DataHub's Airflow plugin does it."""
     from datahub.emitter.mce_builder import make_dataset_urn
 
     scheme, _, authority = ol_namespace.partition("://")
     if scheme in STORAGE_SCHEMES and authority:
-        return make_dataset_urn(STORAGE_SCHEMES[scheme], f"{authority.rstrip('/')}/{ol_name.lstrip('/')}".rstrip("/"),
-                                settings.datahub_env)
+        return make_dataset_urn(
+            STORAGE_SCHEMES[scheme], f"{authority.rstrip('/')}/{ol_name.lstrip('/')}".rstrip("/"), settings.datahub_env
+        )
     return make_dataset_urn(scheme if authority else ol_namespace, ol_name, settings.datahub_env)
 
 
@@ -152,33 +160,52 @@ def identity(dataset: Dataset, settings: Settings | None = None) -> Identity:
         if settings.profile == "aws":
             from openlineage.client.naming.dataset import AWSGlue
 
-            glue = AWSGlue(region_name=settings.aws_region, account_id=aws.account_id(settings),
-                           database_name=settings.database, table_name=dataset.name)
+            glue = AWSGlue(
+                region_name=settings.aws_region,
+                account_id=aws.account_id(settings),
+                database_name=settings.database,
+                table_name=dataset.name,
+            )
             symlinks.append(Symlink(glue.get_namespace(), glue.get_name(), "TABLE"))
         from datahub.emitter.mce_builder import make_dataset_urn
 
-        return Identity(dataset.name, make_dataset_urn(ICEBERG_PLATFORM, name, settings.datahub_env),
-                        f"{ICEBERG_PLATFORM}://{settings.catalog_name}", name, tuple(symlinks),
-                        asset_uri=f"{ICEBERG_PLATFORM}://{name}", location=location)
+        return Identity(
+            dataset.name,
+            make_dataset_urn(ICEBERG_PLATFORM, name, settings.datahub_env),
+            f"{ICEBERG_PLATFORM}://{settings.catalog_name}",
+            name,
+            tuple(symlinks),
+            asset_uri=f"{ICEBERG_PLATFORM}://{name}",
+            location=location,
+        )
     if isinstance(dataset, LandedFiles):
         namespace, name = lake.logical_name(landed_folder(dataset))
         location = lake.location(landed_folder(dataset))
         physical = lake.storage_name(location)
         symlinks = () if physical == (namespace, name) else (Symlink(*physical, "LOCATION"),)
-        return Identity(dataset.name, _datahub_urn(namespace, name, settings), namespace, name, symlinks,
-                        asset_uri=f"{namespace}{name}" if name.startswith("/") else f"{namespace}/{name}",
-                        location=location)
+        return Identity(
+            dataset.name,
+            _datahub_urn(namespace, name, settings),
+            namespace,
+            name,
+            symlinks,
+            asset_uri=f"{namespace}{name}" if name.startswith("/") else f"{namespace}/{name}",
+            location=location,
+        )
     if isinstance(dataset, PublishedFiles):
         base = getattr(settings, dataset.base_url_setting)
         namespace, name = _url_namespace(base), _logical_path(dataset.path)
-        return Identity(dataset.name, _datahub_urn(namespace, name, settings), namespace, name,
-                        location=base + name)
+        return Identity(dataset.name, _datahub_urn(namespace, name, settings), namespace, name, location=base + name)
     if isinstance(dataset, Model):
         from datahub.emitter.mce_builder import make_ml_model_urn
 
         name = _instance_name(f"{settings.database}.{dataset.name}", settings)
-        return Identity(dataset.name, make_ml_model_urn(MODEL_PLATFORM, name, settings.datahub_env),
-                        f"{MODEL_PLATFORM}://{settings.openlineage_namespace}", name)
+        return Identity(
+            dataset.name,
+            make_ml_model_urn(MODEL_PLATFORM, name, settings.datahub_env),
+            f"{MODEL_PLATFORM}://{settings.openlineage_namespace}",
+            name,
+        )
     raise TypeError(f"not a dataset of the registry: {dataset!r}")
 
 
@@ -190,13 +217,15 @@ def asset_uri(table: Table, settings: Settings | None = None) -> str:
 
 # ---- jobs ---------------------------------------------------------------------------------
 
+
 def datahub_flow_urn(pipeline: Pipeline, settings: Settings | None = None) -> str:
     """The DataFlow URN of a DAG or flow (the cluster is DataHub's env, as the Airflow plugin sets it)."""
     from datahub.emitter.mce_builder import make_data_flow_urn
 
     settings = settings or get_settings()
-    return make_data_flow_urn(pipeline.orchestrator, pipeline.name, settings.datahub_env,
-                              settings.datahub_platform_instance)
+    return make_data_flow_urn(
+        pipeline.orchestrator, pipeline.name, settings.datahub_env, settings.datahub_platform_instance
+    )
 
 
 def datahub_job_urn(pipeline: Pipeline, job: Job | str, settings: Settings | None = None) -> str:

@@ -25,8 +25,14 @@ def by_urn(urn: str, settings: Settings | None = None) -> Dataset | None:
 
 
 def by_openlineage_name(namespace: str, name: str, settings: Settings | None = None) -> Dataset | None:
-    return next((d for d in DATASETS.values()
-                 if (identity(d, settings).ol_namespace, identity(d, settings).ol_name) == (namespace, name)), None)
+    return next(
+        (
+            d
+            for d in DATASETS.values()
+            if (identity(d, settings).ol_namespace, identity(d, settings).ol_name) == (namespace, name)
+        ),
+        None,
+    )
 
 
 def job(qualified_name: str) -> Job:

@@ -42,7 +42,9 @@ class Settings(BaseSettings):
 
     # aws profile
     aws_region: str = "us-east-1"
-    aws_profile: str | None = Field("sandbox", description="Named AWS profile; empty to use the default credential chain.")
+    aws_profile: str | None = Field(
+        "sandbox", description="Named AWS profile; empty to use the default credential chain."
+    )
     s3_bucket: str | None = Field(None, description="Defaults to airflow-metaflow-<hash of the account id>.")
     aws_endpoint_url: str | None = Field(None, description="S3/Glue/STS endpoint override (a moto server in tests).")
 
@@ -57,7 +59,9 @@ class Settings(BaseSettings):
     datahub_token: SecretStr | None = None
     openlineage_url: str | None = None
     openlineage_api_key: SecretStr | None = None
-    openlineage_namespace: str = Field("nyc_taxi", description="OpenLineage job namespace shared by both orchestrators.")
+    openlineage_namespace: str = Field(
+        "nyc_taxi", description="OpenLineage job namespace shared by both orchestrators."
+    )
     # Set by whatever started this process (an Airflow task starting the flow), in the form
     # <namespace>/<job name>/<run id> used by OpenLineage integrations (dbt-ol, Airflow's lineage macros).
     openlineage_parent_id: str | None = None
@@ -78,9 +82,18 @@ class Settings(BaseSettings):
     )
 
     @field_validator(
-        "aws_profile", "s3_bucket", "aws_endpoint_url", "datahub_platform_instance", "datahub_gms_url",
-        "openlineage_url", "openlineage_parent_id", "openlineage_root_parent_id", "parent_airflow_task", "spark_master",
-        "spark_extra_packages", mode="before",
+        "aws_profile",
+        "s3_bucket",
+        "aws_endpoint_url",
+        "datahub_platform_instance",
+        "datahub_gms_url",
+        "openlineage_url",
+        "openlineage_parent_id",
+        "openlineage_root_parent_id",
+        "parent_airflow_task",
+        "spark_master",
+        "spark_extra_packages",
+        mode="before",
     )
     @classmethod
     def _empty_is_none(cls, value):

@@ -27,7 +27,9 @@ def iceberg_runtime_jar() -> Path:
     spec = importlib.util.find_spec("snowpark_connect_deps_iceberg")
     jar = Path(spec.origin).parent / "jars" / ICEBERG_RUNTIME_JAR if spec and spec.origin else Path(ICEBERG_RUNTIME_JAR)
     if not jar.is_file():
-        raise FileNotFoundError(f"{jar} is missing: run `bash run setup` (uv sync installs snowpark-connect-deps-iceberg==1.0.1)")
+        raise FileNotFoundError(
+            f"{jar} is missing: run `bash run setup` (uv sync installs snowpark-connect-deps-iceberg==1.0.1)"
+        )
     return jar
 
 

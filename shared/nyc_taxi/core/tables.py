@@ -18,16 +18,24 @@ DEFAULT_PROPERTIES = {
 }
 PRIMARY_KEY_PROPERTY = "nyc_taxi.primary-key"  # recorded for readers; Iceberg does not enforce it (the MERGE keys do)
 # Partition transforms as Spark SQL writes them, and the partition field name Spark gives them.
-TRANSFORMS = {"days": ("DayTransform", "day"), "months": ("MonthTransform", "month"), "years": ("YearTransform", "year")}
+TRANSFORMS = {
+    "days": ("DayTransform", "day"),
+    "months": ("MonthTransform", "month"),
+    "years": ("YearTransform", "year"),
+}
 
 
 def iceberg_type(spark_type: str):
     from pyiceberg import types
 
     return {
-        "INT": types.IntegerType(), "BIGINT": types.LongType(), "DOUBLE": types.DoubleType(),
-        "STRING": types.StringType(), "DATE": types.DateType(),
-        "TIMESTAMP_NTZ": types.TimestampType(), "TIMESTAMP": types.TimestamptzType(),
+        "INT": types.IntegerType(),
+        "BIGINT": types.LongType(),
+        "DOUBLE": types.DoubleType(),
+        "STRING": types.StringType(),
+        "DATE": types.DateType(),
+        "TIMESTAMP_NTZ": types.TimestampType(),
+        "TIMESTAMP": types.TimestamptzType(),
     }[spark_type]
 
 
@@ -35,8 +43,12 @@ def iceberg_schema(table: Table):
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
-    return Schema(*(NestedField(field_id=i, name=c.name, field_type=iceberg_type(c.type), required=not c.nullable,
-                                doc=c.doc) for i, c in enumerate(table.columns, start=1)))
+    return Schema(
+        *(
+            NestedField(field_id=i, name=c.name, field_type=iceberg_type(c.type), required=not c.nullable, doc=c.doc)
+            for i, c in enumerate(table.columns, start=1)
+        )
+    )
 
 
 def partition_spec(table: Table, schema):
@@ -47,8 +59,14 @@ def partition_spec(table: Table, schema):
     for number, expression in enumerate(table.partitioned_by):
         function, column = expression.rstrip(")").split("(")
         transform, suffix = TRANSFORMS[function]
-        fields.append(PartitionField(source_id=schema.find_field(column).field_id, field_id=1000 + number,
-                                     transform=getattr(transforms, transform)(), name=f"{column}_{suffix}"))
+        fields.append(
+            PartitionField(
+                source_id=schema.find_field(column).field_id,
+                field_id=1000 + number,
+                transform=getattr(transforms, transform)(),
+                name=f"{column}_{suffix}",
+            )
+        )
     return PartitionSpec(*fields)
 
 
@@ -84,8 +102,13 @@ def ensure_tables(tables: list[Table] | None = None, settings: Settings | None =
             if catalog.table_exists(identifier):
                 continue
             schema = iceberg_schema(table)
-            catalog.create_table(identifier, schema, location=table_location(table, settings),
-                                 partition_spec=partition_spec(table, schema), properties=table_properties(table))
+            catalog.create_table(
+                identifier,
+                schema,
+                location=table_location(table, settings),
+                partition_spec=partition_spec(table, schema),
+                properties=table_properties(table),
+            )
             created.append(table.name)
         return created
 

@@ -27,5 +27,6 @@ def merge_changes(spark, sql: SqlFolder, changes_sql: str, merge_sql: str, **val
 
 def upsert_changes(spark, sql: SqlFolder, changes_sql: str, merge_sql: str, **values: object) -> int:
     """merge_changes, recomputed and run again when it loses a race with another writer."""
-    return retry_on_conflict(f"MERGE into {values['raw']}",
-                             lambda: merge_changes(spark, sql, changes_sql, merge_sql, **values))
+    return retry_on_conflict(
+        f"MERGE into {values['raw']}", lambda: merge_changes(spark, sql, changes_sql, merge_sql, **values)
+    )

@@ -18,26 +18,49 @@ def evaluation_card(card, forecasts: dict, actual: dict, metrics: dict, model_na
     if not overall:
         card.append(Markdown("No actuals for the forecast hours yet: nothing to evaluate."))
         return
-    card.append(Markdown(f"Overall over {overall['hours']} zone-hours: **MAE {overall['mae']:.2f}**, "
-                         f"**WAPE {overall['wape']:.1%}**" if overall["wape"] is not None else f"MAE {overall['mae']:.2f}"))
+    card.append(
+        Markdown(
+            f"Overall over {overall['hours']} zone-hours: **MAE {overall['mae']:.2f}**, **WAPE {overall['wape']:.1%}**"
+            if overall["wape"] is not None
+            else f"MAE {overall['mae']:.2f}"
+        )
+    )
     values = []
     for (zone, hour), predicted in sorted(forecasts.items(), key=lambda kv: kv[0][1]):
         if zone in top:
             label = f"{zone} {names.get(zone, '')}"
             values.append({"hour": hour.isoformat(), "zone": label, "series": "forecast", "rides": predicted})
             if (zone, hour) in actual:
-                values.append({"hour": hour.isoformat(), "zone": label, "series": "actual", "rides": actual[(zone, hour)]})
-    card.append(VegaChart({
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-        "data": {"values": values}, "width": 260, "height": 160,
-        "facet": {"field": "zone", "type": "nominal", "columns": 2},
-        "spec": {"mark": "line", "encoding": {
-            "x": {"field": "hour", "type": "temporal", "title": "New York local hour"},
-            "y": {"field": "rides", "type": "quantitative"},
-            "color": {"field": "series", "type": "nominal"},
-            "strokeDash": {"field": "series", "type": "nominal"}}},
-    }))
-    rows = [[f"{zone} {names.get(zone, '')}", f"{metrics['per_zone'][zone]['mae']:.2f}",
-             "-" if metrics["per_zone"][zone]["wape"] is None else f"{metrics['per_zone'][zone]['wape']:.1%}"]
-            for zone in top if zone in metrics["per_zone"]]
+                values.append(
+                    {"hour": hour.isoformat(), "zone": label, "series": "actual", "rides": actual[(zone, hour)]}
+                )
+    card.append(
+        VegaChart(
+            {
+                "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+                "data": {"values": values},
+                "width": 260,
+                "height": 160,
+                "facet": {"field": "zone", "type": "nominal", "columns": 2},
+                "spec": {
+                    "mark": "line",
+                    "encoding": {
+                        "x": {"field": "hour", "type": "temporal", "title": "New York local hour"},
+                        "y": {"field": "rides", "type": "quantitative"},
+                        "color": {"field": "series", "type": "nominal"},
+                        "strokeDash": {"field": "series", "type": "nominal"},
+                    },
+                },
+            }
+        )
+    )
+    rows = [
+        [
+            f"{zone} {names.get(zone, '')}",
+            f"{metrics['per_zone'][zone]['mae']:.2f}",
+            "-" if metrics["per_zone"][zone]["wape"] is None else f"{metrics['per_zone'][zone]['wape']:.1%}",
+        ]
+        for zone in top
+        if zone in metrics["per_zone"]
+    ]
     card.append(Table(rows, headers=["zone", "MAE", "WAPE"]))

@@ -26,7 +26,7 @@ class SeasonalNaive:
     uses_weather = False
 
     @classmethod
-    def fit(cls, training: list[dict], **_) -> "SeasonalNaive":
+    def fit(cls, training: list[dict], **_) -> SeasonalNaive:
         return cls(history={(r["pickup_location_id"], r["pickup_hour"]): r["ride_count"] for r in training})
 
     @staticmethod
@@ -44,8 +44,9 @@ class SeasonalNaive:
         return {
             "pickup_location_id": (ColumnSource(model, "pickup_location_id"),),
             "forecast_hour": (ColumnSource(model, "history_hour", "TRANSFORMATION", description="+ 168 hours"),),
-            "predicted_ride_count": (ColumnSource(model, "history_ride_count", "TRANSFORMATION",
-                                                  description="the count 168 hours earlier"),),
+            "predicted_ride_count": (
+                ColumnSource(model, "history_ride_count", "TRANSFORMATION", description="the count 168 hours earlier"),
+            ),
         }
 
     def summary(self) -> dict:
@@ -79,28 +80,38 @@ class WeatherAdjusted(SeasonalNaive):
     @staticmethod
     def trained_from(actuals: Table, weather: Table) -> ColumnLineage:
         """As seasonal naive, plus the wet-day factor fitted from the counts and the rain."""
-        return {**SeasonalNaive.trained_from(actuals, weather), "wet_factor": (
-            ColumnSource(actuals, "ride_count", "AGGREGATION", description="ratio on wet vs dry days"),
-            ColumnSource(actuals, "pickup_hour", "GROUP_BY", indirect=True),
-            ColumnSource(weather, "prcp_mm", "AGGREGATION", description="mean over NYC's counties per day"),
-            ColumnSource(weather, "date", "JOIN", indirect=True)),
-            "daily_prcp_mm": (ColumnSource(weather, "prcp_mm", "AGGREGATION", description="mean over NYC's counties"),
-                              ColumnSource(weather, "date", "GROUP_BY", indirect=True))}
+        return {
+            **SeasonalNaive.trained_from(actuals, weather),
+            "wet_factor": (
+                ColumnSource(actuals, "ride_count", "AGGREGATION", description="ratio on wet vs dry days"),
+                ColumnSource(actuals, "pickup_hour", "GROUP_BY", indirect=True),
+                ColumnSource(weather, "prcp_mm", "AGGREGATION", description="mean over NYC's counties per day"),
+                ColumnSource(weather, "date", "JOIN", indirect=True),
+            ),
+            "daily_prcp_mm": (
+                ColumnSource(weather, "prcp_mm", "AGGREGATION", description="mean over NYC's counties"),
+                ColumnSource(weather, "date", "GROUP_BY", indirect=True),
+            ),
+        }
 
     @staticmethod
     def forecast_from(model: Model) -> ColumnLineage:
         """As seasonal naive, scaled by the wet-day factor on wet days."""
         columns = SeasonalNaive.forecast_from(model)
-        return {**columns, "predicted_ride_count": (
-            *columns["predicted_ride_count"],
-            ColumnSource(model, "wet_factor", "TRANSFORMATION", description="x wet_factor on wet days"),
-            ColumnSource(model, "daily_prcp_mm", "CONDITIONAL", indirect=True, description="is the day wet"))}
+        return {
+            **columns,
+            "predicted_ride_count": (
+                *columns["predicted_ride_count"],
+                ColumnSource(model, "wet_factor", "TRANSFORMATION", description="x wet_factor on wet days"),
+                ColumnSource(model, "daily_prcp_mm", "CONDITIONAL", indirect=True, description="is the day wet"),
+            ),
+        }
 
     def summary(self) -> dict:
         return {**super().summary(), "wet_factor": self.wet_factor}
 
     @classmethod
-    def fit(cls, training: list[dict], daily_prcp_mm: dict[dt.date, float] | None = None, **_) -> "WeatherAdjusted":
+    def fit(cls, training: list[dict], daily_prcp_mm: dict[dt.date, float] | None = None, **_) -> WeatherAdjusted:
         daily_prcp_mm = daily_prcp_mm or {}
         history = {(r["pickup_location_id"], r["pickup_hour"]): r["ride_count"] for r in training}
         sums = {True: [0.0, 0.0], False: [0.0, 0.0]}  # wet?: [actual, seasonal naive]
@@ -135,5 +146,7 @@ def evaluate(forecasts: dict[tuple[int, dt.datetime], float], actuals: dict[tupl
         return {"mae": errors / len(pairs), "wape": errors / total if total else None, "hours": len(pairs)}
 
     every = [pair for pairs in per_zone.values() for pair in pairs]
-    return {"overall": scores(every) if every else None,
-            "per_zone": {zone: scores(pairs) for zone, pairs in sorted(per_zone.items())}}
+    return {
+        "overall": scores(every) if every else None,
+        "per_zone": {zone: scores(pairs) for zone, pairs in sorted(per_zone.items())},
+    }

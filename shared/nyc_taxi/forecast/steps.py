@@ -21,8 +21,13 @@ from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
 log = logging.getLogger(__name__)
 SQL = SqlFolder(__file__)
-RAW, WEATHER, ACTUALS, FORECAST, MODEL = (d.YELLOW_TAXI_RAW, d.WEATHER_RAW, d.YELLOW_RIDES_HOURLY_ACTUALS,
-                                          d.YELLOW_RIDES_HOURLY_FORECAST, d.YELLOW_RIDES_FORECAST_MODEL)
+RAW, WEATHER, ACTUALS, FORECAST, MODEL = (
+    d.YELLOW_TAXI_RAW,
+    d.WEATHER_RAW,
+    d.YELLOW_RIDES_HOURLY_ACTUALS,
+    d.YELLOW_RIDES_HOURLY_FORECAST,
+    d.YELLOW_RIDES_FORECAST_MODEL,
+)
 
 
 class NoDataInWindow(ValueError):
@@ -66,7 +71,11 @@ class Window:
         return [self.as_of + dt.timedelta(hours=h) for h in range(int((self.end - self.as_of).total_seconds() // 3600))]
 
     def as_dict(self) -> dict[str, str]:
-        return {"train_start": self.start.isoformat(), "as_of": self.as_of.isoformat(), "horizon_end": self.end.isoformat()}
+        return {
+            "train_start": self.start.isoformat(),
+            "as_of": self.as_of.isoformat(),
+            "horizon_end": self.end.isoformat(),
+        }
 
 
 def _version(snapshot) -> str | None:
@@ -81,12 +90,16 @@ def _scan(table: d.Table, column: str, start, end, settings: Settings):
     snapshot = iceberg.current_snapshot()
     if snapshot is None:
         return None, None
-    rows = iceberg.scan(row_filter=And(GreaterThanOrEqual(column, start.isoformat()), LessThan(column, end.isoformat())),
-                        snapshot_id=snapshot.snapshot_id).to_arrow()
+    rows = iceberg.scan(
+        row_filter=And(GreaterThanOrEqual(column, start.isoformat()), LessThan(column, end.isoformat())),
+        snapshot_id=snapshot.snapshot_id,
+    ).to_arrow()
     return rows, snapshot
 
 
-def compute_actuals(as_of: dt.datetime, lookback_days: int, horizon_hours: int, settings: Settings | None = None) -> StepReport:
+def compute_actuals(
+    as_of: dt.datetime, lookback_days: int, horizon_hours: int, settings: Settings | None = None
+) -> StepReport:
     """Hourly counts for the training window and the horizon (so a backtest can be evaluated)."""
     from nyc_taxi.core.spark import get_spark
 
@@ -104,27 +117,50 @@ def compute_actuals(as_of: dt.datetime, lookback_days: int, horizon_hours: int, 
             raise NoDataInWindow(
                 f"no yellow taxi trips in {RAW.name} between {window.start} and {window.end} "
                 f"(as_of_datetime {as_of.isoformat()}, lookback_days {lookback_days}): load those months with the "
-                "ingest_yellow_taxi_data DAG first, or choose an as_of_datetime inside the loaded data")
+                "ingest_yellow_taxi_data DAG first, or choose an as_of_datetime inside the loaded data"
+            )
         computed.createOrReplaceTempView("computed_actuals")
-        changed = upsert_changes(spark, SQL, "actuals_changes", "merge_actuals", staging="computed_actuals",
-                                 raw=spark_table(ACTUALS, settings))
+        changed = upsert_changes(
+            spark,
+            SQL,
+            "actuals_changes",
+            "merge_actuals",
+            staging="computed_actuals",
+            raw=spark_table(ACTUALS, settings),
+        )
     finally:
         computed.unpersist()
     after = current_snapshot(ACTUALS, settings)
     log.info("%d zone-hours computed, %d new or changed in %s", rows, changed, ACTUALS.name)
-    any_window = {"window_start": "2000-01-01 00:00:00", "window_end": "2000-01-02 00:00:00",
-                  "last_hour": "2000-01-01 23:00:00"}  # the dates change nothing about which column feeds which
-    columns = column_lineage(ACTUALS, [
-        Statement(SQL, "hourly_counts", reads={"raw": "raw"}, makes="counts", values=any_window),
-        Statement(SQL, "hourly_actuals", reads={"counts": "counts"}, makes="computed", values=any_window),
-        Statement(SQL, "actuals_changes", reads={"staging": "computed", "raw": "target"}, makes="changes"),
-        Statement(SQL, "merge_actuals", reads={"raw": "target", "changes": "changes"}),
-    ], {"raw": RAW}, settings)
+    any_window = {
+        "window_start": "2000-01-01 00:00:00",
+        "window_end": "2000-01-02 00:00:00",
+        "last_hour": "2000-01-01 23:00:00",
+    }  # the dates change nothing about which column feeds which
+    columns = column_lineage(
+        ACTUALS,
+        [
+            Statement(SQL, "hourly_counts", reads={"raw": "raw"}, makes="counts", values=any_window),
+            Statement(SQL, "hourly_actuals", reads={"counts": "counts"}, makes="computed", values=any_window),
+            Statement(SQL, "actuals_changes", reads={"staging": "computed", "raw": "target"}, makes="changes"),
+            Statement(SQL, "merge_actuals", reads={"raw": "target", "changes": "changes"}),
+        ],
+        {"raw": RAW},
+        settings,
+    )
     return StepReport(
         inputs=[DatasetUse(RAW, version=_version(raw_snapshot))],
-        outputs=[DatasetUse(ACTUALS, version=_version(after), row_count=changed,
-                            committed=_version(after) != _version(before), columns=columns)],
-        summary={"zone_hours": rows, "changed": changed, **window.as_dict()})
+        outputs=[
+            DatasetUse(
+                ACTUALS,
+                version=_version(after),
+                row_count=changed,
+                committed=_version(after) != _version(before),
+                columns=columns,
+            )
+        ],
+        summary={"zone_hours": rows, "changed": changed, **window.as_dict()},
+    )
 
 
 @dataclass
@@ -134,15 +170,18 @@ class TrainingData:
     report: StepReport = field(default_factory=StepReport)
 
 
-def training_data(as_of: dt.datetime, lookback_days: int, horizon_hours: int, model_name: str,
-                  settings: Settings | None = None) -> TrainingData:
+def training_data(
+    as_of: dt.datetime, lookback_days: int, horizon_hours: int, model_name: str, settings: Settings | None = None
+) -> TrainingData:
     """The lookback window of actuals; for a model that uses weather, also the rain per day."""
     settings = settings or get_settings()
     window = Window.of(as_of, lookback_days, horizon_hours)
     rows, snapshot = _scan(ACTUALS, "pickup_hour", window.start, as_of, settings)
     training = rows.select(["pickup_location_id", "pickup_hour", "ride_count"]).to_pylist() if rows is not None else []
-    report = StepReport(inputs=[DatasetUse(ACTUALS, version=_version(snapshot), row_count=len(training))],
-                        summary={"training_rows": len(training)})
+    report = StepReport(
+        inputs=[DatasetUse(ACTUALS, version=_version(snapshot), row_count=len(training))],
+        summary={"training_rows": len(training)},
+    )
     prcp: dict[dt.date, float] = {}
     if models.MODELS[model_name].uses_weather:
         prcp, weather = daily_precipitation(window.start, window.end, settings)
@@ -154,7 +193,7 @@ def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings
     """Mean precipitation over New York City's counties per day, and what was read."""
     rows, snapshot = _scan(WEATHER, "date", start.date(), end.date() + dt.timedelta(days=1), settings)
     per_day: dict[dt.date, list[float]] = {}
-    for r in (rows.select(["date", "prcp_mm"]).to_pylist() if rows is not None else []):
+    for r in rows.select(["date", "prcp_mm"]).to_pylist() if rows is not None else []:
         if r["prcp_mm"] is not None:
             per_day.setdefault(r["date"], []).append(r["prcp_mm"])
     read = DatasetUse(WEATHER, version=_version(snapshot), row_count=rows.num_rows if rows is not None else 0)
@@ -174,9 +213,15 @@ def train(data: TrainingData, model_name: str, version: str) -> Trained:
     fitted = kind.fit(data.rows, daily_prcp_mm=data.daily_prcp_mm)
     uses = [DatasetUse(ACTUALS, version=data.report.inputs[0].version, row_count=len(data.rows))]
     uses += [u for u in data.report.inputs if u.dataset == WEATHER]
-    report = StepReport(inputs=uses, outputs=[DatasetUse(MODEL, version=version, operation="CREATE", committed=True,
-                                                         columns=kind.trained_from(ACTUALS, WEATHER))],
-                        summary={"model": model_name, **fitted.summary()})
+    report = StepReport(
+        inputs=uses,
+        outputs=[
+            DatasetUse(
+                MODEL, version=version, operation="CREATE", committed=True, columns=kind.trained_from(ACTUALS, WEATHER)
+            )
+        ],
+        summary={"model": model_name, **fitted.summary()},
+    )
     return Trained(fitted, version, report)
 
 
@@ -205,20 +250,32 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
     ensure_tables([FORECAST], settings)
     before = current_snapshot(FORECAST, settings)
     spark = get_spark(settings)
-    now = dt.datetime.now(dt.timezone.utc)
-    rows = [(zone, hour, value, forecasts.model_name, forecasts.model_version, forecasts.as_of, now)
-            for (zone, hour), value in sorted(forecasts.values.items())]
+    now = dt.datetime.now(dt.UTC)
+    rows = [
+        (zone, hour, value, forecasts.model_name, forecasts.model_version, forecasts.as_of, now)
+        for (zone, hour), value in sorted(forecasts.values.items())
+    ]
     schema = ", ".join(f"{c.name} {c.type}" for c in FORECAST.columns)
     spark.createDataFrame(rows, schema).createOrReplaceTempView("new_forecasts")
-    retry_on_conflict(f"MERGE into {FORECAST.name}", lambda: SQL.run(
-        spark, "merge_forecasts", forecast=spark_table(FORECAST, settings), forecasts="new_forecasts"))
+    retry_on_conflict(
+        f"MERGE into {FORECAST.name}",
+        lambda: SQL.run(spark, "merge_forecasts", forecast=spark_table(FORECAST, settings), forecasts="new_forecasts"),
+    )
     after = current_snapshot(FORECAST, settings)
     kind = models.MODELS[forecasts.model_name]
     return StepReport(
         inputs=[DatasetUse(MODEL, version=forecasts.model_version)],
-        outputs=[DatasetUse(FORECAST, version=_version(after), row_count=len(rows),
-                            committed=_version(after) != _version(before), columns=kind.forecast_from(MODEL))],
-        summary={"forecast_rows": len(rows)})
+        outputs=[
+            DatasetUse(
+                FORECAST,
+                version=_version(after),
+                row_count=len(rows),
+                committed=_version(after) != _version(before),
+                columns=kind.forecast_from(MODEL),
+            )
+        ],
+        summary={"forecast_rows": len(rows)},
+    )
 
 
 @dataclass
@@ -241,10 +298,13 @@ def evaluate(forecasts: Forecasts, horizon_hours: int, settings: Settings | None
     settings = settings or get_settings()
     window = Window.of(forecasts.as_of, 0, horizon_hours)
     rows, snapshot = _scan(ACTUALS, "pickup_hour", window.as_of, window.end, settings)
-    actual = {(r["pickup_location_id"], r["pickup_hour"]): r["ride_count"]
-              for r in (rows.to_pylist() if rows is not None else [])}
+    actual = {
+        (r["pickup_location_id"], r["pickup_hour"]): r["ride_count"]
+        for r in (rows.to_pylist() if rows is not None else [])
+    }
     metrics = models.evaluate(forecasts.values, actual)
-    evaluation = Evaluation(metrics, actual, StepReport(inputs=[DatasetUse(ACTUALS, version=_version(snapshot),
-                                                                           row_count=len(actual))]))
+    evaluation = Evaluation(
+        metrics, actual, StepReport(inputs=[DatasetUse(ACTUALS, version=_version(snapshot), row_count=len(actual))])
+    )
     evaluation.report.summary = {"mae": evaluation.mae, "wape": evaluation.wape}
     return evaluation

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 
 
-
 def month_bounds(year: int, month: int) -> tuple[dt.date, dt.date]:
     start = dt.date(year, month, 1)
     return start, dt.date(year + month // 12, month % 12 + 1, 1)
@@ -28,6 +27,11 @@ def day_ranges_predicate(column: str, days: list[dt.date]) -> str:
             ranges.append((start, end))
         start = end = day
     ranges.append((start, end))
-    return "(" + " OR ".join(
-        f"({column} >= TIMESTAMP_NTZ'{a} 00:00:00' AND {column} < TIMESTAMP_NTZ'{b + dt.timedelta(days=1)} 00:00:00')"
-        for a, b in ranges) + ")"
+    return (
+        "("
+        + " OR ".join(
+            f"({column} >= TIMESTAMP_NTZ'{a} 00:00:00' AND {column} < TIMESTAMP_NTZ'{b + dt.timedelta(days=1)} 00:00:00')"
+            for a, b in ranges
+        )
+        + ")"
+    )

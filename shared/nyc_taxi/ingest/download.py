@@ -14,9 +14,9 @@ import logging
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 from nyc_taxi.core.datasets import PublishedFiles
 from nyc_taxi.core.lakehouse import lakehouse
@@ -114,13 +114,16 @@ def _get(url: str, known: FileVersion | None, dest: Path, timeout: float) -> Fil
             raise NotPublishedYet(f"{url} answered HTTP {error.code}: not published yet") from None
         raise
     if expected is not None and int(expected) != size:
-        raise BadSourceFile(f"{url}: got {size} bytes of the announced {expected} (connection cut short); "
-                            "nothing was landed — re-run the task to fetch it again")
+        raise BadSourceFile(
+            f"{url}: got {size} bytes of the announced {expected} (connection cut short); "
+            "nothing was landed — re-run the task to fetch it again"
+        )
     return FileVersion(url=url, size=size, sha256=_sha256(dest), etag=etag, last_modified=modified)
 
 
-def fetch(url: str, location: str, validate: Callable[[Path, str], None], settings: Settings,
-          timeout: float = 300.0) -> Landed:
+def fetch(
+    url: str, location: str, validate: Callable[[Path, str], None], settings: Settings, timeout: float = 300.0
+) -> Landed:
     """Land ``url`` at ``location`` unless the landed copy is the server's current version.
 
     ``validate(path, origin)`` raises BadSourceFile for anything the source would not publish; the
@@ -140,8 +143,9 @@ def fetch(url: str, location: str, validate: Callable[[Path, str], None], settin
         except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
             if known is None or isinstance(error, urllib.error.HTTPError):
                 raise
-            log.warning("%s cannot be reached (%s); using the landed copy, version %s", url, error,
-                        known.published_version)
+            log.warning(
+                "%s cannot be reached (%s); using the landed copy, version %s", url, error, known.published_version
+            )
             return Landed(location, known, fetched=False)
         if fetched is None:
             log.info("not modified since it landed (%s): %s", known.published_version, location)

@@ -7,8 +7,8 @@ summary, which landed version it holds; staging the same landed version again co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from nyc_taxi.core.catalog import current_snapshot
 from nyc_taxi.core.commits import retry_on_conflict
@@ -29,15 +29,27 @@ def landed_file_version(landed: LandedFiles, locations: list[str], settings: Set
     for location in locations:
         version = download.landed_version(location, settings)
         if version is None:
-            raise BadSourceFile(f"{location} has not landed (or has no version record beside it): "
-                                "run the download task for this month first")
+            raise BadSourceFile(
+                f"{location} has not landed (or has no version record beside it): "
+                "run the download task for this month first"
+            )
         versions.append(f"{Path(location).name}@{version.landed_version}")
     return ", ".join(sorted(versions))
 
 
-def stage(sql: SqlFolder, statement: str, staging: Table, landed: LandedFiles, version: str, locations: list[str],
-          landed_view: Callable[[object], str], settings: Settings, summary: dict,
-          empty: Callable[[], Exception] | None = None, **values: object) -> StepReport:
+def stage(
+    sql: SqlFolder,
+    statement: str,
+    staging: Table,
+    landed: LandedFiles,
+    version: str,
+    locations: list[str],
+    landed_view: Callable[[object], str],
+    settings: Settings,
+    summary: dict,
+    empty: Callable[[], Exception] | None = None,
+    **values: object,
+) -> StepReport:
     """Replace ``staging`` with ``statement`` (a SELECT over the landed files' view) unless it holds ``version``.
 
     ``landed_view(spark)`` registers the landed files as a view and returns its name; ``empty()``, if
@@ -46,8 +58,9 @@ def stage(sql: SqlFolder, statement: str, staging: Table, landed: LandedFiles, v
     """
     from nyc_taxi.lineage.write.columns import Statement, column_lineage
 
-    columns = column_lineage(staging, [Statement(sql, statement, reads={"landed": "landed"}, values=values)],
-                             {"landed": landed}, settings)
+    columns = column_lineage(
+        staging, [Statement(sql, statement, reads={"landed": "landed"}, values=values)], {"landed": landed}, settings
+    )
     snapshot = current_snapshot(staging, settings)
     committed = not (snapshot and snapshot.summary.get(LANDED_VERSION) == version)
     if committed:
@@ -57,13 +70,27 @@ def stage(sql: SqlFolder, statement: str, staging: Table, landed: LandedFiles, v
         frame = sql.run(spark, statement, landed=landed_view(spark), **values)
         if empty is not None and frame.isEmpty():
             raise empty()
-        retry_on_conflict(f"staging {staging.name}", lambda: frame.writeTo(spark_table(staging, settings))
-                          .option(f"snapshot-property.{LANDED_VERSION}", version).overwritePartitions())
+        retry_on_conflict(
+            f"staging {staging.name}",
+            lambda: (
+                frame.writeTo(spark_table(staging, settings))
+                .option(f"snapshot-property.{LANDED_VERSION}", version)
+                .overwritePartitions()
+            ),
+        )
         snapshot = current_snapshot(staging, settings)
     rows = int(snapshot.summary.get("total-records", 0))
     return StepReport(
         inputs=[DatasetUse(landed, version=version, locations=tuple(locations))],
-        outputs=[DatasetUse(staging, version=str(snapshot.snapshot_id), row_count=rows, operation="INSERT",
-                            committed=committed, columns=columns)],
+        outputs=[
+            DatasetUse(
+                staging,
+                version=str(snapshot.snapshot_id),
+                row_count=rows,
+                operation="INSERT",
+                committed=committed,
+                columns=columns,
+            )
+        ],
         summary={**summary, "staged_rows": rows, "restaged": committed},
     )

@@ -16,8 +16,8 @@ from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.tables import pinned
-from nyc_taxi.ingest import download
 from nyc_taxi.core.upserts import merge_changes
+from nyc_taxi.ingest import download
 from nyc_taxi.ingest.common import day_ranges_predicate, month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.ingest.staging import landed_file_version, stage
@@ -49,11 +49,15 @@ def validate_trip_file(path: Path, origin: str) -> None:
         tail = f.read(4)
     if head != b"PAR1":
         sample = path.read_bytes()[:60].decode("utf-8", "replace").strip()
-        raise BadSourceFile(f"{origin} is not a parquet file (it starts with {sample!r}): the server sent something "
-                            "else, e.g. an error page. Check TLC_BASE_URL and that the month is published.")
+        raise BadSourceFile(
+            f"{origin} is not a parquet file (it starts with {sample!r}): the server sent something "
+            "else, e.g. an error page. Check TLC_BASE_URL and that the month is published."
+        )
     if size < 12 or tail != b"PAR1":
-        raise BadSourceFile(f"{origin} is truncated ({size} bytes, no parquet footer): the download was cut short. "
-                            "Delete it and re-run the task to fetch it again.")
+        raise BadSourceFile(
+            f"{origin} is truncated ({size} bytes, no parquet footer): the download was cut short. "
+            "Delete it and re-run the task to fetch it again."
+        )
     try:
         meta = pq.ParquetFile(path).metadata
     except Exception as error:  # pyarrow raises several types for corrupt footers
@@ -61,7 +65,7 @@ def validate_trip_file(path: Path, origin: str) -> None:
     if meta.num_rows == 0:
         raise BadSourceFile(f"{origin} contains no rows; the source published an empty file — nothing was loaded.")
     arrow = meta.schema.to_arrow_schema()
-    schema = {name.lower(): field.type for name, field in zip(arrow.names, arrow)}
+    schema = {name.lower(): field.type for name, field in zip(arrow.names, arrow, strict=False)}
     missing, wrong = [], []
     for column in d.YELLOW_TRIP_COLUMNS:
         found = schema.get(column.source.lower())
@@ -71,9 +75,11 @@ def validate_trip_file(path: Path, origin: str) -> None:
         elif not any(accepts(found) for accepts in _ACCEPTS[column.type]):
             wrong.append(f"{column.source} is {found}, expected a type castable to {column.type}")
     if missing or wrong:
-        raise BadSourceFile(f"{origin} does not have the TLC yellow trip schema: "
-                            + "; ".join(([f"missing columns {', '.join(missing)}"] if missing else []) + wrong)
-                            + ". Nothing was loaded; compare the file with the published data dictionary.")
+        raise BadSourceFile(
+            f"{origin} does not have the TLC yellow trip schema: "
+            + "; ".join(([f"missing columns {', '.join(missing)}"] if missing else []) + wrong)
+            + ". Nothing was loaded; compare the file with the published data dictionary."
+        )
 
 
 def download_published_file(year: int, month: int, settings: Settings | None = None) -> StepReport:
@@ -83,13 +89,29 @@ def download_published_file(year: int, month: int, settings: Settings | None = N
     landed = download.fetch(url, location, validate_trip_file, settings)
     version, name = landed.version, Path(location).name
     return StepReport(
-        inputs=[DatasetUse(PUBLISHED, version=f"{name}@{version.published_version}", locations=(url,),
-                           size_bytes=version.size)],
-        outputs=[DatasetUse(LANDED, version=f"{name}@{version.landed_version}", locations=(location,),
-                            size_bytes=version.size, committed=landed.fetched, operation="CREATE",
-                            columns=download.byte_for_byte(PUBLISHED))],
-        summary={"month": month_label(year, month), "file": name, "fetched": landed.fetched, "bytes": version.size,
-                 "version": version.published_version},
+        inputs=[
+            DatasetUse(
+                PUBLISHED, version=f"{name}@{version.published_version}", locations=(url,), size_bytes=version.size
+            )
+        ],
+        outputs=[
+            DatasetUse(
+                LANDED,
+                version=f"{name}@{version.landed_version}",
+                locations=(location,),
+                size_bytes=version.size,
+                committed=landed.fetched,
+                operation="CREATE",
+                columns=download.byte_for_byte(PUBLISHED),
+            )
+        ],
+        summary={
+            "month": month_label(year, month),
+            "file": name,
+            "fetched": landed.fetched,
+            "bytes": version.size,
+            "version": version.published_version,
+        },
     )
 
 
@@ -101,7 +123,8 @@ def stage_landed_file(year: int, month: int, settings: Settings | None = None) -
 
     def landed_view(spark) -> str:
         frame = spark.read.parquet(lakehouse(settings).spark_path(location)).selectExpr(
-            "*", "_metadata.file_name AS source_file", "_metadata.row_index AS source_row_index")
+            "*", "_metadata.file_name AS source_file", "_metadata.row_index AS source_row_index"
+        )
         present = {name.lower() for name in frame.columns}
         for column in d.YELLOW_TRIP_COLUMNS:  # a column a year's files lack is NULL
             if column.source.lower() not in present:
@@ -109,8 +132,17 @@ def stage_landed_file(year: int, month: int, settings: Settings | None = None) -
         frame.createOrReplaceTempView("landed_yellow_taxi")
         return "landed_yellow_taxi"
 
-    return stage(SQL, "stage_yellow_taxi", STAGING, LANDED, version, [location], landed_view, settings,
-                 summary={"month": month_label(year, month), "file": Path(location).name})
+    return stage(
+        SQL,
+        "stage_yellow_taxi",
+        STAGING,
+        LANDED,
+        version,
+        [location],
+        landed_view,
+        settings,
+        summary={"month": month_label(year, month), "file": Path(location).name},
+    )
 
 
 def _content_hash(alias: str) -> str:
@@ -129,11 +161,22 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     staged_snapshot = current_snapshot(STAGING, settings)
     staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
     start, end = month_bounds(year, month)
-    quality = SQL.run(spark, "yellow_taxi_quality", staging=staging, month_start=f"{start} 00:00:00",
-                      next_month_start=f"{end} 00:00:00").first().asDict()
+    quality = (
+        SQL.run(
+            spark,
+            "yellow_taxi_quality",
+            staging=staging,
+            month_start=f"{start} 00:00:00",
+            next_month_start=f"{end} 00:00:00",
+        )
+        .first()
+        .asDict()
+    )
     row_count = quality.pop("row_count")
-    checks = [Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
-              for name, count in quality.items()]
+    checks = [
+        Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
+        for name, count in quality.items()
+    ]
     for check in checks:
         log.info("quality: %-26s %8d rows (kept as the source has them)", check.name, check.rows)
 
@@ -144,30 +187,57 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
 
     def write() -> int:
         """Decided on raw as it is now, so a retry after another writer's commit decides afresh."""
-        fingerprint = SQL.run(spark, "yellow_taxi_fingerprint", staging=staging, raw=raw, raw_days=raw_days, **hashes).first()
+        fingerprint = SQL.run(
+            spark, "yellow_taxi_fingerprint", staging=staging, raw=raw, raw_days=raw_days, **hashes
+        ).first()
         if (fingerprint.staged_rows, fingerprint.staged_content) == (fingerprint.raw_rows, fingerprint.raw_content):
             return 0  # raw already holds exactly this batch: commit nothing
         if fingerprint.raw_rows == 0:
             SQL.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
             return fingerprint.staged_rows
-        return merge_changes(spark, SQL, "yellow_taxi_changes", "merge_yellow_taxi", staging=staging, raw=raw,
-                             raw_days=raw_days, **hashes)
+        return merge_changes(
+            spark,
+            SQL,
+            "yellow_taxi_changes",
+            "merge_yellow_taxi",
+            staging=staging,
+            raw=raw,
+            raw_days=raw_days,
+            **hashes,
+        )
 
     changed = retry_on_conflict(f"loading {RAW.name}", write)
     after = current_snapshot(RAW, settings)
     # a new month is appended, a changed one MERGEd: either way every column is staging's (the MERGE's lineage)
-    columns = column_lineage(RAW, [
-        Statement(SQL, "yellow_taxi_changes", reads={"staging": "staging", "raw": "target"}, makes="changes",
-                  values={"raw_days": "TRUE", **hashes}),
-        Statement(SQL, "merge_yellow_taxi", reads={"raw": "target", "changes": "changes"}, values={"raw_days": "TRUE"}),
-    ], {"staging": STAGING}, settings)
+    columns = column_lineage(
+        RAW,
+        [
+            Statement(
+                SQL,
+                "yellow_taxi_changes",
+                reads={"staging": "staging", "raw": "target"},
+                makes="changes",
+                values={"raw_days": "TRUE", **hashes},
+            ),
+            Statement(
+                SQL, "merge_yellow_taxi", reads={"raw": "target", "changes": "changes"}, values={"raw_days": "TRUE"}
+            ),
+        ],
+        {"staging": STAGING},
+        settings,
+    )
     log.info("merged %d new or changed rows of %d staged into %s", changed, row_count, RAW.name)
     return StepReport(
         inputs=[DatasetUse(STAGING, version=_id(staged_snapshot), row_count=row_count, checks=checks)],
-        outputs=[DatasetUse(RAW, version=_id(after), row_count=changed, committed=_id(after) != _id(before),
-                            columns=columns)],
-        summary={"month": month_label(year, month), "staged_rows": row_count, "merged_rows": changed,
-                 **{c.name: c.rows for c in checks}},
+        outputs=[
+            DatasetUse(RAW, version=_id(after), row_count=changed, committed=_id(after) != _id(before), columns=columns)
+        ],
+        summary={
+            "month": month_label(year, month),
+            "staged_rows": row_count,
+            "merged_rows": changed,
+            **{c.name: c.rows for c in checks},
+        },
     )
 
 

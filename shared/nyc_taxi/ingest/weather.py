@@ -12,8 +12,8 @@ from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.tables import pinned
-from nyc_taxi.ingest import download
 from nyc_taxi.core.upserts import upsert_changes
+from nyc_taxi.ingest import download
 from nyc_taxi.ingest.common import month_label
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 from nyc_taxi.ingest.staging import landed_file_version, stage
@@ -53,12 +53,16 @@ def validate_county_file(path: Path, origin: str) -> None:
             continue
         fields = line.split(",")
         if len(fields) != len(FIELDS):
-            raise BadSourceFile(f"{origin} line {number} has {len(fields)} fields, expected {len(FIELDS)} "
-                                "(region_type, region_code, region_name, year, month, variable, day1..day31); "
-                                "the file layout changed or is damaged. Nothing was loaded.")
+            raise BadSourceFile(
+                f"{origin} line {number} has {len(fields)} fields, expected {len(FIELDS)} "
+                "(region_type, region_code, region_name, year, month, variable, day1..day31); "
+                "the file layout changed or is damaged. Nothing was loaded."
+            )
         if not (fields[3].strip().isdigit() and fields[4].strip().isdigit()):
-            raise BadSourceFile(f"{origin} line {number} is not a data row (year {fields[3]!r}, month {fields[4]!r}): "
-                                "nClimGrid county files have no header row. Nothing was loaded.")
+            raise BadSourceFile(
+                f"{origin} line {number} is not a data row (year {fields[3]!r}, month {fields[4]!r}): "
+                "nClimGrid county files have no header row. Nothing was loaded."
+            )
 
 
 def _locations(year: int, month: int, status: str, settings: Settings) -> list[str]:
@@ -70,8 +74,9 @@ def _landed_status(year: int, month: int, settings: Settings) -> str:
     for status in STATUSES:
         if all(download.landed_version(loc, settings) for loc in _locations(year, month, status, settings)):
             return status
-    raise BadSourceFile(f"NOAA county files for {month_label(year, month)} have not landed: "
-                        "run the download task for this month first")
+    raise BadSourceFile(
+        f"NOAA county files for {month_label(year, month)} have not landed: run the download task for this month first"
+    )
 
 
 def download_published_files(year: int, month: int, settings: Settings | None = None) -> StepReport:
@@ -79,29 +84,54 @@ def download_published_files(year: int, month: int, settings: Settings | None = 
     settings = settings or get_settings()
     for status in STATUSES:
         try:
-            landed = [download.fetch(published_url(PUBLISHED, year, month, settings, var=var, status=status),
-                                     landed_location(LANDED, year, month, settings, var=var, status=status),
-                                     validate_county_file, settings)
-                      for var in VARIABLES]
+            landed = [
+                download.fetch(
+                    published_url(PUBLISHED, year, month, settings, var=var, status=status),
+                    landed_location(LANDED, year, month, settings, var=var, status=status),
+                    validate_county_file,
+                    settings,
+                )
+                for var in VARIABLES
+            ]
             break
         except NotPublishedYet as missing:
             log.info("%s", missing)
     else:
-        raise NotPublishedYet(f"NOAA nClimGrid county files for {month_label(year, month)} are not published yet "
-                              f"(neither -scaled nor -prelim at {getattr(settings, PUBLISHED.base_url_setting)})")
+        raise NotPublishedYet(
+            f"NOAA nClimGrid county files for {month_label(year, month)} are not published yet "
+            f"(neither -scaled nor -prelim at {getattr(settings, PUBLISHED.base_url_setting)})"
+        )
 
     def version(kind: str) -> str:
         return ", ".join(sorted(f"{Path(f.location).name}@{getattr(f.version, kind)}" for f in landed))
 
     size = sum(f.version.size for f in landed)
     return StepReport(
-        inputs=[DatasetUse(PUBLISHED, version=version("published_version"), size_bytes=size,
-                           locations=tuple(f.version.url for f in landed))],
-        outputs=[DatasetUse(LANDED, version=version("landed_version"), size_bytes=size, operation="CREATE",
-                            locations=tuple(f.location for f in landed), committed=any(f.fetched for f in landed),
-                            columns=download.byte_for_byte(PUBLISHED))],
-        summary={"month": month_label(year, month), "status": status, "files": [Path(f.location).name for f in landed],
-                 "fetched": sum(f.fetched for f in landed)},
+        inputs=[
+            DatasetUse(
+                PUBLISHED,
+                version=version("published_version"),
+                size_bytes=size,
+                locations=tuple(f.version.url for f in landed),
+            )
+        ],
+        outputs=[
+            DatasetUse(
+                LANDED,
+                version=version("landed_version"),
+                size_bytes=size,
+                operation="CREATE",
+                locations=tuple(f.location for f in landed),
+                committed=any(f.fetched for f in landed),
+                columns=download.byte_for_byte(PUBLISHED),
+            )
+        ],
+        summary={
+            "month": month_label(year, month),
+            "status": status,
+            "files": [Path(f.location).name for f in landed],
+            "fetched": sum(f.fetched for f in landed),
+        },
     )
 
 
@@ -113,18 +143,32 @@ def stage_landed_files(year: int, month: int, settings: Settings | None = None) 
 
     def landed_view(spark) -> str:
         schema = ", ".join(f"{name} STRING" for name in FIELDS)
-        frame = spark.read.csv([lakehouse(settings).spark_path(loc) for loc in locations], schema=schema,
-                               header=False, mode="FAILFAST")
+        frame = spark.read.csv(
+            [lakehouse(settings).spark_path(loc) for loc in locations], schema=schema, header=False, mode="FAILFAST"
+        )
         frame.createOrReplaceTempView("landed_county_files")
         return "landed_county_files"
 
     def no_rows() -> Exception:
-        return BadSourceFile(f"{locations[0]} and its siblings hold no rows for New York City's counties "
-                             f"({', '.join(NYC_COUNTIES)}); nothing was staged.")
+        return BadSourceFile(
+            f"{locations[0]} and its siblings hold no rows for New York City's counties "
+            f"({', '.join(NYC_COUNTIES)}); nothing was staged."
+        )
 
-    return stage(SQL, "stage_weather", STAGING, LANDED, version, locations, landed_view, settings,
-                 summary={"month": month_label(year, month), "status": status}, empty=no_rows,
-                 county_codes=", ".join(f"'{code}'" for code in NYC_COUNTIES), status=status)
+    return stage(
+        SQL,
+        "stage_weather",
+        STAGING,
+        LANDED,
+        version,
+        locations,
+        landed_view,
+        settings,
+        summary={"month": month_label(year, month), "status": status},
+        empty=no_rows,
+        county_codes=", ".join(f"'{code}'" for code in NYC_COUNTIES),
+        status=status,
+    )
 
 
 def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> StepReport:
@@ -138,14 +182,26 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     changed = upsert_changes(spark, SQL, "weather_changes", "merge_weather", staging=staging, raw=raw)
     after = current_snapshot(RAW, settings)
     log.info("merged %d new or changed of %d staged county-days into %s", changed, staged, RAW.name)
-    columns = column_lineage(RAW, [
-        Statement(SQL, "weather_changes", reads={"staging": "staging", "raw": "target"}, makes="changes"),
-        Statement(SQL, "merge_weather", reads={"raw": "target", "changes": "changes"}),
-    ], {"staging": STAGING}, settings)
+    columns = column_lineage(
+        RAW,
+        [
+            Statement(SQL, "weather_changes", reads={"staging": "staging", "raw": "target"}, makes="changes"),
+            Statement(SQL, "merge_weather", reads={"raw": "target", "changes": "changes"}),
+        ],
+        {"staging": STAGING},
+        settings,
+    )
     snapshot_id = lambda s: str(s.snapshot_id) if s else None  # noqa: E731
     return StepReport(
         inputs=[DatasetUse(STAGING, version=snapshot_id(staged_snapshot), row_count=staged)],
-        outputs=[DatasetUse(RAW, version=snapshot_id(after), row_count=changed,
-                            committed=snapshot_id(after) != snapshot_id(before), columns=columns)],
+        outputs=[
+            DatasetUse(
+                RAW,
+                version=snapshot_id(after),
+                row_count=changed,
+                committed=snapshot_id(after) != snapshot_id(before),
+                columns=columns,
+            )
+        ],
         summary={"month": month_label(year, month), "staged_rows": staged, "merged_rows": changed},
     )

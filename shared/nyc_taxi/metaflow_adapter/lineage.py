@@ -63,8 +63,9 @@ class lineage(FlowMutator):  # noqa: N801
     def mutate(self, mutable_flow):
         parameters = sorted(name for name, _ in mutable_flow.parameters)
         for _, step in mutable_flow.steps:
-            step.add_decorator(report_lineage, deco_kwargs={**self.options, "parameters": parameters},
-                               duplicates=step.IGNORE)
+            step.add_decorator(
+                report_lineage, deco_kwargs={**self.options, "parameters": parameters}, duplicates=step.IGNORE
+            )
 
 
 def _collect(flow, pathspec: str) -> StepReport:
@@ -92,8 +93,13 @@ def _pipeline(flow) -> Pipeline:
     name = type(flow).__name__
     if name in PIPELINES:
         return PIPELINES[name]
-    return Pipeline(name, "metaflow", (type(flow).__doc__ or "").strip().split("\n")[0], current.graph["file"],
-                    jobs=tuple(Job(step, (info.get("doc") or "").strip()) for step, info in _steps().items()))
+    return Pipeline(
+        name,
+        "metaflow",
+        (type(flow).__doc__ or "").strip().split("\n")[0],
+        current.graph["file"],
+        jobs=tuple(Job(step, (info.get("doc") or "").strip()) for step, info in _steps().items()),
+    )
 
 
 class _StepRun:
@@ -113,42 +119,77 @@ class _StepRun:
         self.variant = {name: str(getattr(flow, name)) for name in [options.get("variant")] if name}
         parameters = {f"param.{name}": str(getattr(flow, name)) for name in options.get("parameters", ())}
         nominal = options.get("nominal_time")
-        nominal_time = (dt.datetime.fromisoformat(str(getattr(flow, nominal))).replace(tzinfo=NEW_YORK)
-                        .astimezone(dt.timezone.utc).isoformat()) if nominal else None
+        nominal_time = (
+            (
+                dt.datetime.fromisoformat(str(getattr(flow, nominal)))
+                .replace(tzinfo=NEW_YORK)
+                .astimezone(dt.UTC)
+                .isoformat()
+            )
+            if nominal
+            else None
+        )
         namespace = self.settings.openlineage_namespace
         origin = {"metaflow.origin_run_id": str(current.origin_run_id)} if current.origin_run_id else {}
         self.airflow_parent = RunRef.parse(self.settings.openlineage_parent_id)
         self.airflow_root = RunRef.parse(self.settings.openlineage_root_parent_id) or self.airflow_parent
         self.flow_run = RunContext(
-            job_name=self.flow_name, run_id=run_uuid("metaflow", self.flow_name, self.run_id), job_type="FLOW",
-            integration="METAFLOW", code_path=self.pipeline.code, parent=self.airflow_parent, root=self.airflow_root,
-            tags={**parameters, "metaflow.run": f"{self.flow_name}/{self.run_id}", **origin}, nominal_time=nominal_time)
+            job_name=self.flow_name,
+            run_id=run_uuid("metaflow", self.flow_name, self.run_id),
+            job_type="FLOW",
+            integration="METAFLOW",
+            code_path=self.pipeline.code,
+            parent=self.airflow_parent,
+            root=self.airflow_root,
+            tags={**parameters, "metaflow.run": f"{self.flow_name}/{self.run_id}", **origin},
+            nominal_time=nominal_time,
+        )
         flow_ref = RunRef(namespace, self.flow_name, self.flow_run.run_id)
         self.step_run = RunContext(
-            job_name=self.job.qualified_name, run_id=run_uuid("metaflow", self.flow_name, self.run_id, step),
-            job_type="STEP", integration="METAFLOW", code_path=self.pipeline.code, parent=flow_ref,
+            job_name=self.job.qualified_name,
+            run_id=run_uuid("metaflow", self.flow_name, self.run_id, step),
+            job_type="STEP",
+            integration="METAFLOW",
+            code_path=self.pipeline.code,
+            parent=flow_ref,
             root=self.airflow_root or flow_ref,
-            upstream=[RunRef(namespace, f"{self.flow_name}.{u}", run_uuid("metaflow", self.flow_name, self.run_id, u))
-                      for u in self.upstream],
-            tags={**parameters, "metaflow.pathspec": self.pathspec, **origin}, nominal_time=nominal_time)
+            upstream=[
+                RunRef(namespace, f"{self.flow_name}.{u}", run_uuid("metaflow", self.flow_name, self.run_id, u))
+                for u in self.upstream
+            ],
+            tags={**parameters, "metaflow.pathspec": self.pathspec, **origin},
+            nominal_time=nominal_time,
+        )
 
     # ---- what is recorded ------------------------------------------------------------------
     def job_version(self, report: StepReport) -> str:
         """Changes when the step's inputs, outputs, variant or code change (lineage evolution)."""
         from nyc_taxi.lineage.write.openlineage import git_revision
 
-        parts = [self.job.name, git_revision()[1], *sorted(u.name for u in report.inputs), "->",
-                 *sorted(u.name for u in report.outputs), *sorted(f"{k}={v}" for k, v in self.variant.items())]
+        parts = [
+            self.job.name,
+            git_revision()[1],
+            *sorted(u.name for u in report.inputs),
+            "->",
+            *sorted(u.name for u in report.outputs),
+            *sorted(f"{k}={v}" for k, v in self.variant.items()),
+        ]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
     def _datahub_run(self, report: StepReport):
         from nyc_taxi.lineage.write.datahub import StepRun, flow_run_instance
 
         flow_instance = flow_run_instance(self.pipeline, self._flow_instance_id, {}, None, self.settings)
-        return StepRun(self.pipeline, self.job, f"{self.flow_name}/{self.run_id}/{self.job.name}/{self.task_id}",
-                       self.started_ms, self.job_version(report), upstream=self.upstream,
-                       properties={"metaflow_run_id": self.run_id, "metaflow_pathspec": self.pathspec, **self.variant},
-                       parent_instance=str(flow_instance.urn))
+        return StepRun(
+            self.pipeline,
+            self.job,
+            f"{self.flow_name}/{self.run_id}/{self.job.name}/{self.task_id}",
+            self.started_ms,
+            self.job_version(report),
+            upstream=self.upstream,
+            properties={"metaflow_run_id": self.run_id, "metaflow_pathspec": self.pathspec, **self.variant},
+            parent_instance=str(flow_instance.urn),
+        )
 
     @property
     def _flow_instance_id(self) -> str:
@@ -161,8 +202,13 @@ class _StepRun:
         if self.settings.parent_airflow_task:
             dag_id, task_id, run_id = self.settings.parent_airflow_task.split("/", 2)
             parent = airflow_task_instance_urn(dag_id, task_id, run_id, self.settings)
-        return flow_run_instance(self.pipeline, self._flow_instance_id, {"metaflow_run_id": self.run_id, **self.variant},
-                                 parent, self.settings)
+        return flow_run_instance(
+            self.pipeline,
+            self._flow_instance_id,
+            {"metaflow_run_id": self.run_id, **self.variant},
+            parent,
+            self.settings,
+        )
 
     def _first_step_of_run(self) -> bool:
         """The first step this run executes starts the flow run (with `resume`, that is not `start`)."""
@@ -192,8 +238,10 @@ class _StepRun:
         if self._first_step_of_run():
             events.append(run_event("START", self.flow_run, settings=self.settings))
             instance = self._flow_instance()
-            records += [*instance.generate_mcp(created_ts_millis=self.started_ms, materialize_iolets=False),
-                        *instance.start_event_mcp(self.started_ms)]
+            records += [
+                *instance.generate_mcp(created_ts_millis=self.started_ms, materialize_iolets=False),
+                *instance.start_event_mcp(self.started_ms),
+            ]
         events.append(run_event("START", self.step_run, settings=self.settings))
         self._record(events, records)
 
@@ -208,14 +256,20 @@ class _StepRun:
             self.step_run.job_version = self.job_version(report)
             run = self._datahub_run(report)
             events = [run_event("FAIL" if error else "COMPLETE", self.step_run, report, error, self.settings)]
-            records = [*datahub.job_records(run, report, self.settings), *datahub.write_records(report, f"metaflow:{self.job.qualified_name}", self.settings),
-                       *datahub.model_records(run, report, self.settings),
-                       *datahub.run_records(run, report, succeeded=error is None, settings=self.settings)]
+            records = [
+                *datahub.job_records(run, report, self.settings),
+                *datahub.write_records(report, f"metaflow:{self.job.qualified_name}", self.settings),
+                *datahub.model_records(run, report, self.settings),
+                *datahub.run_records(run, report, succeeded=error is None, settings=self.settings),
+            ]
             if error is not None or self.is_end:
-                events.append(run_event("FAIL" if error else "COMPLETE", self.flow_run, error=error, settings=self.settings))
+                events.append(
+                    run_event("FAIL" if error else "COMPLETE", self.flow_run, error=error, settings=self.settings)
+                )
                 result = InstanceRunResult.FAILURE if error else InstanceRunResult.SUCCESS
-                records += self._flow_instance().end_event_mcp(int(time.time() * 1000), result=result,
-                                                               result_type="metaflow")
+                records += self._flow_instance().end_event_mcp(
+                    int(time.time() * 1000), result=result, result_type="metaflow"
+                )
         except Exception as failure:  # lineage must never fail the flow
             log.warning("lineage of %s not built: %s", self.pathspec, failure)
             return

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nyc_taxi.core.registry import by_urn, get
 from nyc_taxi.core.naming import identity
+from nyc_taxi.core.registry import by_urn, get
 from nyc_taxi.core.settings import Settings, get_settings
 
 
@@ -22,8 +22,13 @@ class ColumnStep:
     upstream: list[ColumnStep] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"dataset": self.dataset, "column": self.column, "job": self.via, "transformation": self.transformation,
-                "upstream": [u.as_dict() for u in self.upstream]}
+        return {
+            "dataset": self.dataset,
+            "column": self.column,
+            "job": self.via,
+            "transformation": self.transformation,
+            "upstream": [u.as_dict() for u in self.upstream],
+        }
 
     def origins(self) -> set[tuple[str, str]]:
         """The columns this one comes from in the end: the ones with nothing further upstream."""
@@ -75,8 +80,14 @@ def upstream_of(qualified: str, settings: Settings | None = None) -> ColumnStep:
         for upstream, job, transformation in lineage.get(field_urn, []):
             if upstream not in seen:
                 job_urn = DataJobUrn.from_string(job)
-                node.upstream.append(step(upstream, f"{job_urn.get_data_flow_urn().flow_id}.{job_urn.job_id}",
-                                          transformation, seen | {upstream}))
+                node.upstream.append(
+                    step(
+                        upstream,
+                        f"{job_urn.get_data_flow_urn().flow_id}.{job_urn.job_id}",
+                        transformation,
+                        seen | {upstream},
+                    )
+                )
         return node
 
     start = make_schema_field_urn(identity(dataset, settings).datahub_urn, declared[column.lower()])
@@ -89,8 +100,10 @@ def render(root: ColumnStep) -> str:
     def branch(node: ColumnStep, prefix: str) -> None:
         for i, up in enumerate(node.upstream):
             last = i == len(node.upstream) - 1
-            lines.append(f"{prefix}{'└── ' if last else '├── '}{up.dataset}.{up.column}"
-                         f"  ({(up.transformation or 'IDENTITY').lower()}, by {up.via})")
+            lines.append(
+                f"{prefix}{'└── ' if last else '├── '}{up.dataset}.{up.column}"
+                f"  ({(up.transformation or 'IDENTITY').lower()}, by {up.via})"
+            )
             branch(up, prefix + ("    " if last else "│   "))
 
     branch(root, "")

@@ -24,7 +24,7 @@ def _moment(when: str, runs: Runs | None = None, settings: Settings | None = Non
     """An ISO time in UTC from what a user gives: a time (taken as UTC without an offset) or a run."""
     try:
         moment = dt.datetime.fromisoformat(when)
-        return (moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)).isoformat()
+        return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).isoformat()
     except ValueError:
         run = (runs or Runs.read(settings)).find(when)
         return run.ended or run.started
@@ -65,10 +65,10 @@ def graph_of(runs: list[JobRun], all_runs: Runs, settings: Settings) -> LineageG
         # a job that no earlier job of its flow precedes, in a flow run started by another tool's task
         flow_run = all_runs.by_id.get(run.parent[1]) if run.parent else None
         starter = all_runs.by_id.get(flow_run.parent[1]) if flow_run and flow_run.parent else None
-        if starter and not starter.is_pipeline_run and not run.upstream_jobs:
-            if starter_urn := _job_urn(starter.job, settings):
-                graph.nodes.setdefault(starter_urn, job_node(starter_urn))
-                graph.add(starter_urn, job_urn, EdgeKind.STARTS)
+        starter_urn = _job_urn(starter.job, settings) if starter and not starter.is_pipeline_run else None
+        if starter_urn and not run.upstream_jobs:
+            graph.nodes.setdefault(starter_urn, job_node(starter_urn))
+            graph.add(starter_urn, job_urn, EdgeKind.STARTS)
     return graph
 
 
@@ -80,6 +80,7 @@ def graph_as_of(when: str, settings: Settings | None = None) -> LineageGraph:
 
 
 # ---- two runs, side by side ----------------------------------------------------------------------
+
 
 @dataclass
 class RunDiff:
@@ -94,10 +95,16 @@ class RunDiff:
 
     def as_dict(self) -> dict:
         pair = lambda change: {"added": change[0], "removed": change[1]}  # noqa: E731
-        return {"a": {"job": self.a.job, "run_id": self.a.run_id, "label": self.a.label},
-                "b": {"job": self.b.job, "run_id": self.b.run_id, "label": self.b.label},
-                "reads": pair(self.reads), "writes": pair(self.writes), "upstream": pair(self.upstream),
-                "parameters": self.parameters, "job_versions": self.job_versions, "code": self.code}
+        return {
+            "a": {"job": self.a.job, "run_id": self.a.run_id, "label": self.a.label},
+            "b": {"job": self.b.job, "run_id": self.b.run_id, "label": self.b.label},
+            "reads": pair(self.reads),
+            "writes": pair(self.writes),
+            "upstream": pair(self.upstream),
+            "parameters": self.parameters,
+            "job_versions": self.job_versions,
+            "code": self.code,
+        }
 
 
 def _side(run: JobRun, runs: Runs) -> tuple[set[str], set[str], dict[str, str | None], str | None]:
@@ -136,28 +143,39 @@ def diff(first: str, second: str, settings: Settings | None = None) -> RunDiff:
     up_a, up_b = _upstream_pipelines(a, reads_a, runs, settings), _upstream_pipelines(b, reads_b, runs, settings)
     keys = sorted((set(a.parameters) | set(b.parameters)) - {"try_number", "nominal_time"})
     return RunDiff(
-        a, b,
+        a,
+        b,
         reads=(sorted(reads_b - reads_a), sorted(reads_a - reads_b)),
         writes=(sorted(writes_b - writes_a), sorted(writes_a - writes_b)),
         upstream=(sorted(up_b - up_a), sorted(up_a - up_b)),
-        parameters={k: (a.parameters.get(k), b.parameters.get(k)) for k in keys if a.parameters.get(k) != b.parameters.get(k)},
-        job_versions={j: (versions_a.get(j), versions_b.get(j)) for j in sorted(set(versions_a) | set(versions_b))
-                      if versions_a.get(j) != versions_b.get(j)},
-        code=(code_a, code_b) if code_a != code_b else None)
+        parameters={
+            k: (a.parameters.get(k), b.parameters.get(k)) for k in keys if a.parameters.get(k) != b.parameters.get(k)
+        },
+        job_versions={
+            j: (versions_a.get(j), versions_b.get(j))
+            for j in sorted(set(versions_a) | set(versions_b))
+            if versions_a.get(j) != versions_b.get(j)
+        },
+        code=(code_a, code_b) if code_a != code_b else None,
+    )
 
 
 def render_diff(change: RunDiff) -> str:
     def label(run: JobRun) -> str:
         model = run.parameters.get("model")
-        return f"{run.job}/{run.label.split('/')[-1] if '/' in run.label else run.label}" + (f" ({model})" if model else "")
+        return f"{run.job}/{run.label.split('/')[-1] if '/' in run.label else run.label}" + (
+            f" ({model})" if model else ""
+        )
 
     def changes(added: list[str], removed: list[str]) -> str:
         return ", ".join([f"+ {n}" for n in added] + [f"- {n}" for n in removed]) or "(the same)"
 
-    lines = [f"{label(change.a)} → {label(change.b)}",
-             f"  reads:      {changes(*change.reads)}",
-             f"  upstream:   {changes(*change.upstream)}",
-             f"  writes:     {changes(*change.writes)}"]
+    lines = [
+        f"{label(change.a)} → {label(change.b)}",
+        f"  reads:      {changes(*change.reads)}",
+        f"  upstream:   {changes(*change.upstream)}",
+        f"  writes:     {changes(*change.writes)}",
+    ]
     for key, (before, after) in change.parameters.items():
         lines.append(f"  parameter {key}: {before} → {after}")
     for job, (before, after) in change.job_versions.items():

@@ -6,10 +6,10 @@ from __future__ import annotations
 import datetime as dt
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class EdgeKind(str, Enum):
+class EdgeKind(StrEnum):
     """How two nodes are linked. Data flows along READ, WRITE, TRAINED and USED; THEN is task or step
     order inside a DAG or flow; STARTS is one tool starting another (an Airflow task starting a flow)."""
 
@@ -22,10 +22,22 @@ class EdgeKind(str, Enum):
 
     def verb(self, direction: str) -> str:
         """How the tree says it, seen from the node it starts at."""
-        downstream = {"read": "read by", "write": "writes", "trained": "trains", "used": "used by",
-                      "then": "followed by", "starts": "starts"}
-        upstream = {"read": "reads", "write": "written by", "trained": "trained by", "used": "uses",
-                    "then": "runs after", "starts": "started by"}
+        downstream = {
+            "read": "read by",
+            "write": "writes",
+            "trained": "trains",
+            "used": "used by",
+            "then": "followed by",
+            "starts": "starts",
+        }
+        upstream = {
+            "read": "reads",
+            "write": "written by",
+            "trained": "trained by",
+            "used": "uses",
+            "then": "runs after",
+            "starts": "started by",
+        }
         return (downstream if direction == "downstream" else upstream)[self.value]
 
     @property
@@ -101,8 +113,11 @@ class LineageGraph:
         if len(matches) == 1:
             return matches[0]
         close = sorted(n.name for n in self.nodes.values() if name.lower() in n.name.lower())
-        hint = (f"; did you mean: {', '.join(close)}" if close
-                else f"; known: {', '.join(sorted(n.name for n in self.nodes.values()))}")
+        hint = (
+            f"; did you mean: {', '.join(close)}"
+            if close
+            else f"; known: {', '.join(sorted(n.name for n in self.nodes.values()))}"
+        )
         raise KeyError(f"no dataset or job named {name!r} in the lineage store{hint}")
 
     def neighbours(self, urn: str, direction: str) -> list[tuple[str, EdgeKind]]:
@@ -130,16 +145,21 @@ class LineageGraph:
     def as_json(self, urn: str) -> dict:
         up, down = self.reachable(urn, "upstream"), self.reachable(urn, "downstream")
         involved = {urn} | {u for e in up | down for u in (e.source, e.target)}
-        return {"subject": self.nodes[urn].as_dict(),
-                "nodes": {u: self.nodes[u].as_dict() for u in sorted(involved)},
-                "upstream": sorted(e.as_list() for e in up), "downstream": sorted(e.as_list() for e in down)}
+        return {
+            "subject": self.nodes[urn].as_dict(),
+            "nodes": {u: self.nodes[u].as_dict() for u in sorted(involved)},
+            "upstream": sorted(e.as_list() for e in up),
+            "downstream": sorted(e.as_list() for e in down),
+        }
 
     def everything_as_json(self) -> dict:
-        return {"nodes": {u: n.as_dict() for u, n in sorted(self.nodes.items())},
-                "edges": sorted(e.as_list() for e in self.edges)}
+        return {
+            "nodes": {u: n.as_dict() for u, n in sorted(self.nodes.items())},
+            "edges": sorted(e.as_list() for e in self.edges),
+        }
 
 
 def when(millis: int | None) -> str:
     if not millis:
         return "?"
-    return dt.datetime.fromtimestamp(millis / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(millis / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

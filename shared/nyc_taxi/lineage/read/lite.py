@@ -17,8 +17,12 @@ from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.lineage.read.graph import EdgeKind, Freshness, LineageGraph, Node, Run
 
 TOOLS = {"airflow": "Airflow", "metaflow": "Metaflow"}
-DATASET_KINDS = {PublishedFiles: ("source", "published files"), LandedFiles: ("files", "landed files"),
-                 Table: ("Iceberg", "Iceberg table"), Model: ("Metaflow", "Metaflow model")}
+DATASET_KINDS = {
+    PublishedFiles: ("source", "published files"),
+    LandedFiles: ("files", "landed files"),
+    Table: ("Iceberg", "Iceberg table"),
+    Model: ("Metaflow", "Metaflow model"),
+}
 RUN_ASPECTS = ["dataProcessInstanceRelationships", "dataProcessInstanceProperties", "dataProcessInstanceRunEvent"]
 
 
@@ -82,9 +86,12 @@ class _Builder:
         if not operation:
             return None
         props = operation.get("customProperties", {})
-        return Freshness(at=operation.get("lastUpdatedTimestamp") or operation["timestampMillis"],
-                         actor=props.get("actor"), snapshot_id=props.get("snapshot_id"),
-                         rows=operation.get("numAffectedRows"))
+        return Freshness(
+            at=operation.get("lastUpdatedTimestamp") or operation["timestampMillis"],
+            actor=props.get("actor"),
+            snapshot_id=props.get("snapshot_id"),
+            rows=operation.get("numAffectedRows"),
+        )
 
     def run(self, urn: str) -> tuple[dict, Run]:
         aspects = self.lite.get(urn, aspects=RUN_ASPECTS) or {}
@@ -97,8 +104,14 @@ class _Builder:
             ended = event.get("timestampMillis")
         else:
             status, ended = "running", None
-        return relationships, Run(urn=urn, name=properties.get("name", urn), status=status, started=started,
-                                  ended=ended, attempt=event.get("attempt"))
+        return relationships, Run(
+            urn=urn,
+            name=properties.get("name", urn),
+            status=status,
+            started=started,
+            ended=ended,
+            attempt=event.get("attempt"),
+        )
 
     def build(self) -> LineageGraph:
         from datahub.metadata.urns import Urn

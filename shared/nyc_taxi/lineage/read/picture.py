@@ -13,11 +13,19 @@ from pathlib import Path
 from nyc_taxi.lineage.read.graph import EdgeKind, LineageGraph
 
 STYLE = {  # per tool: fill colour of its nodes and boxes, the same everywhere
-    "Airflow": "#e3f0fc", "Metaflow": "#fdebd8", "Iceberg": "#e6f4ea", "files": "#f1f1f1", "source": "#fff6d5",
+    "Airflow": "#e3f0fc",
+    "Metaflow": "#fdebd8",
+    "Iceberg": "#e6f4ea",
+    "files": "#f1f1f1",
+    "source": "#fff6d5",
 }
 SHAPES = {"dataset": "cylinder", "job": "box", "model": "box3d"}
-EDGE_STYLE = {EdgeKind.THEN: {"style": "dashed", "color": "#888888"}, EdgeKind.TRAINED: {"color": "#b35900"},
-              EdgeKind.USED: {"color": "#b35900"}, EdgeKind.STARTS: {"style": "bold", "color": "#1f6feb"}}
+EDGE_STYLE = {
+    EdgeKind.THEN: {"style": "dashed", "color": "#888888"},
+    EdgeKind.TRAINED: {"color": "#b35900"},
+    EdgeKind.USED: {"color": "#b35900"},
+    EdgeKind.STARTS: {"style": "bold", "color": "#1f6feb"},
+}
 
 
 def _node_id(urn: str) -> str:
@@ -27,11 +35,20 @@ def _node_id(urn: str) -> str:
 def to_dot(graph: LineageGraph, title: str = "NYC taxi: cross-tool lineage"):
     import graphviz
 
-    dot = graphviz.Digraph("lineage", graph_attr={
-        "rankdir": "LR", "fontname": "Helvetica", "label": title, "labelloc": "t", "fontsize": "18",
-        "nodesep": "0.25", "ranksep": "0.45"},
+    dot = graphviz.Digraph(
+        "lineage",
+        graph_attr={
+            "rankdir": "LR",
+            "fontname": "Helvetica",
+            "label": title,
+            "labelloc": "t",
+            "fontsize": "18",
+            "nodesep": "0.25",
+            "ranksep": "0.45",
+        },
         node_attr={"fontname": "Helvetica", "fontsize": "11", "style": "filled,rounded", "penwidth": "1"},
-        edge_attr={"color": "#4a4a4a", "arrowsize": "0.7"})
+        edge_attr={"color": "#4a4a4a", "arrowsize": "0.7"},
+    )
     flows: dict[str, list] = {}
     for node in graph.nodes.values():
         (flows.setdefault(node.pipeline, []) if node.kind == "job" else flows.setdefault(None, [])).append(node)
@@ -40,8 +57,14 @@ def to_dot(graph: LineageGraph, title: str = "NYC taxi: cross-tool lineage"):
             tool = nodes[0].tool
             kind = "DAG" if tool == "Airflow" else "flow"
             with dot.subgraph(name=f"cluster_{flow}") as box:
-                box.attr(label=f"{tool} {kind} {flow}", style="rounded,filled", color="#9aa0a6",
-                         fillcolor=STYLE.get(tool, "#ffffff") + "80", fontname="Helvetica", fontsize="12")
+                box.attr(
+                    label=f"{tool} {kind} {flow}",
+                    style="rounded,filled",
+                    color="#9aa0a6",
+                    fillcolor=STYLE.get(tool, "#ffffff") + "80",
+                    fontname="Helvetica",
+                    fontsize="12",
+                )
                 for node in sorted(nodes, key=lambda n: n.name):
                     box.node(_node_id(node.urn), **_node_attrs(node))
             continue
@@ -55,8 +78,13 @@ def to_dot(graph: LineageGraph, title: str = "NYC taxi: cross-tool lineage"):
 def _node_attrs(node) -> dict:
     name = node.name.split(".", 1)[1] if node.kind == "job" else node.name
     label = f"<<b>{html.escape(name)}</b><br/><font point-size='9'>{html.escape(node.label)}</font>>"
-    return {"label": label, "shape": SHAPES[node.kind], "fillcolor": STYLE.get(node.tool, "#ffffff"),
-            "tooltip": node.urn, "id": node.urn}
+    return {
+        "label": label,
+        "shape": SHAPES[node.kind],
+        "fillcolor": STYLE.get(node.tool, "#ffffff"),
+        "tooltip": node.urn,
+        "id": node.urn,
+    }
 
 
 def write_picture(graph: LineageGraph, out_dir: Path, stem: str = "lineage") -> tuple[Path, Path]:
@@ -67,8 +95,9 @@ def write_picture(graph: LineageGraph, out_dir: Path, stem: str = "lineage") -> 
     svg_path.write_text(svg)
     rows = "\n".join(
         f"<tr><td>{html.escape(n.name)}</td><td>{html.escape(n.label)}</td><td><code>{html.escape(n.urn)}</code></td></tr>"
-        for n in sorted(graph.nodes.values(), key=lambda n: (n.kind, n.name)))
-    svg_body = svg[svg.index("<svg"):]
+        for n in sorted(graph.nodes.values(), key=lambda n: (n.kind, n.name))
+    )
+    svg_body = svg[svg.index("<svg") :]
     html_path.write_text(f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>NYC taxi: cross-tool lineage</title>
 <style>body{{font-family:Helvetica,Arial,sans-serif;margin:2em}} table{{border-collapse:collapse}}

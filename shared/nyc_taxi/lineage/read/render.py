@@ -35,8 +35,10 @@ def _branch(graph: LineageGraph, urn: str, direction: str, prefix: str, shown: s
     for i, (child, kind) in enumerate(children):
         last = i == len(children) - 1
         repeat = child in shown
-        lines.append(f"  {prefix}{'└── ' if last else '├── '}{kind.verb(direction)} {describe(graph.nodes[child])}"
-                     + (" (see above)" if repeat else ""))
+        lines.append(
+            f"  {prefix}{'└── ' if last else '├── '}{kind.verb(direction)} {describe(graph.nodes[child])}"
+            + (" (see above)" if repeat else "")
+        )
         if not repeat:
             shown.add(child)
             _branch(graph, child, direction, prefix + ("    " if last else "│   "), shown, lines)
@@ -46,5 +48,6 @@ def summary(graph: LineageGraph) -> str:
     from collections import Counter
 
     counts = Counter(n.label for n in graph.nodes.values())
-    return (f"{len(graph.nodes)} nodes, {len(graph.edges)} edges: "
-            + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    return f"{len(graph.nodes)} nodes, {len(graph.edges)} edges: " + ", ".join(
+        f"{v} {k}" for k, v in sorted(counts.items())
+    )

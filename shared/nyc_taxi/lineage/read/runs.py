@@ -96,18 +96,24 @@ def _apply(run: JobRun, event: dict, names: dict[tuple[str, str], str]) -> None:
     airflow = facets.get("airflow", {})
     if airflow.get("dagRun"):
         run.label = airflow["dagRun"].get("run_id", run.label)
-        run.parameters.update({k: json.dumps(v) if not isinstance(v, str) else v
-                               for k, v in (airflow["dagRun"].get("conf") or {}).items()})
+        run.parameters.update(
+            {
+                k: json.dumps(v) if not isinstance(v, str) else v
+                for k, v in (airflow["dagRun"].get("conf") or {}).items()
+            }
+        )
         if airflow.get("taskInstance", {}).get("try_number"):
             run.parameters["try_number"] = str(airflow["taskInstance"]["try_number"])
     if airflow.get("task", {}).get("upstream_task_ids"):
         upstream = airflow["task"]["upstream_task_ids"]
-        run.upstream_jobs = [f"{run.pipeline}.{t}" for t in (ast.literal_eval(upstream) if isinstance(upstream, str) else upstream)]
+        run.upstream_jobs = [
+            f"{run.pipeline}.{t}" for t in (ast.literal_eval(upstream) if isinstance(upstream, str) else upstream)
+        ]
     if jobs := facets.get("jobDependencies", {}).get("upstream"):
         run.upstream_jobs = [j["job"]["name"] for j in jobs]
     for tag in facets.get("tags", {}).get("tags", []):
         if tag["key"].startswith("param."):
-            run.parameters[tag["key"][len("param."):]] = tag["value"]
+            run.parameters[tag["key"][len("param.") :]] = tag["value"]
         elif tag["key"] in ("metaflow.pathspec", "metaflow.run"):
             run.label = tag["value"]
     if "nominalTime" in facets:
@@ -166,7 +172,9 @@ class Runs:
                 return run
             if "." in run.job and run.label == text:  # a Metaflow step's pathspec
                 return run
-        known = sorted({f"{r.job}/{r.label.split('/')[-1] if '/' in r.label else r.label}" for r in self if r.is_pipeline_run})
+        known = sorted(
+            {f"{r.job}/{r.label.split('/')[-1] if '/' in r.label else r.label}" for r in self if r.is_pipeline_run}
+        )
         raise KeyError(f"no run {text!r} in the OpenLineage events; runs of DAGs and flows: {', '.join(known[-8:])}")
 
     def committer(self, dataset: str, version: str) -> JobRun | None:
@@ -195,8 +203,10 @@ def job_runs(job: str, settings: Settings | None = None) -> list[JobRun]:
     match = next((j for j in jobs if j.lower() == job.lower()), None)
     if match is None:
         close = sorted(j for j in jobs if job.lower() in j.lower())
-        raise KeyError(f"no runs of {job!r} in the OpenLineage events"
-                       + (f"; did you mean: {', '.join(close)}" if close else f"; jobs with runs: {', '.join(sorted(jobs))}"))
+        raise KeyError(
+            f"no runs of {job!r} in the OpenLineage events"
+            + (f"; did you mean: {', '.join(close)}" if close else f"; jobs with runs: {', '.join(sorted(jobs))}")
+        )
     ordered = runs.of_job(match)
     last_good = None
     for run in ordered:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,10 +64,13 @@ class LineageStore:
                 records = read_datahub_file(path)
                 head = hashlib.sha256(json.dumps(records[:1], sort_keys=True).encode()).hexdigest()
                 seen = ledger.get(path.name, {})
-                start = seen.get("records", 0) if seen.get("head") == head and seen.get("records", 0) <= len(records) else 0
+                start = (
+                    seen.get("records", 0) if seen.get("head") == head and seen.get("records", 0) <= len(records) else 0
+                )
                 if records[start:]:
-                    run_file_pipeline(records[start:], {"type": "datahub-lite", "config": self.lite_config},
-                                      f"load-{path.stem}")
+                    run_file_pipeline(
+                        records[start:], {"type": "datahub-lite", "config": self.lite_config}, f"load-{path.stem}"
+                    )
                     new += len(records) - start
                 ledger[path.name] = {"records": len(records), "head": head}
             self._ledger_path.write_text(json.dumps(ledger, indent=1))

@@ -29,8 +29,14 @@ class VersionStep:
     repeated: bool = False  # traced above already
 
     def as_dict(self) -> dict:
-        return {"dataset": self.dataset, "version": self.version, "locations": self.locations, "commits": self.commits,
-                "repeated": self.repeated, "written_by": [w.as_dict() for w in self.writers]}
+        return {
+            "dataset": self.dataset,
+            "version": self.version,
+            "locations": self.locations,
+            "commits": self.commits,
+            "repeated": self.repeated,
+            "written_by": [w.as_dict() for w in self.writers],
+        }
 
 
 @dataclass
@@ -41,11 +47,20 @@ class RunStep:
 
     def as_dict(self) -> dict:
         run = self.run
-        return {"job": run.job, "run_id": run.run_id, "label": run.label, "state": run.state, "started": run.started,
-                "ended": run.ended, "parameters": run.parameters, "code_version": run.code_version,
-                "job_version": run.job_version, "outputs": run.outputs,
-                "started_by": [{"job": r.job, "run_id": r.run_id, "label": r.label} for r in self.started_by],
-                "read": [r.as_dict() for r in self.reads]}
+        return {
+            "job": run.job,
+            "run_id": run.run_id,
+            "label": run.label,
+            "state": run.state,
+            "started": run.started,
+            "ended": run.ended,
+            "parameters": run.parameters,
+            "code_version": run.code_version,
+            "job_version": run.job_version,
+            "outputs": run.outputs,
+            "started_by": [{"job": r.job, "run_id": r.run_id, "label": r.label} for r in self.started_by],
+            "read": [r.as_dict() for r in self.reads],
+        }
 
 
 class Tracer:
@@ -62,8 +77,9 @@ class Tracer:
 
         if table.name not in self._history:
             try:
-                self._history[table.name] = {s.snapshot_id: s.parent_snapshot_id
-                                             for s in load_table(table, self.settings).snapshots()}
+                self._history[table.name] = {
+                    s.snapshot_id: s.parent_snapshot_id for s in load_table(table, self.settings).snapshots()
+                }
             except Exception:  # the table is gone (another lakehouse): only what the events say
                 self._history[table.name] = {}
         parents, chain, current = self._history[table.name], [], int(snapshot_id)
@@ -143,11 +159,19 @@ def trace(text: str, settings: Settings | None = None) -> VersionStep | RunStep:
 
 # ---- as text -------------------------------------------------------------------------------
 
+
 def _describe_run(run: JobRun) -> str:
-    tool = "Metaflow" if "metaflow" in (run.label or "") or run.label.count("/") >= 1 and "__" not in run.label else "Airflow"
+    (
+        "Metaflow"
+        if "metaflow" in (run.label or "") or (run.label.count("/") >= 1 and "__" not in run.label)
+        else "Airflow"
+    )
     extra = [f"{k} {v}" for k, v in sorted(run.parameters.items()) if k in ("month", "model", "as_of_datetime")]
-    return (f"run {run.job} [{run.state}] {run.label or run.run_id}"
-            + (f" ({', '.join(extra)})" if extra else "") + f", started {run.started or '?'}")
+    return (
+        f"run {run.job} [{run.state}] {run.label or run.run_id}"
+        + (f" ({', '.join(extra)})" if extra else "")
+        + f", started {run.started or '?'}"
+    )
 
 
 def render(step: VersionStep | RunStep) -> str:

@@ -74,10 +74,16 @@ def _parse(statements: list[Statement], sources: dict[str, tuple[str, ...]]) -> 
         columns = {}
         for column in result.column_lineage or []:
             logic = column.logic.column_logic if column.logic else ""
-            kind = ("IDENTITY" if column.logic and column.logic.is_direct_copy
-                    else "AGGREGATION" if AGGREGATES.search(logic) else "TRANSFORMATION")
+            kind = (
+                "IDENTITY"
+                if column.logic and column.logic.is_direct_copy
+                else "AGGREGATION"
+                if AGGREGATES.search(logic)
+                else "TRANSFORMATION"
+            )
             columns[column.downstream.column.lower()] = [
-                (DatasetUrn.from_string(u.table).name, u.column.lower(), kind) for u in column.upstreams]
+                (DatasetUrn.from_string(u.table).name, u.column.lower(), kind) for u in column.upstreams
+            ]
         parsed[writes] = columns
         resolver.add_raw_schema_info(_urn(writes), {c: "string" for c in columns})
     return parsed
@@ -89,8 +95,11 @@ def _resolve(parsed: dict, view: str, column: str, seen: frozenset = frozenset()
     for source, upstream, kind in parsed.get(view, {}).get(column, []):
         if source in parsed and source != "target" and (source, upstream) not in seen:
             for origin, origin_column, origin_kind in _resolve(parsed, source, upstream, seen | {(source, upstream)}):
-                strongest = "AGGREGATION" if "AGGREGATION" in (kind, origin_kind) else (
-                    "TRANSFORMATION" if "TRANSFORMATION" in (kind, origin_kind) else "IDENTITY")
+                strongest = (
+                    "AGGREGATION"
+                    if "AGGREGATION" in (kind, origin_kind)
+                    else ("TRANSFORMATION" if "TRANSFORMATION" in (kind, origin_kind) else "IDENTITY")
+                )
                 found.append((origin, origin_column, strongest))
         elif source not in parsed or source == "target":
             found.append((source, upstream, kind))
@@ -100,14 +109,19 @@ def _resolve(parsed: dict, view: str, column: str, seen: frozenset = frozenset()
 def _cache_key(statements: list[Statement], sources: dict[str, Dataset], output: Dataset) -> str:
     import importlib.metadata
 
-    parts = [importlib.metadata.version("acryl-datahub"), importlib.metadata.version("sqlglot"), output.name,
-             *[f"{s.name}:{s.makes}:{s.text()}" for s in statements],
-             *[f"{name}={d.name}:{','.join(c.name for c in d.columns)}" for name, d in sorted(sources.items())]]
+    parts = [
+        importlib.metadata.version("acryl-datahub"),
+        importlib.metadata.version("sqlglot"),
+        output.name,
+        *[f"{s.name}:{s.makes}:{s.text()}" for s in statements],
+        *[f"{name}={d.name}:{','.join(c.name for c in d.columns)}" for name, d in sorted(sources.items())],
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
 
-def column_lineage(output: Dataset, statements: list[Statement], sources: dict[str, Dataset],
-                   settings: Settings | None = None) -> ColumnLineage:
+def column_lineage(
+    output: Dataset, statements: list[Statement], sources: dict[str, Dataset], settings: Settings | None = None
+) -> ColumnLineage:
     """The column lineage of ``output`` written by ``statements`` reading ``sources`` (view name ->
     registry dataset), as the registry names the columns."""
     from nyc_taxi.lineage.write.outbox import replace_file

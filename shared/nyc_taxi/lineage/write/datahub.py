@@ -20,8 +20,13 @@ from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
 _NATIVE_TO_DATAHUB = {
-    "INT": "NumberTypeClass", "BIGINT": "NumberTypeClass", "DOUBLE": "NumberTypeClass",
-    "STRING": "StringTypeClass", "DATE": "DateTypeClass", "TIMESTAMP": "TimeTypeClass", "TIMESTAMP_NTZ": "TimeTypeClass",
+    "INT": "NumberTypeClass",
+    "BIGINT": "NumberTypeClass",
+    "DOUBLE": "NumberTypeClass",
+    "STRING": "StringTypeClass",
+    "DATE": "DateTypeClass",
+    "TIMESTAMP": "TimeTypeClass",
+    "TIMESTAMP_NTZ": "TimeTypeClass",
 }
 
 
@@ -36,13 +41,26 @@ def schema_metadata(table: Table, settings: Settings | None = None):
     from datahub.metadata import schema_classes as dhs
 
     settings = settings or get_settings()
-    fields = [dhs.SchemaFieldClass(fieldPath=c.name, nativeDataType=c.type, description=c.doc, nullable=c.nullable,
-                                   type=dhs.SchemaFieldDataTypeClass(type=getattr(dhs, _NATIVE_TO_DATAHUB[c.type])()),
-                                   isPartOfKey=c.name in table.primary_key)
-              for c in table.columns]
-    aspect = dhs.SchemaMetadataClass(schemaName=iceberg_identifier(table, settings), platform=make_data_platform_urn("iceberg"),
-                                     version=0, hash="", platformSchema=dhs.OtherSchemaClass(rawSchema=""), fields=fields,
-                                     primaryKeys=list(table.primary_key) or None)
+    fields = [
+        dhs.SchemaFieldClass(
+            fieldPath=c.name,
+            nativeDataType=c.type,
+            description=c.doc,
+            nullable=c.nullable,
+            type=dhs.SchemaFieldDataTypeClass(type=getattr(dhs, _NATIVE_TO_DATAHUB[c.type])()),
+            isPartOfKey=c.name in table.primary_key,
+        )
+        for c in table.columns
+    ]
+    aspect = dhs.SchemaMetadataClass(
+        schemaName=iceberg_identifier(table, settings),
+        platform=make_data_platform_urn("iceberg"),
+        version=0,
+        hash="",
+        platformSchema=dhs.OtherSchemaClass(rawSchema=""),
+        fields=fields,
+        primaryKeys=list(table.primary_key) or None,
+    )
     return MetadataChangeProposalWrapper(entityUrn=identity(table, settings).datahub_urn, aspect=aspect)
 
 
@@ -62,11 +80,19 @@ def write_records(report: StepReport, actor: str, settings: Settings | None = No
             properties["snapshot_id"] = str(use.version)
         if use.committed is not None:
             properties["committed"] = str(use.committed).lower()
-        records.append(MetadataChangeProposalWrapper(
-            entityUrn=identity(use.dataset, settings).datahub_urn,
-            aspect=dhs.OperationClass(timestampMillis=now, lastUpdatedTimestamp=now, operationType=use.operation,
-                                      numAffectedRows=use.row_count, customProperties=properties,
-                                      sourceType=dhs.OperationSourceTypeClass.DATA_PROCESS)))
+        records.append(
+            MetadataChangeProposalWrapper(
+                entityUrn=identity(use.dataset, settings).datahub_urn,
+                aspect=dhs.OperationClass(
+                    timestampMillis=now,
+                    lastUpdatedTimestamp=now,
+                    operationType=use.operation,
+                    numAffectedRows=use.row_count,
+                    customProperties=properties,
+                    sourceType=dhs.OperationSourceTypeClass.DATA_PROCESS,
+                ),
+            )
+        )
     return records
 
 
@@ -85,20 +111,26 @@ def fine_grained_lineages(report: StepReport, settings: Settings | None = None) 
     for use in report.outputs:
         for column, sources in sorted(use.columns.items()):
             kinds = sorted({s.transformation for s in sources})
-            lineages.append(dhs.FineGrainedLineageClass(
-                upstreamType=dhs.FineGrainedLineageUpstreamTypeClass.FIELD_SET,
-                upstreams=sorted({_field_urn(s.dataset, s.column, settings) for s in sources}),
-                downstreamType=dhs.FineGrainedLineageDownstreamTypeClass.FIELD,
-                downstreams=[_field_urn(use.dataset, column, settings)],
-                transformOperation=",".join(kinds)))
+            lineages.append(
+                dhs.FineGrainedLineageClass(
+                    upstreamType=dhs.FineGrainedLineageUpstreamTypeClass.FIELD_SET,
+                    upstreams=sorted({_field_urn(s.dataset, s.column, settings) for s in sources}),
+                    downstreamType=dhs.FineGrainedLineageDownstreamTypeClass.FIELD,
+                    downstreams=[_field_urn(use.dataset, column, settings)],
+                    transformOperation=",".join(kinds),
+                )
+            )
     return lineages
 
 
 def _dataset_urns(uses: list[DatasetUse], settings: Settings):
     from datahub.metadata.urns import DatasetUrn
 
-    return [DatasetUrn.from_string(identity(u.dataset, settings).datahub_urn) for u in uses
-            if not isinstance(u.dataset, Model)]
+    return [
+        DatasetUrn.from_string(identity(u.dataset, settings).datahub_urn)
+        for u in uses
+        if not isinstance(u.dataset, Model)
+    ]
 
 
 def _versions(prefix: str, uses: list[DatasetUse]) -> dict[str, str]:
@@ -125,30 +157,44 @@ def job_records(run: StepRun, report: StepReport, settings: Settings | None = No
     from datahub.metadata.urns import DataFlowUrn, DataJobUrn
 
     settings = settings or get_settings()
-    flow = DataFlow(orchestrator=run.pipeline.orchestrator, id=run.pipeline.name, env=settings.datahub_env,
-                    platform_instance=settings.datahub_platform_instance, description=run.pipeline.description)
-    job = DataJob(id=run.job.name, flow_urn=DataFlowUrn.from_string(datahub_flow_urn(run.pipeline, settings)),
-                  platform_instance=settings.datahub_platform_instance, description=run.job.description,
-                  properties={"version": run.job_version, **run.properties})
+    flow = DataFlow(
+        orchestrator=run.pipeline.orchestrator,
+        id=run.pipeline.name,
+        env=settings.datahub_env,
+        platform_instance=settings.datahub_platform_instance,
+        description=run.pipeline.description,
+    )
+    job = DataJob(
+        id=run.job.name,
+        flow_urn=DataFlowUrn.from_string(datahub_flow_urn(run.pipeline, settings)),
+        platform_instance=settings.datahub_platform_instance,
+        description=run.job.description,
+        properties={"version": run.job_version, **run.properties},
+    )
     job.inlets, job.outlets = _dataset_urns(report.inputs, settings), _dataset_urns(report.outputs, settings)
     job.fine_grained_lineages = fine_grained_lineages(report, settings)
     job.upstream_urns = [DataJobUrn.from_string(datahub_job_urn(run.pipeline, name, settings)) for name in run.upstream]
     return [*flow.generate_mcp(), *job.generate_mcp()]
 
 
-def job_io_records(pipeline: Pipeline, job: Job, report: StepReport, upstream: list[str],
-                   settings: Settings | None = None) -> list:
+def job_io_records(
+    pipeline: Pipeline, job: Job, report: StepReport, upstream: list[str], settings: Settings | None = None
+) -> list:
     """The DataJob's input/output aspect as a run saw it: datasets, upstream jobs and fine-grained
     column lineage (for a job whose integration writes the rest of the DataJob itself)."""
     from datahub.api.entities.datajob import DataJob
     from datahub.metadata.urns import DataFlowUrn, DataJobUrn
 
     settings = settings or get_settings()
-    data_job = DataJob(id=job.name, flow_urn=DataFlowUrn.from_string(datahub_flow_urn(pipeline, settings)),
-                       platform_instance=settings.datahub_platform_instance,
-                       inlets=_dataset_urns(report.inputs, settings), outlets=_dataset_urns(report.outputs, settings),
-                       fine_grained_lineages=fine_grained_lineages(report, settings),
-                       upstream_urns=[DataJobUrn.from_string(datahub_job_urn(pipeline, name, settings)) for name in upstream])
+    data_job = DataJob(
+        id=job.name,
+        flow_urn=DataFlowUrn.from_string(datahub_flow_urn(pipeline, settings)),
+        platform_instance=settings.datahub_platform_instance,
+        inlets=_dataset_urns(report.inputs, settings),
+        outlets=_dataset_urns(report.outputs, settings),
+        fine_grained_lineages=fine_grained_lineages(report, settings),
+        upstream_urns=[DataJobUrn.from_string(datahub_job_urn(pipeline, name, settings)) for name in upstream],
+    )
     return [mcp for mcp in data_job.generate_mcp() if mcp.aspectName == "dataJobInputOutput"]
 
 
@@ -161,32 +207,53 @@ def model_records(run: StepRun, report: StepReport, settings: Settings | None = 
     records = []
     for use in report.outputs:
         if isinstance(use.dataset, Model):
-            users = [datahub_job_urn(p, j, settings) for p in declared.PIPELINES.values() for j in p.jobs
-                     if use.dataset in j.reads]
-            records.append(MetadataChangeProposalWrapper(
-                entityUrn=identity(use.dataset, settings).datahub_urn,
-                aspect=dhs.MLModelPropertiesClass(
-                    name=use.dataset.name, description=use.dataset.description,
-                    version=dhs.VersionTagClass(versionTag=str(use.version)),
-                    trainingJobs=[datahub_job_urn(run.pipeline, run.job, settings)], downstreamJobs=users,
-                    customProperties=run.properties)))
+            users = [
+                datahub_job_urn(p, j, settings)
+                for p in declared.PIPELINES.values()
+                for j in p.jobs
+                if use.dataset in j.reads
+            ]
+            records.append(
+                MetadataChangeProposalWrapper(
+                    entityUrn=identity(use.dataset, settings).datahub_urn,
+                    aspect=dhs.MLModelPropertiesClass(
+                        name=use.dataset.name,
+                        description=use.dataset.description,
+                        version=dhs.VersionTagClass(versionTag=str(use.version)),
+                        trainingJobs=[datahub_job_urn(run.pipeline, run.job, settings)],
+                        downstreamJobs=users,
+                        customProperties=run.properties,
+                    ),
+                )
+            )
     return records
 
 
 def process_instance(run: StepRun, report: StepReport | None, settings: Settings | None = None):
-    from datahub.api.entities.dataprocess.dataprocess_instance import DataProcessInstance
     from datahub.api.entities.datajob import DataJob
+    from datahub.api.entities.dataprocess.dataprocess_instance import DataProcessInstance
     from datahub.metadata.urns import DataFlowUrn, DataProcessInstanceUrn
 
     settings = settings or get_settings()
-    job = DataJob(id=run.job.name, flow_urn=DataFlowUrn.from_string(datahub_flow_urn(run.pipeline, settings)),
-                  platform_instance=settings.datahub_platform_instance)
+    job = DataJob(
+        id=run.job.name,
+        flow_urn=DataFlowUrn.from_string(datahub_flow_urn(run.pipeline, settings)),
+        platform_instance=settings.datahub_platform_instance,
+    )
     instance = DataProcessInstance.from_datajob(job, id=run.run_id)
-    instance.properties.update({"job_version": run.job_version, **run.properties,
-                                **_versions("input", report.inputs if report else []),
-                                **_versions("output", report.outputs if report else [])})
+    instance.properties.update(
+        {
+            "job_version": run.job_version,
+            **run.properties,
+            **_versions("input", report.inputs if report else []),
+            **_versions("output", report.outputs if report else []),
+        }
+    )
     if report is not None:
-        instance.inlets, instance.outlets = _dataset_urns(report.inputs, settings), _dataset_urns(report.outputs, settings)
+        instance.inlets, instance.outlets = (
+            _dataset_urns(report.inputs, settings),
+            _dataset_urns(report.outputs, settings),
+        )
     if run.parent_instance:
         instance.parent_instance = DataProcessInstanceUrn.from_string(run.parent_instance)
     return instance
@@ -198,21 +265,32 @@ def run_records(run: StepRun, report: StepReport | None, succeeded: bool, settin
 
     instance = process_instance(run, report, settings)
     result = InstanceRunResult.SUCCESS if succeeded else InstanceRunResult.FAILURE
-    return [*instance.generate_mcp(created_ts_millis=run.started_ms, materialize_iolets=False),
-            *instance.start_event_mcp(run.started_ms),
-            *instance.end_event_mcp(_now_ms(), result=result, result_type=run.pipeline.orchestrator)]
+    return [
+        *instance.generate_mcp(created_ts_millis=run.started_ms, materialize_iolets=False),
+        *instance.start_event_mcp(run.started_ms),
+        *instance.end_event_mcp(_now_ms(), result=result, result_type=run.pipeline.orchestrator),
+    ]
 
 
-def flow_run_instance(pipeline: Pipeline, run_id: str, properties: dict[str, str], parent_instance: str | None,
-                      settings: Settings | None = None):
+def flow_run_instance(
+    pipeline: Pipeline,
+    run_id: str,
+    properties: dict[str, str],
+    parent_instance: str | None,
+    settings: Settings | None = None,
+):
     """The DataProcessInstance of a whole flow run, whose parent may be the Airflow task run that started it."""
-    from datahub.api.entities.dataprocess.dataprocess_instance import DataProcessInstance
     from datahub.api.entities.datajob import DataFlow
+    from datahub.api.entities.dataprocess.dataprocess_instance import DataProcessInstance
     from datahub.metadata.urns import DataProcessInstanceUrn
 
     settings = settings or get_settings()
-    flow = DataFlow(orchestrator=pipeline.orchestrator, id=pipeline.name, env=settings.datahub_env,
-                    platform_instance=settings.datahub_platform_instance)
+    flow = DataFlow(
+        orchestrator=pipeline.orchestrator,
+        id=pipeline.name,
+        env=settings.datahub_env,
+        platform_instance=settings.datahub_platform_instance,
+    )
     instance = DataProcessInstance.from_dataflow(flow, id=run_id)
     instance.properties.update(properties)
     if parent_instance:
@@ -222,8 +300,8 @@ def flow_run_instance(pipeline: Pipeline, run_id: str, properties: dict[str, str
 
 def airflow_task_instance_urn(dag_id: str, task_id: str, run_id: str, settings: Settings | None = None) -> str:
     """The URN DataHub's Airflow plugin gives a task run (its DataProcessInstance), built the plugin's way."""
-    from datahub.api.entities.dataprocess.dataprocess_instance import DataProcessInstance
     from datahub.api.entities.datajob import DataJob
+    from datahub.api.entities.dataprocess.dataprocess_instance import DataProcessInstance
     from datahub.metadata.urns import DataFlowUrn
 
     settings = settings or get_settings()

@@ -22,8 +22,10 @@ class NoDataHubServer(RuntimeError):
 
 def rest_sink(settings: Settings) -> dict:
     if not settings.datahub_gms_url:
-        raise NoDataHubServer("DATAHUB_GMS_URL is not set: say which DataHub to send to (e.g. http://localhost:8080 "
-                              "after `bash run datahub-up`), plus DATAHUB_TOKEN if it needs one")
+        raise NoDataHubServer(
+            "DATAHUB_GMS_URL is not set: say which DataHub to send to (e.g. http://localhost:8080 "
+            "after `bash run datahub-up`), plus DATAHUB_TOKEN if it needs one"
+        )
     config = {"server": settings.datahub_gms_url}
     if settings.datahub_token:
         config["token"] = settings.datahub_token.get_secret_value()
@@ -44,11 +46,17 @@ def push(settings: Settings | None = None) -> dict[str, int]:
 
 def catalog_recipe(settings: Settings, filename: Path) -> dict:
     """DataHub's Iceberg source against the active profile's catalog, writing a record file."""
-    source = {"env": settings.datahub_env, "catalog": {settings.catalog_name: lakehouse(settings).pyiceberg_properties()}}
+    source = {
+        "env": settings.datahub_env,
+        "catalog": {settings.catalog_name: lakehouse(settings).pyiceberg_properties()},
+    }
     if settings.datahub_platform_instance:
         source["platform_instance"] = settings.datahub_platform_instance
-    return {"pipeline_name": "nyc-taxi-iceberg-catalog", "source": {"type": "iceberg", "config": source},
-            "sink": {"type": "file", "config": {"filename": str(filename)}}}
+    return {
+        "pipeline_name": "nyc-taxi-iceberg-catalog",
+        "source": {"type": "iceberg", "config": source},
+        "sink": {"type": "file", "config": {"filename": str(filename)}},
+    }
 
 
 def ingest_catalog(settings: Settings | None = None) -> Path:
@@ -63,12 +71,17 @@ def ingest_catalog(settings: Settings | None = None) -> Path:
         env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
         datahub = INGESTION_PROJECT / ".venv" / "bin" / "datahub"
         if not datahub.exists():
-            raise RuntimeError(f"{datahub} is missing: run `bash run setup` (it builds DataHub's ingestion environment)")
-        result = subprocess.run([str(datahub), "ingest", "-c", str(recipe), "--strict-warnings"],
-                                env=env, capture_output=True, text=True)
+            raise RuntimeError(
+                f"{datahub} is missing: run `bash run setup` (it builds DataHub's ingestion environment)"
+            )
+        result = subprocess.run(
+            [str(datahub), "ingest", "-c", str(recipe), "--strict-warnings"], env=env, capture_output=True, text=True
+        )
         if result.returncode:
-            raise RuntimeError(f"DataHub's Iceberg source failed (exit {result.returncode}):\n"
-                               + (result.stdout + result.stderr)[-3000:])
+            raise RuntimeError(
+                f"DataHub's Iceberg source failed (exit {result.returncode}):\n"
+                + (result.stdout + result.stderr)[-3000:]
+            )
         return Outbox(settings, "catalog").add_records(read_datahub_file(staged))
 
 
@@ -90,9 +103,14 @@ def _run_file_pipeline(records: list[dict], sink: dict, name: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         batch = Path(tmp) / f"{name}.json"
         batch.write_text(json.dumps(records))
-        pipeline = Pipeline.create({"pipeline_name": f"nyc-taxi-{name}",
-                                    "source": {"type": "file", "config": {"path": str(batch)}},
-                                    "sink": sink}, report_to=None)
+        pipeline = Pipeline.create(
+            {
+                "pipeline_name": f"nyc-taxi-{name}",
+                "source": {"type": "file", "config": {"path": str(batch)}},
+                "sink": sink,
+            },
+            report_to=None,
+        )
         pipeline.run()
         pipeline.raise_from_status()
         return pipeline.sink.get_report().as_obj()

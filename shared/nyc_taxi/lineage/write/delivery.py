@@ -16,9 +16,9 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.lineage.write.destinations import openlineage_events_dir
@@ -91,8 +91,14 @@ class DataHubServer(Server):
 
         token = self.settings.datahub_token.get_secret_value() if self.settings.datahub_token else None
         timeout = self.settings.lineage_request_timeout
-        emitter = DataHubRestEmitter(self.url, token=token, retry_max_times=0, connect_timeout_sec=timeout,
-                                     read_timeout_sec=timeout, openapi_ingestion=False)
+        emitter = DataHubRestEmitter(
+            self.url,
+            token=token,
+            retry_max_times=0,
+            connect_timeout_sec=timeout,
+            read_timeout_sec=timeout,
+            openapi_ingestion=False,
+        )
 
         def send(record: dict) -> None:
             import tempfile
@@ -109,7 +115,8 @@ class DataHubServer(Server):
 
 def servers(settings: Settings) -> list[Server]:
     return ([OpenLineageServer(settings)] if settings.openlineage_url else []) + (
-        [DataHubServer(settings)] if settings.datahub_gms_url else [])
+        [DataHubServer(settings)] if settings.datahub_gms_url else []
+    )
 
 
 def _head(records: list[dict]) -> str:
@@ -124,7 +131,11 @@ def _ledger(server: Server) -> dict:
 
 def _shipped(ledger: dict, path: Path, records: list[dict]) -> int:
     entry = ledger.get(path.name, {})
-    return entry.get("shipped", 0) if entry.get("head") == _head(records) and entry.get("shipped", 0) <= len(records) else 0
+    return (
+        entry.get("shipped", 0)
+        if entry.get("head") == _head(records) and entry.get("shipped", 0) <= len(records)
+        else 0
+    )
 
 
 @dataclass
@@ -198,12 +209,20 @@ def ship_at_end_of(what: str, settings: Settings | None = None) -> None:
     try:
         result = ship(settings, settings.lineage_ship_seconds)
     except Exception as error:  # lineage must never fail the data work
-        log.warning("lineage not shipped after %s: %s; it stays in the local files (bash run lineage-replay)", what, error)
+        log.warning(
+            "lineage not shipped after %s: %s; it stays in the local files (bash run lineage-replay)", what, error
+        )
         return
     for shipment in result.shipments:
         if shipment.error or shipment.pending:
-            log.warning("%s: %d lineage records sent to %s, %d kept for later%s (bash run lineage-replay)", what,
-                        shipment.sent, shipment.url, shipment.pending, f" ({shipment.error})" if shipment.error else "")
+            log.warning(
+                "%s: %d lineage records sent to %s, %d kept for later%s (bash run lineage-replay)",
+                what,
+                shipment.sent,
+                shipment.url,
+                shipment.pending,
+                f" ({shipment.error})" if shipment.error else "",
+            )
 
 
 @dataclass

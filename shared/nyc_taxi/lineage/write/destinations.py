@@ -31,8 +31,7 @@ def openlineage_http(settings: Settings) -> dict:
     """OpenLineage's HTTP transport to OPENLINEAGE_URL (Marquez, DataHub's endpoint, …)."""
     # a backend that is down must cost seconds, not minutes: one retry, short back-off
     # (what it did not get stays in the local file; `bash run lineage-replay` sends it later)
-    http = {"type": "http", "url": settings.openlineage_url, "timeout": 5,
-            "retry": {"total": 1, "backoff_factor": 0.2}}
+    http = {"type": "http", "url": settings.openlineage_url, "timeout": 5, "retry": {"total": 1, "backoff_factor": 0.2}}
     if settings.openlineage_api_key:
         http["auth"] = {"type": "api_key", "apiKey": settings.openlineage_api_key.get_secret_value()}
     return http
@@ -49,6 +48,12 @@ def openlineage_transport(settings: Settings, file_path) -> dict:
     # this name (5 retries) to whatever it is configured with. Ours has the same name, so the two merge
     # into one with our settings: each event is sent once, and a backend that is down costs a fraction
     # of a second per event instead of ~9 s. The local file goes first (higher priority).
-    return {"type": "composite", "continue_on_failure": True, "sort_transports": True,
-            "transports": {"file": {**file_transport, "priority": 1},
-                           OpenLineageClient.DEFAULT_URL_TRANSPORT_NAME: openlineage_http(settings)}}
+    return {
+        "type": "composite",
+        "continue_on_failure": True,
+        "sort_transports": True,
+        "transports": {
+            "file": {**file_transport, "priority": 1},
+            OpenLineageClient.DEFAULT_URL_TRANSPORT_NAME: openlineage_http(settings),
+        },
+    }

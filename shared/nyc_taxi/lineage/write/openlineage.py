@@ -33,6 +33,7 @@ def run_uuid(*parts: str) -> str:
 @functools.cache
 def git_revision() -> tuple[str, str]:
     """(repository URL, commit) of the code that runs: the code version in both tools' lineage."""
+
     def git(*args):
         return subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True).stdout.strip()
 
@@ -44,17 +45,20 @@ def source_code_location(path: str):
     from openlineage.client.facet_v2 import source_code_location_job
 
     repo, commit = git_revision()
-    return source_code_location_job.SourceCodeLocationJobFacet(type="git", url=repo, repoUrl=repo, path=path,
-                                                                 version=commit)
+    return source_code_location_job.SourceCodeLocationJobFacet(
+        type="git", url=repo, repoUrl=repo, path=path, version=commit
+    )
 
 
 # ---- datasets -------------------------------------------------------------------------------
 
+
 def _schema(columns: tuple[Column, ...]):
     from openlineage.client.facet_v2 import schema_dataset
 
-    return schema_dataset.SchemaDatasetFacet(fields=[
-        schema_dataset.SchemaDatasetFacetFields(name=c.name, type=c.type, description=c.doc) for c in columns])
+    return schema_dataset.SchemaDatasetFacet(
+        fields=[schema_dataset.SchemaDatasetFacetFields(name=c.name, type=c.type, description=c.doc) for c in columns]
+    )
 
 
 def _column_lineage(use: DatasetUse, settings: Settings):
@@ -65,11 +69,21 @@ def _column_lineage(use: DatasetUse, settings: Settings):
         inputs = []
         for source in sources:
             ident = identity(source.dataset, settings)
-            inputs.append(cl.InputField(
-                namespace=ident.ol_namespace, name=ident.ol_name, field=source.column,
-                transformations=[cl.Transformation(type="INDIRECT" if source.indirect else "DIRECT",
-                                                   subtype=source.transformation, description=source.description,
-                                                   masking=False)]))
+            inputs.append(
+                cl.InputField(
+                    namespace=ident.ol_namespace,
+                    name=ident.ol_name,
+                    field=source.column,
+                    transformations=[
+                        cl.Transformation(
+                            type="INDIRECT" if source.indirect else "DIRECT",
+                            subtype=source.transformation,
+                            description=source.description,
+                            masking=False,
+                        )
+                    ],
+                )
+            )
         fields[column] = cl.Fields(inputFields=inputs)
     return cl.ColumnLineageDatasetFacet(fields=fields)
 
@@ -87,28 +101,40 @@ def _dataset_facets(use: DatasetUse, settings: Settings) -> dict[str, Any]:
 
 def input_dataset(use: DatasetUse, settings: Settings | None = None):
     from openlineage.client.event_v2 import InputDataset
-    from openlineage.client.facet_v2 import (base_subset_dataset, data_quality_assertions_dataset,
-                                             data_quality_metrics_input_dataset, input_statistics_input_dataset)
+    from openlineage.client.facet_v2 import (
+        base_subset_dataset,
+        data_quality_assertions_dataset,
+        data_quality_metrics_input_dataset,
+        input_statistics_input_dataset,
+    )
 
     settings = settings or get_settings()
     ident = identity(use.dataset, settings)
     facets: dict[str, Any] = {}
     if use.row_count is not None:
         facets["dataQualityMetrics"] = data_quality_metrics_input_dataset.DataQualityMetricsInputDatasetFacet(
-            rowCount=use.row_count, columnMetrics={})
+            rowCount=use.row_count, columnMetrics={}
+        )
     if use.row_count is not None or use.size_bytes is not None:
         facets["inputStatistics"] = input_statistics_input_dataset.InputStatisticsInputDatasetFacet(
-            rowCount=use.row_count, size=use.size_bytes, fileCount=len(use.locations) or None)
+            rowCount=use.row_count, size=use.size_bytes, fileCount=len(use.locations) or None
+        )
     if use.checks:
         facets["dataQualityAssertions"] = data_quality_assertions_dataset.DataQualityAssertionsDatasetFacet(
-            assertions=[data_quality_assertions_dataset.Assertion(
-                assertion=f"{c.name} ({c.rows} rows, kept)", success=c.passed, column=c.column, severity="warn")
-                for c in use.checks])
+            assertions=[
+                data_quality_assertions_dataset.Assertion(
+                    assertion=f"{c.name} ({c.rows} rows, kept)", success=c.passed, column=c.column, severity="warn"
+                )
+                for c in use.checks
+            ]
+        )
     if use.locations:
         facets["subset"] = base_subset_dataset.InputSubsetInputDatasetFacet(
-            inputCondition=base_subset_dataset.LocationSubsetCondition(locations=list(use.locations)))
-    return InputDataset(namespace=ident.ol_namespace, name=ident.ol_name, facets=_dataset_facets(use, settings),
-                        inputFacets=facets)
+            inputCondition=base_subset_dataset.LocationSubsetCondition(locations=list(use.locations))
+        )
+    return InputDataset(
+        namespace=ident.ol_namespace, name=ident.ol_name, facets=_dataset_facets(use, settings), inputFacets=facets
+    )
 
 
 def output_dataset(use: DatasetUse, settings: Settings | None = None):
@@ -123,14 +149,17 @@ def output_dataset(use: DatasetUse, settings: Settings | None = None):
     output_facets: dict[str, Any] = {}
     if use.row_count is not None or use.size_bytes is not None:
         output_facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-            rowCount=use.row_count, size=use.size_bytes, fileCount=len(use.locations) or None)
+            rowCount=use.row_count, size=use.size_bytes, fileCount=len(use.locations) or None
+        )
     if use.locations:
         output_facets["subset"] = base_subset_dataset.OutputSubsetOutputDatasetFacet(
-            outputCondition=base_subset_dataset.LocationSubsetCondition(locations=list(use.locations)))
+            outputCondition=base_subset_dataset.LocationSubsetCondition(locations=list(use.locations))
+        )
     return OutputDataset(namespace=ident.ol_namespace, name=ident.ol_name, facets=facets, outputFacets=output_facets)
 
 
 # ---- runs (for integrations that emit their own events) -------------------------------------------
+
 
 @dataclass(frozen=True)
 class RunRef:
@@ -167,17 +196,32 @@ class RunContext:
     nominal_time: str | None = None
 
 
-def run_event(state: str, run: RunContext, report: StepReport | None = None, error: BaseException | None = None,
-              settings: Settings | None = None):
+def run_event(
+    state: str,
+    run: RunContext,
+    report: StepReport | None = None,
+    error: BaseException | None = None,
+    settings: Settings | None = None,
+):
     from openlineage.client.event_v2 import Job as OLJob
     from openlineage.client.event_v2 import Run, RunEvent, RunState
-    from openlineage.client.facet_v2 import (error_message_run, job_dependencies_run, job_type_job,
-                                             nominal_time_run, parent_run, tags_job, tags_run)
+    from openlineage.client.facet_v2 import (
+        error_message_run,
+        job_dependencies_run,
+        job_type_job,
+        nominal_time_run,
+        parent_run,
+        tags_job,
+        tags_run,
+    )
 
     settings = settings or get_settings()
     source = run.integration
-    run_facets: dict[str, Any] = {"tags": tags_run.TagsRunFacet(tags=[
-        tags_run.TagsRunFacetFields(key=k, value=v, source=source) for k, v in sorted(run.tags.items())])}
+    run_facets: dict[str, Any] = {
+        "tags": tags_run.TagsRunFacet(
+            tags=[tags_run.TagsRunFacetFields(key=k, value=v, source=source) for k, v in sorted(run.tags.items())]
+        )
+    }
     if run.nominal_time:
         run_facets["nominalTime"] = nominal_time_run.NominalTimeRunFacet(nominalStartTime=run.nominal_time)
     if run.parent:
@@ -185,31 +229,46 @@ def run_event(state: str, run: RunContext, report: StepReport | None = None, err
         run_facets["parent"] = parent_run.ParentRunFacet(
             run=parent_run.Run(runId=run.parent.run_id),
             job=parent_run.Job(namespace=run.parent.namespace, name=run.parent.job_name),
-            root=parent_run.Root(run=parent_run.RootRun(runId=root.run_id),
-                                 job=parent_run.RootJob(namespace=root.namespace, name=root.job_name)))
+            root=parent_run.Root(
+                run=parent_run.RootRun(runId=root.run_id),
+                job=parent_run.RootJob(namespace=root.namespace, name=root.job_name),
+            ),
+        )
     if run.job_type == "STEP":
-        run_facets["jobDependencies"] = job_dependencies_run.JobDependenciesRunFacet(upstream=[
-            job_dependencies_run.JobDependency(
-                job=job_dependencies_run.JobIdentifier(namespace=u.namespace, name=u.job_name),
-                run=job_dependencies_run.RunIdentifier(runId=u.run_id),
-                dependency_type="DIRECT_INVOCATION", sequence_trigger_rule="FINISH_TO_START")
-            for u in run.upstream])
+        run_facets["jobDependencies"] = job_dependencies_run.JobDependenciesRunFacet(
+            upstream=[
+                job_dependencies_run.JobDependency(
+                    job=job_dependencies_run.JobIdentifier(namespace=u.namespace, name=u.job_name),
+                    run=job_dependencies_run.RunIdentifier(runId=u.run_id),
+                    dependency_type="DIRECT_INVOCATION",
+                    sequence_trigger_rule="FINISH_TO_START",
+                )
+                for u in run.upstream
+            ]
+        )
     if error is not None:
         run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
-            message=f"{type(error).__name__}: {error}", programmingLanguage="python")
+            message=f"{type(error).__name__}: {error}", programmingLanguage="python"
+        )
     job_facets: dict[str, Any] = {
-        "jobType": job_type_job.JobTypeJobFacet(processingType="BATCH", integration=run.integration, jobType=run.job_type),
+        "jobType": job_type_job.JobTypeJobFacet(
+            processingType="BATCH", integration=run.integration, jobType=run.job_type
+        ),
         "sourceCodeLocation": source_code_location(run.code_path),
     }
     if run.job_version:
-        job_facets["tags"] = tags_job.TagsJobFacet(tags=[tags_job.TagsJobFacetFields(
-            key="version", value=run.job_version, source=source)])
+        job_facets["tags"] = tags_job.TagsJobFacet(
+            tags=[tags_job.TagsJobFacetFields(key="version", value=run.job_version, source=source)]
+        )
     return RunEvent(
-        eventType=getattr(RunState, state), eventTime=dt.datetime.now(dt.timezone.utc).isoformat(), producer=PRODUCER,
+        eventType=getattr(RunState, state),
+        eventTime=dt.datetime.now(dt.UTC).isoformat(),
+        producer=PRODUCER,
         run=Run(runId=run.run_id, facets=run_facets),
         job=OLJob(namespace=settings.openlineage_namespace, name=run.job_name, facets=job_facets),
         inputs=[input_dataset(u, settings) for u in (report.inputs if report else [])],
-        outputs=[output_dataset(u, settings) for u in (report.outputs if report else [])])
+        outputs=[output_dataset(u, settings) for u in (report.outputs if report else [])],
+    )
 
 
 def declared_uses(job: Job) -> tuple[list[DatasetUse], list[DatasetUse]]:

@@ -18,8 +18,8 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.lineage.write.destinations import datahub_file, datahub_records_dir, openlineage_file

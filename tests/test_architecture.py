@@ -83,6 +83,27 @@ def test_every_room_imports_only_what_it_may():
     assert offences == []
 
 
+SITE = "nyc_taxi.lineage.read.site"
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_lineage_site_only_reads_and_only_the_command_line_uses_it():
+    """The site is the read side's last step: it imports the core and lineage.read (nothing that writes
+    lineage or runs a pipeline), and only the command line imports it."""
+    offences = []
+    for module, path in sorted(_modules().items()):
+        inside = _within(module, SITE)
+        for imported, _ in _imports(path):
+            if inside and not (_within(imported, "nyc_taxi.core") or _within(imported, "nyc_taxi.lineage.read")):
+                offences.append(f"{module} imports {imported}")
+            if _within(imported, SITE) and not inside and _room(module) != "cli":
+                offences.append(f"{module} imports {imported}")
+    assert offences == []
+
+
 def test_no_import_cycles_at_module_level():
     modules = _modules()
     graph = defaultdict(set)

@@ -103,6 +103,7 @@ def _explain(settings, images: Path | None) -> None:
     from nyc_taxi.lineage.read.lite import load_graph
     from nyc_taxi.lineage.read.picture import write_picture
     from nyc_taxi.lineage.read.runs import Runs
+    from nyc_taxi.lineage.read.site.build import build_site
     from nyc_taxi.lineage.read.trace import render as render_trace
     from nyc_taxi.lineage.read.trace import trace
     from nyc_taxi.lineage.write.datahub_pipeline import ingest_catalog
@@ -134,7 +135,10 @@ def _explain(settings, images: Path | None) -> None:
     print(_indent(render_columns(upstream_of(column, settings))))
 
     _svg, page = write_picture(graph, images or settings.lineage_dir / "picture")
+    _say("the lineage site (bash run lineage --site): a page per dataset, job and run; versions, columns, evolution")
+    site = build_site(settings)
     _say("where to look next")
+    print(f"    the lineage site: {site.as_uri()}   (or: bash run lineage serve)")
     print(f"    the whole graph: {page}")
     print(
         "    bash run lineage yellow_taxi_raw     # any dataset or job, --json, --runs <job>, --trace, --as-of, --diff"

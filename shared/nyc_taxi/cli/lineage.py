@@ -8,6 +8,8 @@ bash run lineage --trace yellow_rides_hourly_forecast   the exact versions and r
 bash run lineage --as-of 2024-05-01T12:00        the graph as the runs up to then recorded it (or a run)
 bash run lineage --diff RUN_A RUN_B              two runs of a job, a DAG or a flow, compared
 bash run lineage --graph [--out DIR]             the whole graph as SVG + HTML
+bash run lineage --site [--out DIR]              the lineage site: a page per dataset, job and run (file://)
+bash run lineage serve [--port N] [--out DIR]    the site on 127.0.0.1, rebuilt when new records arrive
 bash run lineage --runs ingest_yellow_taxi_data.merge_upsert_staging_into_raw_yellow
 """
 
@@ -22,14 +24,36 @@ from nyc_taxi.core.datasets import DATASETS
 from nyc_taxi.core.settings import get_settings
 
 
+def serve(argv: list[str]) -> int:
+    """`bash run lineage serve`: the site on 127.0.0.1 until Ctrl-C."""
+    from nyc_taxi.lineage.read.site.build import default_dir
+    from nyc_taxi.lineage.read.site.serve import serve as serve_site
+
+    parser = argparse.ArgumentParser(prog="bash run lineage serve", description=serve.__doc__)
+    parser.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--out", type=Path, help="where the site is written (default: <state>/lineage/site)")
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    serve_site(settings, args.out or default_dir(settings), args.port)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # a subcommand, though `name` is positional: serve is no dataset or job
+        return serve(argv[1:])
     parser = argparse.ArgumentParser(
         prog="bash run lineage", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("name", nargs="?", help="a dataset (registry name or URN) or a job (dag.task, Flow.step)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--graph", action="store_true", help="write the whole graph as lineage.svg and lineage.html")
-    parser.add_argument("--out", type=Path, help="where --graph writes (default: <state>/lineage/picture)")
+    parser.add_argument("--site", action="store_true", help="write the lineage site (default: <state>/lineage/site)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="where --graph or --site writes (default: <state>/lineage/picture, <state>/lineage/site)",
+    )
     parser.add_argument(
         "--runs", metavar="JOB", help="run history of a job, failed runs compared with the last good one"
     )
@@ -39,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = get_settings()
 
+    if args.site:
+        from nyc_taxi.lineage.read.site.build import build_site, default_dir
+
+        index = build_site(settings, args.out or default_dir(settings))
+        print(json.dumps({"site": str(index)}) if args.json else f"wrote the lineage site: {index}")
+        return 0
     try:
         if args.trace:
             from nyc_taxi.lineage.read.trace import render as render_trace

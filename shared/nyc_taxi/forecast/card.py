@@ -34,26 +34,7 @@ def evaluation_card(card, forecasts: dict, actual: dict, metrics: dict, model_na
                 values.append(
                     {"hour": hour.isoformat(), "zone": label, "series": "actual", "rides": actual[(zone, hour)]}
                 )
-    card.append(
-        VegaChart(
-            {
-                "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-                "data": {"values": values},
-                "width": 260,
-                "height": 160,
-                "facet": {"field": "zone", "type": "nominal", "columns": 2},
-                "spec": {
-                    "mark": "line",
-                    "encoding": {
-                        "x": {"field": "hour", "type": "temporal", "title": "New York local hour"},
-                        "y": {"field": "rides", "type": "quantitative"},
-                        "color": {"field": "series", "type": "nominal"},
-                        "strokeDash": {"field": "series", "type": "nominal"},
-                    },
-                },
-            }
-        )
-    )
+    card.append(VegaChart(forecast_vs_actual_chart(values)))
     rows = [
         [
             f"{zone} {names.get(zone, '')}",
@@ -64,3 +45,33 @@ def evaluation_card(card, forecasts: dict, actual: dict, metrics: dict, model_na
         if zone in metrics["per_zone"]
     ]
     card.append(Table(rows, headers=["zone", "MAE", "WAPE"]))
+
+
+SERIES = ["actual", "forecast"]  # one legend entry per line: actual solid, forecast dashed
+
+
+def forecast_vs_actual_chart(values: list[dict]) -> dict:
+    """Vega-Lite: one panel per zone, two panels a row (a card is about 1,000 px wide), and a legend
+    above them that says which line is the forecast and which the actual."""
+    # colour and dash encode the same field with the same legend, so Vega-Lite draws one legend for both
+    legend = {"orient": "top", "labelFontSize": 13, "symbolStrokeWidth": 3}
+    series = {"field": "series", "type": "nominal", "title": None, "scale": {"domain": SERIES}, "legend": legend}
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "data": {"values": values},
+        # `columns` belongs to the facet chart, not to the facet field: inside the field Vega-Lite
+        # ignores it and puts every panel in one row
+        "columns": 2,
+        "facet": {"field": "zone", "type": "nominal", "title": None},
+        "spec": {
+            "width": 300,
+            "height": 160,
+            "mark": "line",
+            "encoding": {
+                "x": {"field": "hour", "type": "temporal", "title": "New York local hour"},
+                "y": {"field": "rides", "type": "quantitative", "title": "rides"},
+                "color": series,
+                "strokeDash": series,
+            },
+        },
+    }

@@ -38,6 +38,7 @@ class JobRun:
     outputs: dict[str, str | None] = field(default_factory=dict)
     locations: dict[str, list[str]] = field(default_factory=dict)  # dataset -> the files this run read or wrote
     rows: dict[str, int] = field(default_factory=dict)  # output dataset -> rows written
+    quality: dict[str, dict] = field(default_factory=dict)  # dataset -> data-quality metrics and assertions reported
     parent: tuple[str, str] | None = None  # (job, run id)
     root: tuple[str, str] | None = None
     upstream_jobs: list[str] = field(default_factory=list)  # jobs that ran right before, in the same DAG or flow
@@ -132,6 +133,16 @@ def _apply(run: JobRun, event: dict, names: dict[tuple[str, str], str]) -> None:
                 run.locations[name] = condition["locations"]
             if side == "outputs" and (count := extra.get("outputStatistics", {}).get("rowCount")) is not None:
                 run.rows[name] = count
+            _keep_quality(run, name, extra)
+
+
+def _keep_quality(run: JobRun, name: str, extra: dict) -> None:
+    """The data-quality facets a run reported on a dataset: metrics (row count, per-column counts) and
+    assertions (each check, its column and whether it passed), without the facets' own bookkeeping."""
+    if metrics := extra.get("dataQualityMetrics"):
+        run.quality.setdefault(name, {})["metrics"] = {k: v for k, v in metrics.items() if not k.startswith("_")}
+    if assertions := extra.get("dataQualityAssertions", {}).get("assertions"):
+        run.quality.setdefault(name, {})["assertions"] = assertions
 
 
 @dataclass

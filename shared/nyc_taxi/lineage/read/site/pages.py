@@ -1,0 +1,629 @@
+"""The site's pages as HTML bodies: the graph, the evolution, the catalog, a page per dataset, per job
+(task, step, DAG, flow) and per run. Layout and behaviour are in ``assets/`` (one stylesheet, one
+script); the pictures come in already drawn (``drawing``), so this module only arranges facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nyc_taxi.core.datasets import PublishedFiles, Table
+from nyc_taxi.core.jobs import Pipeline
+from nyc_taxi.lineage.read.columns import ColumnStep
+from nyc_taxi.lineage.read.graph import LineageGraph, Node
+from nyc_taxi.lineage.read.runs import JobRun
+from nyc_taxi.lineage.read.site.collect import DatasetFacts, JobFacts, SiteData
+from nyc_taxi.lineage.read.site.drawing import STATE_COLOURS, STYLE, fold
+from nyc_taxi.lineage.read.site.markup import (
+    badge,
+    card_path,
+    code,
+    column_anchor,
+    dataset_path,
+    esc,
+    job_path,
+    link,
+    millis,
+    moment,
+    pairs,
+    run_path,
+    seconds,
+    section,
+    short,
+    table,
+    version_anchor,
+)
+from nyc_taxi.lineage.read.site.plot import forecast_chart
+
+
+@dataclass
+class Page:
+    path: str  # from the site's root
+    title: str
+    body: str
+    kind: str  # graph | evolution | catalog | dataset | job | run
+
+    @property
+    def root(self) -> str:
+        """The way back to the site's root from this page ("" or "../")."""
+        return "../" * self.path.count("/")
+
+
+def node_path(node: Node) -> str:
+    return job_path(node.name) if node.kind == "job" else dataset_path(node.name)
+
+
+def _run_name(run: JobRun) -> str:
+    """What a user calls a run: the tool's run id (Airflow's run id, Metaflow's pathspec)."""
+    return run.label or run.run_id
+
+
+def _run_link(run: JobRun, root: str, text: str | None = None) -> str:
+    return link(root + run_path(run.run_id), text or _run_name(run), title=f"OpenLineage run {run.run_id}")
+
+
+def _job_and_run(run: JobRun, root: str) -> str:
+    return f"{link(root + job_path(run.job), run.job)}<br>{_run_link(run, root)} {_state(run.state)}"
+
+
+def _state(state: str) -> str:
+    return badge(state, "state-" + state)
+
+
+def _tool(node: Node) -> str:
+    return badge(node.label, node.tool)
+
+
+def _versions(uses: dict[str, str | None], root: str) -> str:
+    """dataset@version links, one a line: the dataset's page, at that version."""
+    return "<br>".join(
+        link(root + dataset_path(name) + (f"#{version_anchor(version)}" if version else ""), name)
+        + " @ "
+        + short(version)
+        for name, version in sorted(uses.items())
+    )
+
+
+def origins(step: ColumnStep) -> str:
+    """Where a column comes from in the end, by dataset: ``noaa…published.{day1…day31, month}``."""
+    by_dataset: dict[str, list[str]] = {}
+    for dataset, column in sorted(step.origins()):
+        by_dataset.setdefault(dataset, []).append(column)
+    return ", ".join(
+        f"{dataset}.{columns[0]}" if len(columns) == 1 else f"{dataset}.{{{fold(columns)}}}"
+        for dataset, columns in by_dataset.items()
+    )
+
+
+def _parameters(parameters: dict[str, str]) -> str:
+    return "<br>".join(f"{esc(k)}={code(v)}" for k, v in sorted(parameters.items()) if k != "try_number")
+
+
+class Pages:
+    """Every page of the site, from the collected facts and the drawn pictures (keyed as ``build``
+    keys them: ``graph``, ``evolution``, ``mini:<name>``, ``column:<dataset>.<column>``)."""
+
+    def __init__(self, data: SiteData, svgs: dict[str, str]):
+        self.data, self.svgs = data, svgs
+        self.graph: LineageGraph = data.graph
+        self.node_by_name = {n.name: n for n in self.graph.nodes.values()}
+
+    def all(self) -> list[Page]:
+        pages = [self.graph_page(), self.evolution_page(), self.catalog_page()]
+        pages += [self.dataset_page(facts) for facts in self.data.datasets.values()]
+        pages += [self.job_page(job) for job in self.data.jobs.values()]
+        pages += [self.run_page(run) for run in self.data.runs]
+        return pages
+
+    # ---- the graph -------------------------------------------------------------------------------
+    def graph_page(self) -> Page:
+        controls = """
+<div class="controls" id="graph-controls">
+  <label>depth <select id="depth"><option value="1">1</option><option value="2">2</option>
+    <option value="3">3</option><option value="0" selected>all</option></select></label>
+  <label>select <input id="select" type="text" size="28" placeholder="+yellow_taxi_raw+  2+evaluate  tool:Airflow"
+    title="dbt-style: NAME, +NAME (and its upstream), NAME+ (and its downstream), 2+NAME+1 (to a depth), tool:TOOL, kind:KIND; several separated by spaces"></label>
+  <button type="button" id="clear">clear</button>
+  <span class="zoom"><button type="button" id="zoom-out" aria-label="zoom out">−</button><button type="button" id="zoom-fit">fit</button><button type="button" id="zoom-in" aria-label="zoom in">+</button></span>
+</div>"""
+        legend = self._legend()
+        panel = """
+<aside id="panel" class="panel" hidden>
+  <h2 id="panel-title"></h2><p id="panel-label"></p><p><a id="panel-open" href="#">open its page</a></p>
+  <div class="filters">show <label><input type="checkbox" value="dataset" checked> datasets</label>
+    <label><input type="checkbox" value="job" checked> jobs</label><label><input type="checkbox" value="model" checked> models</label></div>
+  <h3>upstream</h3><ol id="panel-up" class="degrees"></ol>
+  <h3>downstream</h3><ol id="panel-down" class="degrees"></ol>
+</aside>"""
+        summary = (
+            f"<p class='lead'>{len(self.graph.nodes)} nodes and {len(self.graph.edges)} edges, read from the records "
+            "Airflow and Metaflow wrote (DataHub Lite); each job shows its last run. Click a node to highlight "
+            "what it depends on (upstream) and what depends on it (downstream); double-click to open its page.</p>"
+        )
+        body = (
+            f"<h1>Cross-tool lineage</h1>{summary}{controls}{legend}"
+            f'<div class="graph-wrap"><div id="graph" class="graph">{self.svgs["graph"]}</div>{panel}</div>'
+        )
+        return Page("index.html", "Cross-tool lineage", body, "graph")
+
+    def _legend(self) -> str:
+        names = {
+            "Airflow": "Airflow task",
+            "Metaflow": "Metaflow step, model",
+            "Iceberg": "Iceberg table",
+            "files": "landed files",
+            "source": "source (published) files",
+        }
+        tools = "".join(
+            f'<span class="swatch" style="background:{STYLE[t]}"></span>{esc(n)} ' for t, n in names.items()
+        )
+        states = "".join(
+            f'<span class="ring" style="border-color:{c}"></span>{esc(s)} ' for s, c in STATE_COLOURS.items()
+        )
+        return (
+            f'<p class="legend">{tools}· last run: {states}· <span class="dash"></span> task/step order '
+            '· <span class="dash starts"></span> starts another tool</p>'
+        )
+
+    # ---- evolution -------------------------------------------------------------------------------
+    def evolution_page(self) -> Page:
+        evolution = self.data.evolution
+        options = []
+        for run in evolution.pipeline_runs:
+            model = f" ({run.parameters['model']})" if "model" in run.parameters else ""
+            month = f" (month {run.parameters['month']})" if "month" in run.parameters else ""
+            options.append(
+                f'<option value="{esc(run.run_id)}">{esc(run.job)} · {esc(_run_name(run))}{esc(model or month)} · '
+                f"{moment(run.ended or run.started)}</option>"
+            )
+        choose = "".join(options)
+        body = f"""<h1>Evolution</h1>
+<p class="lead">The graph as the runs up to a moment recorded it (each job's last run up to then), two moments
+side by side: edges only in the second are <span class="added">added</span>, edges only in the first
+<span class="removed">removed</span>. Pick two runs — a run's moment is its end — or two times (UTC).</p>
+<div class="controls" id="evolution-controls">
+  <label>from <select id="from-run">{choose}</select></label> <label>or time <input id="from-time" type="datetime-local" step="1"></label>
+  <label>to <select id="to-run">{choose}</select></label> <label>or time <input id="to-time" type="datetime-local" step="1"></label>
+</div>
+<div id="evolution-summary" class="summary"></div>
+<div id="evolution-graph" class="graph">{self.svgs["evolution"]}</div>"""
+        return Page("evolution.html", "Evolution", body, "evolution")
+
+    # ---- catalog ---------------------------------------------------------------------------------
+    def catalog_page(self) -> Page:
+        datasets = table(
+            ["dataset", "kind", "description", "last write"],
+            (
+                [
+                    link(dataset_path(f.node.name), f.node.name),
+                    _tool(f.node),
+                    esc(getattr(f.declared, "description", "")),
+                    millis(f.node.freshness.at) if f.node.freshness else "",
+                ]
+                for f in self.data.datasets.values()
+            ),
+        )
+        jobs = table(
+            ["job", "kind", "description", "last run"],
+            (
+                [
+                    link(job_path(j.name), j.name),
+                    esc(self._job_kind(j)),
+                    esc(getattr(j.declared, "description", "")),
+                    _state(j.runs[-1].state) + " " + moment(j.runs[-1].started) if j.runs else "",
+                ]
+                for j in self.data.jobs.values()
+            ),
+        )
+        runs = table(
+            ["run", "job", "state", "started", "took"],
+            (
+                [_run_link(r, ""), link(job_path(r.job), r.job), _state(r.state), moment(r.started), seconds(r.seconds)]
+                for r in reversed(list(self.data.runs))
+            ),
+        )
+        body = (
+            "<h1>Datasets, jobs and runs</h1>"
+            + section("Datasets", datasets, "datasets")
+            + section("Jobs: DAGs, tasks, flows, steps", jobs, "jobs")
+            + section("Runs, newest first", runs, "runs")
+        )
+        return Page("catalog.html", "Datasets, jobs and runs", body, "catalog")
+
+    # ---- a dataset -------------------------------------------------------------------------------
+    def dataset_page(self, facts: DatasetFacts) -> Page:
+        node, root = facts.node, "../"
+        declared = facts.declared
+        head = f"<h1>{esc(node.name)} {_tool(node)}</h1>"
+        if declared is None:
+            head += '<p class="warning">Not in the registry: a name only the records know.</p>'
+        else:
+            head += f'<p class="lead">{esc(declared.description)}</p>'
+        parts = [head, self._identity(facts), self._last_write(node)]
+        parts.append(section("Upstream and downstream", self._around(node.name, root), "around"))
+        if node.name in self.data.current_traces:
+            trace = _trace_version(self.data.current_traces[node.name], root, verb="")
+            parts.append(section("Where the current version comes from", f'<div class="trace">{trace}</div>', "trace"))
+        if self.data.forecast and self.data.forecast.dataset == node.name:
+            parts.append(section("Forecast vs actual", self._forecast(facts, root), "forecast"))
+        parts.append(section("Columns", self._columns(facts, root), "columns"))
+        if facts.columns:
+            parts.append(section("Column lineage", self._column_lineage(facts), "column-lineage"))
+        parts.append(section("Versions", self._dataset_versions(facts, root), "versions"))
+        if facts.quality:
+            parts.append(section("Data quality", self._quality(facts, root), "quality"))
+        return Page(dataset_path(node.name), node.name, "".join(parts), "dataset")
+
+    def _identity(self, facts: DatasetFacts) -> str:
+        found = facts.identity
+        rows = [("DataHub URN", code(facts.node.urn))]
+        if found:
+            rows += [
+                ("OpenLineage namespace", code(found.ol_namespace)),
+                ("OpenLineage name", code(found.ol_name)),
+                *((f"OpenLineage symlink ({s.type})", code(f"{s.namespace} {s.name}")) for s in found.ol_symlinks),
+                ("Airflow Asset URI", code(found.asset_uri) if found.asset_uri else ""),
+                ("Iceberg identifier", code(facts.iceberg_identifier) if facts.iceberg_identifier else ""),
+                ("location", code(found.location) if found.location else ""),
+            ]
+        if isinstance(facts.declared, Table) and facts.declared.primary_key:
+            rows.append(("primary key", code(", ".join(facts.declared.primary_key))))
+        if isinstance(facts.declared, PublishedFiles):
+            rows.append(("publisher", esc(facts.declared.publisher)))
+        return section("Identity in every system", pairs(rows), "identity")
+
+    def _last_write(self, node: Node) -> str:
+        fresh = node.freshness
+        if not fresh:
+            return ""
+        text = f"{millis(fresh.at)} by {code(fresh.actor or '?')}"
+        if fresh.snapshot_id:
+            text += f", snapshot {link('#' + version_anchor(fresh.snapshot_id), fresh.snapshot_id)}"
+        if fresh.rows is not None:
+            text += f", {fresh.rows:,} rows"
+        return f'<p class="fresh">Last write: {text}</p>'
+
+    def _around(self, name: str, root: str) -> str:
+        """The mini-map and the immediate parents and children, each with how it is linked; for a DAG
+        or flow, what its jobs read and write."""
+        node = self.node_by_name.get(name)
+        if node is None and f"mini:{name}" not in self.svgs:
+            return '<p class="empty">no lineage recorded yet</p>'
+        lists = []
+        for direction in ("upstream", "downstream"):
+            found = self._neighbours(node, direction) if node else self._pipeline_neighbours(name, direction)
+            items = [
+                f"<li>{esc(verb)} {link(root + node_path(other), other.name)} {_tool(other)}</li>"
+                for verb, other in found
+            ]
+            lists.append(
+                f'<div class="{direction}"><h3>{direction}</h3><ul>{"".join(items) or "<li>nothing</li>"}</ul></div>'
+            )
+        whole = link(f"{root}index.html#node={name}", "show it in the whole graph") if node else ""
+        return (
+            f'<div class="minimap">{self.svgs.get("mini:" + name, "")}</div>'
+            f'<div class="around">{"".join(lists)}</div><p>{whole}</p>'
+        )
+
+    def _neighbours(self, node: Node, direction: str) -> list[tuple[str, Node]]:
+        return [(kind.verb(direction), self.graph.nodes[u]) for u, kind in self.graph.neighbours(node.urn, direction)]
+
+    def _pipeline_neighbours(self, pipeline: str, direction: str) -> list[tuple[str, Node]]:
+        """What a DAG's or flow's jobs read from outside it (upstream), and what they write (downstream)."""
+        inside = {u for u, n in self.graph.nodes.items() if n.kind == "job" and n.pipeline == pipeline}
+        made_inside = {e.target for e in self.graph.edges if e.source in inside}
+        found = {}
+        for urn in sorted(inside, key=lambda u: self.graph.nodes[u].name):
+            for other, kind in self.graph.neighbours(urn, direction):
+                if other not in inside and not (direction == "upstream" and other in made_inside):
+                    found.setdefault(other, (kind.verb(direction), self.graph.nodes[other]))
+        return list(found.values())
+
+    def _forecast(self, facts: DatasetFacts, root: str) -> str:
+        forecast = self.data.forecast
+        card = self._card_of_current_version(facts)
+        note = (
+            f"<p>The Metaflow evaluation card of the flow run that wrote this version (MAE, WAPE, the busiest zones): "
+            f"{link(root + card_path(card.run_id), 'open the card')} · {_run_link(card, root)}</p>"
+            if card
+            else "<p>No evaluation card found for the run that wrote this version.</p>"
+        )
+        return forecast_chart(forecast) + note
+
+    def _card_of_current_version(self, facts: DatasetFacts) -> JobRun | None:
+        """The card of a step run in the same flow run as the writer of the current version."""
+        current = next((v for v in reversed(facts.versions) if v.current), None)
+        writer = current.writer if current else None
+        if writer is None or writer.parent is None:
+            return None
+        siblings = [r for r in self.data.runs if r.parent == writer.parent and r.run_id in self.data.cards]
+        return siblings[-1] if siblings else None
+
+    def _columns(self, facts: DatasetFacts, root: str) -> str:
+        declared = getattr(facts.declared, "columns", ()) or ()
+        names = [c.name for c in declared] + [n for n in facts.schema if n not in {c.name for c in declared}]
+        by_name = {c.name: c for c in declared}
+        rows = []
+        for name in names:
+            column, field = by_name.get(name), facts.schema.get(name, {})
+            lineage = ""
+            if name in facts.columns:
+                lineage = link(f"#{column_anchor(name)}", "from " + origins(facts.columns[name]), cls="column-link")
+            rows.append(
+                [
+                    f"<b>{esc(name)}</b>" + (" " + badge("key", "key") if field.get("isPartOfKey") else ""),
+                    code(column.type) if column else "",
+                    code(field.get("nativeDataType", "")) if field else '<span class="empty">–</span>',
+                    esc(column.doc if column else field.get("description", "")),
+                    lineage,
+                ]
+            )
+        return table(["column", "type (registry)", "type (DataHub schema)", "meaning", "column lineage"], rows)
+
+    def _column_lineage(self, facts: DatasetFacts) -> str:
+        blocks = []
+        for column, step in facts.columns.items():
+            blocks.append(
+                f'<details id="{column_anchor(column)}" class="column"><summary><b>{esc(column)}</b> ← '
+                f"{esc(origins(step))}</summary>"
+                f'<div class="graph small">{self.svgs.get(f"column:{facts.node.name}.{column}", "")}</div></details>'
+            )
+        return (
+            "<p>Where each column comes from, back to the published files' columns; alike columns of one dataset "
+            "share a box (day1…day31). Edges are coloured by the tool of the job that computed them.</p>"
+            + "".join(blocks)
+        )
+
+    def _dataset_versions(self, facts: DatasetFacts, root: str) -> str:
+        rows, ids = [], []
+        for version in reversed(facts.versions):
+            writer = version.writer
+            records = ", ".join(f"{k} {int(v):,}" for k, v in version.records.items())
+            rows.append(
+                [
+                    short(version.version, 40) + (" " + badge("current", "current") if version.current else ""),
+                    moment(version.at),
+                    esc(version.operation),
+                    esc(records),
+                    _job_and_run(writer, root) if writer else '<span class="empty">published: no run of ours</span>',
+                    "<br>".join(code(location) for location in version.locations),
+                ]
+            )
+            ids.append(version_anchor(version.version))
+        return table(["version", "at", "operation", "records", "written by", "files"], rows, "versions", ids)
+
+    def _quality(self, facts: DatasetFacts, root: str) -> str:
+        rows = []
+        for report in reversed(facts.quality):
+            checks = "<br>".join(
+                f"{'✓' if a.get('success') else '✗'} {esc(a.get('assertion'))}"
+                + (f" ({esc(a['column'])})" if a.get("column") else "")
+                for a in report.assertions
+            )
+            about = "this dataset" if report.dataset == facts.node.name else f"its input {report.dataset}"
+            metrics = report.metrics
+            rows.append(
+                [
+                    _job_and_run(report.run, root),
+                    moment(report.run.started),
+                    esc(about),
+                    f"{metrics['rowCount']:,}" if metrics.get("rowCount") is not None else "",
+                    checks,
+                ]
+            )
+        return (
+            "<p>What the runs reported (OpenLineage data-quality facets): on this dataset as they read it, "
+            "and on what they read to write it. Failed checks count rows that are kept as published.</p>"
+            + table(["run", "at", "about", "rows", "checks"], rows)
+        )
+
+    # ---- a job -----------------------------------------------------------------------------------
+    @staticmethod
+    def _job_kind(job: JobFacts) -> str:
+        if job.node is not None:
+            return job.node.label
+        if isinstance(job.declared, Pipeline):
+            return "Airflow DAG" if job.declared.orchestrator == "airflow" else "Metaflow flow"
+        return "DAG or flow" if job.is_pipeline else "job"
+
+    def job_page(self, job: JobFacts) -> Page:
+        root = "../"
+        kind = self._job_kind(job)
+        head = f"<h1>{esc(job.name)} {badge(kind, job.node.tool if job.node else kind.split(' ')[0])}</h1>"
+        if job.declared is not None:
+            head += f'<p class="lead">{esc(job.declared.description)}</p>'
+        facts = [("kind", esc(kind))]
+        if not job.is_pipeline:
+            pipeline = job.name.split(".", 1)[0]
+            facts.append(("in", link(root + job_path(pipeline), pipeline)))
+        if isinstance(job.declared, Pipeline):
+            facts.append(("code", code(job.declared.code)))
+            facts.append(
+                ("jobs", ", ".join(link(root + job_path(j.qualified_name), j.name) for j in job.declared.jobs))
+            )
+        elif job.declared is not None:
+            declared = [(n, [d.name for d in getattr(job.declared, n)]) for n in ("reads", "writes")]
+            facts += [
+                (f"declared {n}", ", ".join(link(root + dataset_path(d), d) for d in names)) for n, names in declared
+            ]
+        if job.node is not None:
+            facts.append(("DataHub URN", code(job.node.urn)))
+            if job.node.last_run:
+                run = job.node.last_run
+                facts.append(
+                    ("last run (DataHub)", f"{_state(run.status)} {millis(run.started)} {seconds(run.seconds)}")
+                )
+        card = next((r for r in reversed(job.runs) if r.run_id in self.data.cards), None)
+        if card:
+            facts.append(
+                ("latest card", link(root + card_path(card.run_id), "the Metaflow card of " + _run_name(card)))
+            )
+        parts = [head, pairs(facts)]
+        parts.append(section("Upstream and downstream", self._around(job.name, root), "around"))
+        parts.append(section("Runs, newest first", self._job_runs(job, root), "runs"))
+        failed = [r for r in job.runs if r.state == "failure"]
+        if failed:
+            parts.append(
+                section("Failed runs next to the last good one", self._failures(job, failed, root), "failures")
+            )
+        if any(r.job_version for r in job.runs):
+            parts.append(section("Job versions", self._job_versions(job, root), "versions"))
+        return Page(job_path(job.name), job.name, "".join(parts), "job")
+
+    def _job_runs(self, job: JobFacts, root: str) -> str:
+        rows = [
+            [
+                _run_link(run, root),
+                _state(run.state),
+                moment(run.started),
+                seconds(run.seconds),
+                short(run.code_version, 12),
+                short(run.job_version, 16) if run.job_version else "",
+                _parameters(run.parameters),
+                _versions(run.inputs, root),
+                _versions(run.outputs, root),
+            ]
+            for run in reversed(job.runs)
+        ]
+        return table(
+            ["run", "state", "started", "took", "code", "job version", "parameters", "read", "wrote"], rows, "runs"
+        )
+
+    def _failures(self, job: JobFacts, failed: list[JobRun], root: str) -> str:
+        blocks = []
+        for run in failed:
+            good = next((r for r in reversed(job.runs[: job.runs.index(run)]) if r.state == "success"), None)
+            if good is None:
+                blocks.append(f"<p>{_run_link(run, root)} failed; no good run before it.</p>")
+                continue
+            changed = run.changed_since_last_good or {}
+            rows = [
+                ["run", _run_link(good, root), _run_link(run, root)],
+                ["state", _state(good.state), _state(run.state)],
+                ["started", moment(good.started), moment(run.started)],
+                ["code", short(good.code_version, 12), short(run.code_version, 12)],
+                ["parameters", _parameters(good.parameters), _parameters(run.parameters)],
+                ["read", _versions(good.inputs, root), _versions(run.inputs, root)],
+                ["error", "", f"<pre>{esc((run.error or '').strip()[:2000])}</pre>"],
+            ]
+            what = "; ".join(f"{esc(k)}: {esc(a)} → {esc(b)}" for k, (a, b) in changed.items()) or "nothing"
+            blocks.append(
+                f'<div class="failure"><p class="changed">Changed since the last good run: {what}</p>'
+                + table(["", "last good run", "failed run"], rows, "compare")
+                + "</div>"
+            )
+        return "".join(blocks)
+
+    def _job_versions(self, job: JobFacts, root: str) -> str:
+        versions: dict[str, list[JobRun]] = {}
+        for run in job.runs:
+            if run.job_version:
+                versions.setdefault(run.job_version, []).append(run)
+        rows = [
+            [
+                short(version, 20),
+                str(len(runs)),
+                _run_link(runs[0], root) + " " + moment(runs[0].started),
+                _run_link(runs[-1], root) + " " + moment(runs[-1].started),
+                ", ".join(link(root + dataset_path(n), n) for n in sorted({n for r in runs for n in r.inputs})),
+            ]
+            for version, runs in versions.items()
+        ]
+        return "<p>A job's version changes when what it reads or writes, its model or its code changes.</p>" + table(
+            ["job version", "runs", "first run", "last run", "read"], rows
+        )
+
+    # ---- a run -----------------------------------------------------------------------------------
+    def run_page(self, run: JobRun) -> Page:
+        root = "../"
+        runs = self.data.runs
+        head = f"<h1>Run of {link(root + job_path(run.job), run.job)} {_state(run.state)}</h1>"
+        facts = [
+            ("run", code(_run_name(run))),
+            ("OpenLineage run id", code(run.run_id)),
+            ("started", moment(run.started)),
+            ("ended", moment(run.ended) + (f" ({seconds(run.seconds)})" if run.seconds is not None else "")),
+            ("code version", short(run.code_version, 40)),
+            ("job version", short(run.job_version, 40) if run.job_version else ""),
+            ("parameters", _parameters(run.parameters)),
+        ]
+        for name, ref in (("part of", run.parent), ("root", run.root if run.root != run.parent else None)):
+            if ref and ref[1] in runs.by_id:
+                facts.append((name, _run_link(runs.by_id[ref[1]], root) + f" ({esc(ref[0])})"))
+        children = runs.children(run)
+        if children:
+            facts.append(("runs in it", "<br>".join(_run_link(c, root) + " " + _state(c.state) for c in children)))
+        if run.run_id in self.data.cards:
+            facts.append(("card", link(root + card_path(run.run_id), "the Metaflow card of this run")))
+        parts = [head, pairs(facts)]
+        if run.error:
+            parts.append(section("Error", f"<pre>{esc(run.error.strip()[:4000])}</pre>", "error"))
+        inputs_outputs = table(
+            ["", "dataset", "version", "files", "rows written"],
+            [
+                [
+                    side,
+                    link(root + dataset_path(name), name),
+                    link(root + dataset_path(name) + f"#{version_anchor(version)}", version) if version else "?",
+                    "<br>".join(code(loc) for loc in run.locations.get(name, [])),
+                    f"{run.rows[name]:,}" if name in run.rows and side == "wrote" else "",
+                ]
+                for side, uses in (("read", run.inputs), ("wrote", run.outputs))
+                for name, version in sorted(uses.items())
+            ],
+            "io",
+        )
+        parts.append(section("Read and wrote", inputs_outputs, "io"))
+        trace = self.data.traces.get(run.run_id)
+        if trace:
+            parts.append(
+                section(
+                    "Version trace, across tools, back to the source files",
+                    '<div class="trace">' + _trace_run(trace, root, top=True) + "</div>",
+                    "trace",
+                )
+            )
+        return Page(run_path(run.run_id), f"Run of {run.job}", "".join(parts), "run")
+
+
+# ---- the trace as a tree ------------------------------------------------------------------------------
+
+
+def _trace_run(step: dict, root: str, top: bool = False) -> str:
+    """A run and the versions it read, each with the runs that wrote it, down to the published files."""
+    keep = ("month", "model", "as_of_datetime")
+    extra = ", ".join(f"{k} {step['parameters'][k]}" for k in keep if k in step["parameters"])
+    title = (
+        f"{badge(step['state'], 'state-' + step['state'])} {link(root + job_path(step['job']), step['job'])} "
+        f"{link(root + run_path(step['run_id']), step['label'] or step['run_id'])}"
+        + (f" ({esc(extra)})" if extra else "")
+        + f" · {moment(step['started'])}"
+    )
+    items = []
+    if step["started_by"]:
+        chain = " ← ".join(
+            link(root + run_path(r["run_id"]), f"{r['job']} {r['label'] or r['run_id']}") for r in step["started_by"]
+        )
+        items.append(f'<li class="in">in {chain}</li>')
+    items += [f"<li>{_trace_version(v, root)}</li>" for v in step["read"]]
+    children = f"<ul>{''.join(items)}</ul>" if items else ""
+    return f'<div class="trace-run{" top" if top else ""}">{title}{children}</div>'
+
+
+def _trace_version(step: dict, root: str, verb: str = "read") -> str:
+    version = step["version"] or ""
+    target = root + dataset_path(step["dataset"]) + (f"#{version_anchor(version)}" if version else "")
+    line = f"{verb} {link(target, step['dataset'], cls='version-link')} @ {short(version, 48)}"
+    if step["commits"] > 1:
+        line += f" (holds the commits of {step['commits']} runs)"
+    if step["locations"]:
+        line += '<div class="files">' + "<br>".join(code(loc) for loc in step["locations"]) + "</div>"
+    if step["repeated"]:
+        return line + ' <span class="empty">(traced above)</span>'
+    if not step["written_by"]:
+        return line + ' <span class="empty">— published: no run of ours wrote it</span>'
+    writers = "".join(f"<li>written by {_trace_run(w, root)}</li>" for w in step["written_by"])
+    return f"<details open><summary>{line}</summary><ul>{writers}</ul></details>"
+
+
+__all__ = ["Page", "Pages", "node_path"]

@@ -173,6 +173,43 @@ def browser():
         chromium.close()
 
 
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory):
+    """`bash run demo`'s pipeline (`python -m nyc_taxi.cli.demo`) in a directory of its own, run once for
+    the tests that read what it recorded: (settings, stdout, images dir).
+
+    While working on those tests, `DEMO_DIR=<dir> bash run test -k lineage` keeps the demo's directory
+    (`<dir>/state`, `<dir>/stdout.txt`) and reuses it when it is complete; CI never sets it."""
+    import subprocess
+    import sys
+
+    from nyc_taxi.core.settings import Settings
+
+    kept = os.environ.get("DEMO_DIR")
+    root = Path(kept) if kept else tmp_path_factory.mktemp("demo")
+    stdout = root / "stdout.txt"
+    if not (kept and stdout.exists()):
+        shutil.rmtree(root / "state", ignore_errors=True)
+        env = {**os.environ, "STATE_DIR": str(root / "state")}
+        for name in ("TLC_BASE_URL", "NOAA_BASE_URL"):  # the demo serves its own fixture months
+            env.pop(name, None)
+        result = subprocess.run(
+            [sys.executable, "-m", "nyc_taxi.cli.demo", "--images", str(root / "images")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+        stdout.write_text(result.stdout)
+    # the demo served its sources on 127.0.0.1 (a port of its own: one identity whatever the port)
+    fixture_site = "http://127.0.0.1:1"
+    settings = Settings(
+        state_dir=root / "state", profile="local", tlc_base_url=fixture_site, noaa_base_url=fixture_site
+    )
+    return settings, stdout.read_text(), root / "images"
+
+
 # Columns whose values name the run or the moment, not the data.
 RUN_SPECIFIC_COLUMNS = {"ingested_at", "computed_at", "created_at", "model_version"}
 

@@ -114,8 +114,32 @@ class LineageLog:
 
 
 def run_dag(dagbag, dag_id: str, month: str) -> dict[str, str]:
+    """Task states of one run (``dag.test()``); the run's id as ``last_run_id``."""
+    global last_run_id
     run = dagbag.get_dag(dag_id).test(run_conf={"month": month})
+    last_run_id = run.run_id
     return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+
+
+last_run_id: str | None = None
+
+
+def asset_events(table: registry.Table, run_id: str) -> list[tuple[str, dict]]:
+    """The events one DAG run emitted for a raw table's Asset: (source task, extra), oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from nyc_taxi.airflow_adapter.operators import asset
+
+    with create_session() as session:
+        query = (
+            select(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == asset(table).name, AssetEvent.source_run_id == run_id)
+            .order_by(AssetEvent.id)
+        )
+        return [(event.source_task_id, dict(event.extra)) for event in session.scalars(query)]
 
 
 def snapshot_id(table: registry.Table) -> int | None:
@@ -216,6 +240,10 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
     got = raw_rows(registry.YELLOW_TAXI_RAW, source_file=path.name)
     assert comparable(got).equals(comparable(expected_taxi_rows(path)))
     raw_snapshot, staging_snapshot = snapshot_id(registry.YELLOW_TAXI_RAW), snapshot_id(registry.YELLOW_TAXI_STAGING)
+    # the merge committed: one event of the yellow_taxi_raw Asset (what starts train_forecast_model), naming it
+    assert asset_events(registry.YELLOW_TAXI_RAW, last_run_id) == [
+        ("merge_upsert_staging_into_raw_yellow", {"snapshot_id": str(raw_snapshot), "month": "2024-02"})
+    ]
 
     # OpenLineage: each task's inputs and outputs are the registry's identities, with versions.
     ident = {d.name: identity(d, settings) for d in registry.DATASETS.values()}
@@ -310,6 +338,7 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
     assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-02")["merge_upsert_staging_into_raw_yellow"] == "success"
     assert snapshot_id(registry.YELLOW_TAXI_RAW) == raw_snapshot
     assert snapshot_id(registry.YELLOW_TAXI_STAGING) == staging_snapshot  # staging already held this landed version
+    assert asset_events(registry.YELLOW_TAXI_RAW, last_run_id) == []  # no event: nothing downstream runs
     assert landed_file.stat().st_mtime_ns == landed_mtime  # the server said 304: not fetched again
     rerun = log.ol_event("COMPLETE", "download_published_files")
     assert rerun["inputs"][0]["facets"]["version"]["datasetVersion"] == f"{path.name}@etag:{etag}"

@@ -74,31 +74,6 @@ EXPECTED_EDGES = {
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """`python -m nyc_taxi.demo` in a state directory of its own; (settings, stdout, images dir)."""
-    from nyc_taxi.core.settings import Settings
-
-    root = tmp_path_factory.mktemp("demo")
-    env = {**os.environ, "STATE_DIR": str(root / "state")}
-    for name in ("TLC_BASE_URL", "NOAA_BASE_URL"):  # the demo serves its own fixture months
-        env.pop(name, None)
-    result = subprocess.run(
-        [sys.executable, "-m", "nyc_taxi.cli.demo", "--images", str(root / "images")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
-    # the demo served its sources on 127.0.0.1 (a port of its own: one identity whatever the port)
-    fixture_site = "http://127.0.0.1:1"
-    settings = Settings(
-        state_dir=root / "state", profile="local", tlc_base_url=fixture_site, noaa_base_url=fixture_site
-    )
-    return settings, result.stdout, root / "images"
-
-
-@pytest.fixture(scope="module")
 def graph(demo):
     from nyc_taxi.lineage.read.lite import load_graph
 
@@ -300,3 +275,242 @@ def test_run_history_names_real_snapshots_and_a_failed_run_is_compared_with_the_
     assert failed["changed_since_last_good"]["parameter month"] == ["2024-02", "2024-03"]
     text = _lineage_cli(demo, "--runs", download).stdout
     assert "changed since the last good run: parameter month: 2024-02 → 2024-03" in text
+
+
+# ---- versions, evolution, the Airflow → Metaflow hop and columns (what the lineage can answer) ----
+
+
+def _flow_runs(demo) -> list[str]:
+    """The demo's flow runs, oldest first, as users name them: ``TrainForecastModelFlow/<run id>``."""
+    runs = json.loads(_lineage_cli(demo, "--runs", F, "--json").stdout)
+    assert [r["parameters"]["model"] for r in runs] == ["seasonal_naive", "weather_adjusted"]
+    return [f"{F}/{r['label'].split('/')[-1]}" for r in runs]
+
+
+def test_diff_of_the_two_flow_runs_is_exactly_the_weather(demo):
+    seasonal, weather = _flow_runs(demo)
+    change = json.loads(_lineage_cli(demo, "--diff", seasonal, weather, "--json").stdout)
+    assert change["reads"] == {"added": ["weather_raw"], "removed": []}
+    assert change["upstream"] == {"added": [W], "removed": []}
+    assert change["writes"] == {"added": [], "removed": []}
+    assert change["parameters"] == {"model": ["seasonal_naive", "weather_adjusted"]}
+    assert {f"{F}.prepare_training_data", f"{F}.train_forecasting_model"} <= set(change["job_versions"])
+    assert change["code"] is None  # one commit ran both
+    back = json.loads(_lineage_cli(demo, "--diff", weather, seasonal, "--json").stdout)
+    assert (back["reads"], back["upstream"]) == (
+        {"added": [], "removed": ["weather_raw"]},
+        {"added": [], "removed": [W]},
+    )
+    # the demo printed the same diff
+    assert f"--diff {seasonal} {weather}" in demo[1]
+    assert "reads:      + weather_raw" in demo[1] and f"upstream:   + {W}" in demo[1]
+
+
+def test_datahub_keeps_what_each_step_run_really_read_and_its_job_version(demo):
+    """A DataHub user sees the evolution on the runs: each step run's DataProcessInstance has the inputs
+    that run used and its job version, equal to the OpenLineage events of the same run."""
+    from nyc_taxi.lineage.read.runs import Runs
+    from nyc_taxi.lineage.read.store import LineageStore
+
+    settings = demo[0]
+    runs = {r.label: r for r in Runs.read(settings) if r.job == f"{F}.prepare_training_data"}
+    assert len(runs) == 2
+    seen = {}
+    with LineageStore(settings).open() as lite:
+        for urn in lite.list_ids():
+            if not urn.startswith("urn:li:dataProcessInstance:"):
+                continue
+            aspects = lite.get(urn, aspects=["dataProcessInstanceProperties", "dataProcessInstanceInput"]) or {}
+            properties = aspects.get("dataProcessInstanceProperties", {}).get("customProperties", {})
+            if properties.get("metaflow_pathspec") in runs:
+                inputs = aspects.get("dataProcessInstanceInput", {}).get("inputs", [])
+                seen[properties["metaflow_pathspec"]] = (sorted(inputs), properties.get("job_version"))
+    urn = {name: identity(registry.DATASETS[name], settings).datahub_urn for name in registry.DATASETS}
+    assert len(seen) == 2
+    for pathspec, (inputs, version) in seen.items():
+        run = runs[pathspec]
+        assert inputs == sorted(urn[name] for name in run.inputs)
+        assert version == run.job_version
+    assert sorted(len(inputs) for inputs, _ in seen.values()) == [1, 2]  # + weather_raw
+
+
+def test_the_flow_runs_are_children_of_the_airflow_task_that_started_them(demo):
+    """OpenLineage: the flow run's parent is the run_training_flow task run, its root that task's DAG run.
+    DataHub: the flow run's DataProcessInstance has the plugin's task run as its parent instance."""
+    from nyc_taxi.lineage.read.runs import read_events
+    from nyc_taxi.lineage.read.store import LineageStore
+
+    settings = demo[0]
+    events = read_events(settings)
+    task_runs = {e["run"]["runId"]: e for e in events if e["job"]["name"] == f"{T}.run_training_flow"}
+    flow_starts = [e for e in events if e["job"]["name"] == F and e["eventType"] == "START"]
+    assert len(flow_starts) == 2 and len(task_runs) == 2
+    for event in flow_starts:
+        parent = event["run"]["facets"]["parent"]
+        assert (parent["job"]["namespace"], parent["job"]["name"]) == (
+            settings.openlineage_namespace,
+            f"{T}.run_training_flow",
+        )
+        task_run = task_runs[parent["run"]["runId"]]
+        dag_run = task_run["run"]["facets"]["parent"]
+        assert parent["root"]["job"]["name"] == dag_run["job"]["name"] == T
+        assert parent["root"]["run"]["runId"] == dag_run["run"]["runId"]
+    with LineageStore(settings).open() as lite:
+        instances = {
+            u: lite.get(u, aspects=["dataProcessInstanceRelationships"]) or {}
+            for u in lite.list_ids()
+            if u.startswith("urn:li:dataProcessInstance:")
+        }
+    relations = {u: a.get("dataProcessInstanceRelationships", {}) for u, a in instances.items()}
+    flow_urn = f"urn:li:dataFlow:(metaflow,{F},PROD)"
+    flow_runs = [r for r in relations.values() if r.get("parentTemplate") == flow_urn]
+    task_urn = f"urn:li:dataJob:(urn:li:dataFlow:(airflow,{T},PROD),run_training_flow)"
+    assert len(flow_runs) == 2
+    for flow_run in flow_runs:
+        assert relations[flow_run["parentInstance"]]["parentTemplate"] == task_urn  # the plugin's own record
+
+
+def _trace(demo, target: str) -> dict:
+    result = _lineage_cli(demo, "--trace", target, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _writers(version: dict, job: str) -> list[dict]:
+    return [w for w in version["written_by"] if w["job"] == job]
+
+
+def _read(run: dict, dataset: str) -> dict:
+    [version] = [v for v in run["read"] if v["dataset"] == dataset]
+    return version
+
+
+def test_trace_of_the_forecast_names_the_exact_versions_even_after_another_month(demo):
+    from nyc_taxi.airflow_adapter.environment import airflow_environment
+    from nyc_taxi.core.catalog import current_snapshot_id
+    from nyc_taxi.fixtures.server import FixtureServer
+    from nyc_taxi.fixtures.site import add_taxi_month
+    from nyc_taxi.lineage.read.runs import Runs
+
+    settings = demo[0]
+    raw_then = str(current_snapshot_id(registry.YELLOW_TAXI_RAW, settings))
+
+    def raw_read_by_the_forecast(trace: dict) -> dict:
+        """forecast ← write_forecasts run ← model ← training run ← actuals ← compute_actuals run ← raw (the
+        first flow run's branch: the second one's reads the same actuals version, traced once)."""
+        [write] = _writers(trace, f"{F}.write_forecasts_to_table")[:1]
+        [train] = _writers(_read(write, "yellow_rides_forecast_model"), f"{F}.train_forecasting_model")
+        [actuals] = _writers(_read(train, "yellow_rides_hourly_actuals"), f"{F}.compute_actuals")
+        assert [r["job"] for r in actuals["started_by"]] == [F, f"{T}.run_training_flow", T]  # Airflow started it
+        return _read(actuals, "yellow_taxi_raw")
+
+    raw = raw_read_by_the_forecast(_trace(demo, "yellow_rides_hourly_forecast"))
+    compute_actuals = [r for r in Runs.read(settings) if r.job == f"{F}.compute_actuals"][-1]
+    assert raw["version"] == raw_then == compute_actuals.inputs["yellow_taxi_raw"]
+    merges = _writers(raw, f"{Y}.merge_upsert_staging_into_raw_yellow")
+    assert [m["parameters"]["month"] for m in merges] == ["2024-01", "2024-02"] and raw["commits"] == 2
+    for merge, month in zip(merges, ("2024-01", "2024-02"), strict=True):
+        staging = _read(merge, "yellow_taxi_staging")
+        [stage] = _writers(staging, f"{Y}.stage_landed_files")
+        [download] = _writers(_read(stage, "tlc_yellow_tripdata_landed"), f"{Y}.download_published_files")
+        source = _read(download, "tlc_yellow_tripdata_published")
+        assert source["version"].startswith(f"yellow_tripdata_{month}.parquet@etag:")
+        assert source["locations"] == [f"{demo_url(download)}/trip-data/yellow_tripdata_{month}.parquet"]
+
+    # another month loads: raw moves on, the old forecast's trace still names what it was computed from
+    site = settings.state_dir / "demo-site"
+    add_taxi_month(site, 2024, 4, rows=5_000, seed=4)
+    with FixtureServer(site) as url:
+        env = {
+            **os.environ,
+            "STATE_DIR": str(settings.state_dir),
+            "TLC_BASE_URL": url,
+            "NOAA_BASE_URL": url,
+            **airflow_environment(settings),
+        }
+        loaded = subprocess.run(
+            [sys.executable, "-m", "airflow", "dags", "test", Y, "--conf", '{"month": "2024-04"}'],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert loaded.returncode == 0, (loaded.stdout + loaded.stderr)[-3000:]
+    raw_now = str(current_snapshot_id(registry.YELLOW_TAXI_RAW, settings))
+    assert raw_now != raw_then
+    again = raw_read_by_the_forecast(_trace(demo, "yellow_rides_hourly_forecast"))
+    assert again["version"] == raw_then
+    assert [m["parameters"]["month"] for m in _writers(again, f"{Y}.merge_upsert_staging_into_raw_yellow")] == [
+        "2024-01",
+        "2024-02",
+    ]
+    today = _trace(demo, "yellow_taxi_raw")
+    assert today["version"] == raw_now
+    assert [m["parameters"]["month"] for m in _writers(today, f"{Y}.merge_upsert_staging_into_raw_yellow")] == [
+        "2024-01",
+        "2024-02",
+        "2024-04",
+    ]
+    old = _trace(demo, f"yellow_taxi_raw@{raw_then}")
+    assert len(_writers(old, f"{Y}.merge_upsert_staging_into_raw_yellow")) == 2
+
+
+def demo_url(download_run: dict) -> str:
+    """The fixture server the demo's download run fetched from (a port of its own)."""
+    url = _read(download_run, "tlc_yellow_tripdata_published")["locations"][0]
+    return url.split("/trip-data/")[0]
+
+
+# Written out by hand from the SQL files and the model code: the published columns each column comes from.
+NOAA_DAYS = {f"day{d}" for d in range(1, 32)}
+EXPECTED_ORIGINS = {
+    "yellow_rides_hourly_forecast.predicted_ride_count": {("tlc_yellow_tripdata_published", "tpep_pickup_datetime")}
+    | {("noaa_nclimgrid_daily_county_published", c) for c in NOAA_DAYS | {"variable", "month", "year"}},
+    "yellow_rides_hourly_forecast.pickup_location_id": {("tlc_yellow_tripdata_published", "PULocationID")},
+    "yellow_rides_hourly_forecast.forecast_hour": {("tlc_yellow_tripdata_published", "tpep_pickup_datetime")},
+    "yellow_rides_hourly_actuals.ride_count": {("tlc_yellow_tripdata_published", "tpep_pickup_datetime")},
+    "yellow_taxi_raw.airport_fee": {("tlc_yellow_tripdata_published", "Airport_fee")},
+    "yellow_taxi_raw.vendor_id": {("tlc_yellow_tripdata_published", "VendorID")},
+    "weather_raw.prcp_mm": {("noaa_nclimgrid_daily_county_published", c) for c in NOAA_DAYS | {"variable"}},
+    "weather_raw.county_code": {("noaa_nclimgrid_daily_county_published", "region_code")},
+}
+
+
+def _origins(step: dict) -> set[tuple[str, str]]:
+    if not step["upstream"]:
+        return {(step["dataset"], step["column"])}
+    return set().union(*(_origins(u) for u in step["upstream"]))
+
+
+@pytest.mark.parametrize("column", sorted(EXPECTED_ORIGINS))
+def test_column_lineage_reaches_the_published_columns(demo, column):
+    result = _lineage_cli(demo, column, "--json")
+    assert result.returncode == 0, result.stderr
+    assert _origins(json.loads(result.stdout)) == EXPECTED_ORIGINS[column]
+
+
+def test_column_lineage_hop_by_hop_from_the_forecast_to_the_tlc_column(demo):
+    """Each hop names the job and how: the forecast's count back to the TLC's pickup time."""
+    step = json.loads(_lineage_cli(demo, "yellow_rides_hourly_forecast.predicted_ride_count", "--json").stdout)
+    path = []
+    for dataset, column in (
+        ("yellow_rides_forecast_model", "history_ride_count"),
+        ("yellow_rides_hourly_actuals", "ride_count"),
+        ("yellow_taxi_raw", "pickup_datetime"),
+        ("yellow_taxi_staging", "pickup_datetime"),
+        ("tlc_yellow_tripdata_landed", "tpep_pickup_datetime"),
+        ("tlc_yellow_tripdata_published", "tpep_pickup_datetime"),
+    ):
+        [step] = [u for u in step["upstream"] if (u["dataset"], u["column"]) == (dataset, column)]
+        path.append((step["job"], step["transformation"]))
+    assert path == [
+        (f"{F}.write_forecasts_to_table", "CONDITIONAL,TRANSFORMATION"),
+        (f"{F}.train_forecasting_model", "IDENTITY"),
+        (f"{F}.compute_actuals", "AGGREGATION"),
+        (f"{Y}.merge_upsert_staging_into_raw_yellow", "IDENTITY"),
+        (f"{Y}.stage_landed_files", "TRANSFORMATION"),
+        (f"{Y}.download_published_files", "IDENTITY"),
+    ]
+    text = _lineage_cli(demo, "yellow_rides_hourly_forecast.predicted_ride_count").stdout
+    assert "tlc_yellow_tripdata_published.tpep_pickup_datetime  (identity, by ingest_yellow_taxi_data.download" in text
+    assert "noaa_nclimgrid_daily_county_published.{day1…day31, variable}" in text  # a NOAA file's day columns, folded

@@ -6,6 +6,7 @@ both tools recorded it, followed upstream from one column back to the published 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from nyc_taxi.core.naming import identity
@@ -94,19 +95,64 @@ def upstream_of(qualified: str, settings: Settings | None = None) -> ColumnStep:
     return step(start, None, None, frozenset({start}))
 
 
+def _shape(node: ColumnStep) -> tuple:
+    """What a column's lineage looks like without the column names: datasets, jobs, transformations."""
+    return (node.dataset, node.via, node.transformation, tuple(sorted(_shape(u) for u in node.upstream)))
+
+
+def _alike(nodes: list[ColumnStep]) -> list[list[ColumnStep]]:
+    """Sibling columns whose lineage has the same shape, together (day1 … day31 of a NOAA file)."""
+    groups: dict[tuple, list[ColumnStep]] = {}
+    for node in nodes:
+        groups.setdefault(_shape(node), []).append(node)
+    return [groups[shape] for shape in sorted(groups)]
+
+
+def _columns(nodes: list[ColumnStep]) -> str:
+    """``name`` for one column; ``{day1…day31, month}`` for several, numbered runs folded."""
+    names = sorted(
+        {n.column for n in nodes},
+        key=lambda c: (re.sub(r"\d+$", "", c), int(re.sub(r"^\D*", "", c) or 0) if re.search(r"\d+$", c) else 0, c),
+    )
+    if len(names) == 1:
+        return names[0]
+    parts, run = [], []
+    for name in [*names, ""]:
+        match = re.fullmatch(r"(\D+)(\d+)", name)
+        if run and match and match[1] == run[-1][0] and int(match[2]) == run[-1][1] + 1:
+            run.append((match[1], int(match[2])))
+            continue
+        if run:
+            parts.append(
+                f"{run[0][0]}{run[0][1]}…{run[-1][0]}{run[-1][1]}"
+                if len(run) > 2
+                else ", ".join(f"{p}{n}" for p, n in run)
+            )
+            run = []
+        if match:
+            run = [(match[1], int(match[2]))]
+        elif name:
+            parts.append(name)
+    return "{" + ", ".join(parts) + "}"
+
+
 def render(root: ColumnStep) -> str:
+    """The column's upstream as a tree; columns whose lineage has the same shape share a line."""
     lines = [f"{root.dataset}.{root.column}"]
 
-    def branch(node: ColumnStep, prefix: str) -> None:
-        for i, up in enumerate(node.upstream):
-            last = i == len(node.upstream) - 1
+    def branch(group: list[ColumnStep], prefix: str) -> None:
+        # the members have the same shape: their upstreams line up group by group
+        upstream_groups = [_alike(member.upstream) for member in group]
+        for i in range(len(upstream_groups[0])):
+            members = [m for groups in upstream_groups for m in groups[i]]
+            first, last = members[0], i == len(upstream_groups[0]) - 1
             lines.append(
-                f"{prefix}{'└── ' if last else '├── '}{up.dataset}.{up.column}"
-                f"  ({(up.transformation or 'IDENTITY').lower()}, by {up.via})"
+                f"{prefix}{'└── ' if last else '├── '}{first.dataset}.{_columns(members)}"
+                f"  ({(first.transformation or 'IDENTITY').lower()}, by {first.via})"
             )
-            branch(up, prefix + ("    " if last else "│   "))
+            branch(members, prefix + ("    " if last else "│   "))
 
-    branch(root, "")
+    branch([root], "")
     if len(lines) == 1:
         lines.append("└── (no column lineage recorded)")
     return "\n".join(lines)

@@ -173,6 +173,23 @@ def browser():
         chromium.close()
 
 
+@pytest.fixture
+def receiver(tmp_path):
+    """mode -> a lineage server process (tests/lineage_receiver.py) on 127.0.0.1, stopped after the test."""
+    from lineage_receiver import Receiver
+
+    started = []
+
+    def start(mode: str = "ok", name: str = "receiver") -> Receiver:
+        server = Receiver(tmp_path / f"{name}.jsonl").start(mode)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory):
     """`bash run demo`'s pipeline (`python -m nyc_taxi.cli.demo`) in a directory of its own, run once for

@@ -1,12 +1,24 @@
-"""Faults: lineage backends that are down, secrets that must not leak, a Spark JVM killed mid-MERGE."""
+"""Lineage delivery that loses nothing, whatever the servers do; secrets that never leak.
+
+A lineage server of our own (tests/lineage_receiver.py, a process on 127.0.0.1 that speaks
+OpenLineage's endpoint and DataHub GMS's ingestion endpoint and logs every request) is live, killed
+in the middle of a DAG run, answers 500 for a while, or accepts connections and never answers. Each
+time the weather DAG runs for real (`airflow dags test`) with both OPENLINEAGE_URL and
+DATAHUB_GMS_URL pointing at it, and:
+- the DAG succeeds, and the extra time lineage can cost is bounded by what the server's own log
+  shows: each end of a task tries at most one record per server, each try at most the request timeout;
+- the local files are complete: event for event the same as a live run's (run ids and times aside);
+- once the server answers again, one `bash run lineage-replay` delivers every record exactly once,
+  in order, and a second delivers nothing.
+"""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -14,35 +26,24 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from lineage_receiver import (
+    DATAHUB_INGEST_PATH,
+    OPENLINEAGE_PATH,
+    Receiver,
+    closed_port,
+    local_lineage,
+    local_records,
+    received_records,
+)
 
 from nyc_taxi.fixtures.site import add_weather_month
 
 pytestmark = [pytest.mark.airflow, pytest.mark.faults]
 
-
-@pytest.fixture(params=["closed port", "answers 500"])
-def broken_backend(request, lineage_backend):
-    """(URL, what it was sent or None) of a lineage backend that is down: nothing listening, or a
-    server answering 500 to everything."""
-    if request.param == "closed port":
-        return f"http://127.0.0.1:{_closed_port()}", None
-    backend = lineage_backend(500)
-    return backend.url, backend.events
+DAG_TASKS = 4  # create_tables, download, stage, merge: each ships at its end, and the DAG run at its end
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again when the block ends: connections are refused
-
-
-def _files_containing(root: Path, needles: dict[str, str]) -> list[str]:
-    found = []
-    for path in root.rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            found += [f"{name} in {path}" for name, value in needles.items() if value.encode() in data]
-    return found
+# ---- runs and what they left ---------------------------------------------------------------------------
 
 
 def _run_weather_dag(site, state: Path, **variables: str) -> SimpleNamespace:
@@ -71,93 +72,201 @@ def _run_weather_dag(site, state: Path, **variables: str) -> SimpleNamespace:
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
     assert "DagRunState.SUCCESS" in output or "state=success" in output.lower(), output[-3000:]
-    events_file = state / "lineage/openlineage/airflow_events.jsonl"
-    events = [json.loads(line) for line in events_file.read_text().splitlines()]
-    return SimpleNamespace(took=took, output=output, env=env, events=events, settings=settings)
+    return SimpleNamespace(took=took, output=output, env=env, settings=settings, state=state)
+
+
+def _replay(env: dict, **urls: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.replay"], env={**env, **urls}, capture_output=True, text=True, timeout=600
+    )
+
+
+# Values that name the run or the moment, not what happened: left out when two runs are compared.
+_VOLATILE = [
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?([+-]\d{2}:?\d{2}|Z)?"), "<time>"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}%3A\d{2}%3A\d{2}(\.\d+)?(%2B\d{2}%3A\d{2})?"), "<time>"),  # in a URL
+    (re.compile(r"manual__<time>"), "<airflow run>"),
+    (re.compile(r"\b\d{13,20}\b"), "<id>"),  # Iceberg snapshot ids, epoch milliseconds
+    (re.compile(r"\b[0-9a-f]{40}\b"), "<sha>"),
+    (re.compile(r"\b[0-9a-f]{32}\b"), "<run hash>"),  # DataHub's DataProcessInstance id, a hash of the run id
+]
+_VOLATILE_KEYS = {
+    "duration",
+    "pid",
+    "lastObserved",
+    "runId",
+    "start_date",
+    "end_date",
+    "queued_dttm",
+    "queued_at",
+    "timestampMillis",
+    "lastUpdatedTimestamp",
+    "time",
+    "eventTime",
+    "created",
+    "numAffectedRows",
+}
+
+
+def normalised(value, state: Path):
+    """A record with the state directory, ids and times replaced: two runs of the same work compare equal."""
+    if isinstance(value, dict):
+        return {k: "<volatile>" if k in _VOLATILE_KEYS else normalised(v, state) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [normalised(v, state) for v in value]
+    if isinstance(value, str):
+        if value[:1] in "{[":
+            try:
+                return normalised(json.loads(value), state)  # JSON inside a string (DataHub aspects, Airflow facets)
+            except ValueError:
+                pass
+            try:  # a Python set printed by Airflow (DAG tags): its order is the hash seed's
+                items = ast.literal_eval(value)
+                return sorted((normalised(i, state) for i in items), key=repr) if isinstance(items, list) else value
+            except (ValueError, SyntaxError):
+                pass
+        text = value.replace(str(state), "<state>")
+        for pattern, placeholder in _VOLATILE:
+            text = pattern.sub(placeholder, text)
+        return text
+    if isinstance(value, float):
+        return "<number>"
+    return value
+
+
+def _same_files(run, reference) -> None:
+    """Event for event and record for record, the run's local files are the reference run's."""
+    mine, theirs = local_lineage(run.settings), local_lineage(reference.settings)
+    assert len(mine.openlineage) == len(theirs.openlineage) and len(mine.datahub) == len(theirs.datahub)
+    for ours, ref in zip(mine.openlineage, theirs.openlineage, strict=True):
+        assert normalised(ours, run.state) == normalised(ref, reference.state), ours["job"]["name"]
+
+    # DataHub's plugin writes a DAG's tags in the order of a Python set: the same records, in any order
+    def records(local, state) -> list[str]:
+        return sorted(json.dumps(normalised(r, state), sort_keys=True) for r in local.datahub)
+
+    assert records(mine, run.state) == records(theirs, reference.state)
+
+
+# ---- the live reference --------------------------------------------------------------------------------
+
+SECRETS = {"DATAHUB_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16)}
 
 
 @pytest.fixture(scope="module")
-def with_live_backend(site, tmp_path_factory, lineage_backend):
-    """The weather DAG with a live OpenLineage backend: what it received, and the run's time as the
-    reference for the runs with a backend that is down."""
-    backend = lineage_backend(201)
-    run = _run_weather_dag(site, tmp_path_factory.mktemp("live") / "state", OPENLINEAGE_URL=backend.url)
-    print(f"ingest_weather_data with a live OpenLineage backend: {run.took:.0f} s")
-    run.received_during_the_run = backend.events()
-    replay = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.replay"], env=run.env, capture_output=True, text=True)
-    assert replay.returncode == 0, replay.stderr
-    run.received = backend.events()
-    return run
+def live(site, tmp_path_factory):
+    """The weather DAG with a live server taking both record kinds, with a token and an API key."""
+    root = tmp_path_factory.mktemp("live")
+    server = Receiver(root / "receiver.jsonl").start("ok")
+    try:
+        run = _run_weather_dag(site, root / "state", OPENLINEAGE_URL=server.url, DATAHUB_GMS_URL=server.url, **SECRETS)
+        run.during = SimpleNamespace(
+            openlineage=[r["body"] for r in server.accepted(OPENLINEAGE_PATH)], datahub=received_records(server)
+        )
+        run.replay = _replay(run.env)
+        run.again = _replay(run.env)
+        run.server = server
+        print(f"ingest_weather_data with a live lineage server: {run.took:.0f} s")
+        yield run
+    finally:
+        server.stop()
 
 
-def test_a_live_openlineage_backend_gets_every_event_once(with_live_backend):
-    """The tasks ship their events as they end; what the DAG run emits after its last task goes with the
-    next shipping (here `bash run lineage-replay`): the backend has every local event exactly once, in order."""
-    run = with_live_backend
-    assert {e["eventType"] for e in run.events} >= {"START", "COMPLETE"}
-    during = run.received_during_the_run
-    assert during == run.events[: len(during)]  # in order, nothing twice
-    assert len(during) >= len([e for e in run.events if "." in e["job"]["name"]])  # at least every task's events
-    assert run.received == run.events
-
-
-def test_lineage_backends_down_warn_only_keep_everything_and_replay_delivers_it_once(
-    site, tmp_path, broken_backend, with_live_backend, lineage_backend
-):
-    secret = {
-        "DATAHUB_TOKEN": "dh-" + secrets.token_hex(16),
-        "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16),
-        "AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(),
-        "AWS_SECRET_ACCESS_KEY": secrets.token_hex(20),
-    }
-    down, attempts = broken_backend
-    state = tmp_path / "state"
-    run = _run_weather_dag(site, state, DATAHUB_GMS_URL=down, OPENLINEAGE_URL=down, **secret)
-    normal = with_live_backend.took
-    print(
-        f"ingest_weather_data with both lineage backends down ({down}): {run.took:.0f} s, with a live backend {normal:.0f} s"
+def test_a_live_server_receives_every_local_record_once_in_order(live):
+    local = local_lineage(live.settings)
+    assert len(local.openlineage) >= 2 * DAG_TASKS and len(local.datahub) > 50
+    # the tasks shipped as they ended: what arrived during the run is the start of the local files, in order
+    assert live.during.openlineage == local.openlineage[: len(live.during.openlineage)]
+    assert live.during.datahub == local_records(local.datahub)[: len(live.during.datahub)]
+    assert len(live.during.openlineage) >= 2 * DAG_TASKS  # every task's START and COMPLETE, at least
+    # with what the end of the DAG run left for the next shipping, the server has everything, once
+    assert live.replay.returncode == 0, live.replay.stderr
+    assert [r["body"] for r in live.server.accepted(OPENLINEAGE_PATH)] == local.openlineage
+    assert received_records(live.server) == local_records(local.datahub)
+    assert "openlineage: 0 records sent" in live.again.stdout and "datahub: 0 records sent" in live.again.stdout
+    status = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.replay", "--status"], env=live.env, capture_output=True, text=True
     )
-    # within normal time: at the end of each task the first pending event is tried once, then left to the file
-    assert run.took < 1.5 * normal, f"the DAG took {run.took:.0f} s with the backends down, {normal:.0f} s with them up"
-    if attempts is not None:
-        assert attempts() and all(a == run.events[0] for a in attempts())  # never past the first: order is kept
-    assert re.search(r"\[(warning|error) *\]|WARNING", run.output)  # the failed deliveries are logged, the run goes on
+    pending = [line.split()[1] for line in status.stdout.splitlines()]
+    assert pending and set(pending) == {"0"}, status.stdout
 
-    # every record stayed local
-    completed = {e["job"]["name"] for e in run.events if e["eventType"] == "COMPLETE"}
-    assert {
-        "ingest_weather_data.create_tables",
-        "ingest_weather_data.download_published_files",
-        "ingest_weather_data.stage_landed_files",
-        "ingest_weather_data.merge_upsert_staging_into_raw_weather",
-    } <= completed
-    from nyc_taxi.lineage.write.outbox import read_datahub_records
 
-    records = read_datahub_records(run.settings, "airflow")
-    assert {
-        r["entityUrn"].rsplit(",", 1)[1].rstrip(")") for r in records if r.get("aspectName") == "dataJobInputOutput"
-    } >= {"download_published_files", "stage_landed_files", "merge_upsert_staging_into_raw_weather"}
+def test_tokens_reach_the_server_and_no_file_or_output(live):
+    headers = {(r["path"], r["headers"].get("Authorization")) for r in live.server.requests()}
+    assert {h for p, h in headers if p == OPENLINEAGE_PATH} == {f"Bearer {SECRETS['OPENLINEAGE_API_KEY']}"}
+    assert {h for p, h in headers if p == DATAHUB_INGEST_PATH} == {f"Bearer {SECRETS['DATAHUB_TOKEN']}"}
+    assert _files_containing(live.state, SECRETS) == []
+    assert [
+        name for name, value in SECRETS.items() if value in live.output + live.replay.stdout + live.replay.stderr
+    ] == []
 
-    # no secret in any file the run left (task logs, lineage records, Airflow's config and database) or its output
-    assert _files_containing(state, secret) == []
-    assert [name for name, value in secret.items() if value in run.output] == []
 
-    # the backend comes back: one command sends every event, once, with the API key; again sends nothing
-    backend = lineage_backend(201)
-    replay_env = {**run.env, "OPENLINEAGE_URL": backend.url}
-    replay_env.pop("DATAHUB_GMS_URL")
-    first = subprocess.run(
-        [sys.executable, "-m", "nyc_taxi.cli.replay"], env=replay_env, capture_output=True, text=True
-    )
+def _files_containing(root: Path, needles: dict[str, str]) -> list[str]:
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            found += [f"{name} in {path}" for name, value in needles.items() if value.encode() in data]
+    return found
+
+
+# ---- servers that misbehave ------------------------------------------------------------------------------
+
+FAULTS = {
+    "killed mid-run": "die-after:25",  # takes the first tasks' records, then the process is gone
+    "500, then 200": "fail-first:4",  # refuses the first two tasks' shipping, then takes everything
+    "never answers": "hang",  # accepts connections, never answers
+    "closed port": None,  # nothing listens
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_misbehaving_server_costs_no_record_and_bounded_time(site, tmp_path, receiver, live, fault):
+    from nyc_taxi.core.settings import Settings
+
+    mode = FAULTS[fault]
+    server = receiver(mode) if mode else Receiver(tmp_path / "receiver.jsonl", port=closed_port())
+    run = _run_weather_dag(site, tmp_path / "state", OPENLINEAGE_URL=server.url, DATAHUB_GMS_URL=server.url)
+    print(f"ingest_weather_data, lineage server {fault}: {run.took:.0f} s (live: {live.took:.0f} s)")
+
+    # bounded time, from the server's own log: at each end of a task (and of the DAG run) at most one
+    # failed try per server, each cut off by the request timeout (hung) or refused at once
+    timeout = Settings().lineage_request_timeout
+    failed = [r for r in server.requests() if r["status"] not in (200, 201)]
+    assert len(failed) <= 2 * (DAG_TASKS + 1), failed
+    if mode == "hang":
+        assert len(failed) >= 1  # it was tried, and given up on
+        print(f"  hung requests: {len(failed)}, at most {len(failed) * timeout:.0f} s added")
+    assert re.search(r"lineage records sent to .*kept for later", run.output)  # said, as a warning
+
+    # nothing lost: the local files are the live run's, event for event
+    _same_files(run, live)
+
+    # the server answers again: one replay delivers every record exactly once, a second nothing
+    if not (mode or "").startswith("fail-first"):  # that one came back by itself
+        server.stop()
+        server.start("ok")
+    first, again = _replay(run.env), _replay(run.env)
     assert first.returncode == 0, first.stderr
-    assert backend.events() == run.events
-    assert {headers["Authorization"] for _, headers, _ in backend.requests} == {
-        f"Bearer {secret['OPENLINEAGE_API_KEY']}"
-    }
-    again = subprocess.run(
-        [sys.executable, "-m", "nyc_taxi.cli.replay"], env=replay_env, capture_output=True, text=True
+    local = local_lineage(run.settings)
+    assert [r["body"] for r in server.accepted(OPENLINEAGE_PATH)] == local.openlineage
+    assert received_records(server) == local_records(local.datahub)
+    assert "openlineage: 0 records sent" in again.stdout and "datahub: 0 records sent" in again.stdout
+
+
+def test_datahub_push_to_a_server_that_is_down_fails_clearly(live):
+    """`bash run datahub-push` (DataHub's own pipeline: file source → REST sink) to nothing: a clear error."""
+    result = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.datahub", "push"],
+        capture_output=True,
+        text=True,
+        env={**live.env, "DATAHUB_GMS_URL": f"http://127.0.0.1:{closed_port()}"},
+        timeout=300,
     )
-    assert "openlineage: 0 records sent" in again.stdout and len(backend.events()) == len(run.events)
+    assert result.returncode != 0
+    assert "127.0.0.1" in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert _files_containing(live.state, SECRETS) == []
 
 
 @pytest.mark.spark

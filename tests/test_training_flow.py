@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import secrets
 import subprocess
 import sys
 
@@ -46,7 +47,9 @@ def flow_artifacts(run_id: str) -> dict:
     probe = (
         "import json, sys\nfrom metaflow import Run, namespace\nnamespace(None)\n"
         f"run = Run('TrainForecastModelFlow/{run_id}')\nend = run['end'].task.data\n"
-        "print(json.dumps({'mae': end.mae, 'wape': end.wape, 'model_version': end.model_version}))"
+        "trained = run['train_forecasting_model'].task.data.trained\n"
+        "print(json.dumps({'mae': end.mae, 'wape': end.wape, 'model_version': end.model_version,\n"
+        "                  'wet_factor': getattr(trained.model, 'wet_factor', None)}))"
     )
     env = {**os.environ, **metaflow_environment()}
     out = subprocess.run(
@@ -114,27 +117,41 @@ def ol_events(since: int = 0) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()[since:]] if path.exists() else []
 
 
-def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(loaded, settings):
+BACKTEST = (
+    "--as_of_datetime",
+    AS_OF.isoformat(),
+    "--lookback_days",
+    str(LOOKBACK),
+    "--predict_horizon_hours",
+    str(HORIZON),
+)
+
+
+@pytest.fixture(scope="module")
+def backtest(loaded):
+    """The seasonal-naive backtest, run once: (its run id, the index of its first OpenLineage event, its
+    events). The tests that compare with it ask for it, so each of them passes alone."""
     mark = len(ol_events())
-    result = run_flow(
-        "--as_of_datetime", AS_OF.isoformat(), "--lookback_days", str(LOOKBACK), "--predict_horizon_hours", str(HORIZON)
-    )
+    result = run_flow(*BACKTEST)
     assert result.returncode == 0, result.stderr[-4000:]
-    run_id = run_id_of(result)
+    return run_id_of(result), mark, ol_events(mark)
+
+
+def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(loaded, backtest, settings):
+    run_id, mark, events = backtest
 
     expected = expected_actuals(loaded)
-    got = {
-        (r["pickup_location_id"], r["pickup_hour"]): r["ride_count"]
-        for r in table_rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, "pickup_hour", *WINDOW)
-    }
-    assert got == expected
+    rows = table_rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, "pickup_hour", *WINDOW)
+    # whole rows, sorted: a duplicated zone-hour would show
+    assert sorted((r["pickup_location_id"], r["pickup_hour"], r["ride_count"]) for r in rows) == sorted(
+        (zone, hour, count) for (zone, hour), count in expected.items()
+    )
 
     # Every forecast is the actual of the same zone 168 hours earlier (zero where there is none).
     training_zones = {z for (z, h), _ in expected.items() if h < AS_OF}
-    forecasts = {
-        (r["pickup_location_id"], r["forecast_hour"]): r
-        for r in table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
-    }
+    forecast_rows = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
+    forecasts = {(r["pickup_location_id"], r["forecast_hour"]): r for r in forecast_rows}
+    assert len(forecast_rows) == len(forecasts)  # one row per zone and hour
     assert set(forecasts) == {(z, AS_OF + dt.timedelta(hours=h)) for z in training_zones for h in range(HORIZON)}
     for (zone, hour), row in forecasts.items():
         assert row["predicted_ride_count"] == expected.get((zone, hour - dt.timedelta(hours=168)), 0)
@@ -149,7 +166,6 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     assert artifacts["wape"] == pytest.approx(sum(errors) / actual_total)
 
     # Lineage: valid events, the registry's identities, step order, the seam to Airflow.
-    events = ol_events(mark)
     assert all(validation_errors(e) == [] for e in events)
     complete = {e["job"]["name"].split(".", 1)[-1]: e for e in events if e["eventType"] == "COMPLETE"}
     ident = {d.name: identity(d, settings) for d in registry.DATASETS.values()}
@@ -198,13 +214,13 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
 
     # A re-run duplicates nothing and leaves the actuals table's snapshot alone.
     actuals_snapshot = current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS)
-    again = run_flow(
-        "--as_of_datetime", AS_OF.isoformat(), "--lookback_days", str(LOOKBACK), "--predict_horizon_hours", str(HORIZON)
-    )
+    again = run_flow(*BACKTEST)
     assert again.returncode == 0, again.stderr[-4000:]
     assert current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS) == actuals_snapshot
     rerun_forecasts = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
-    assert len(rerun_forecasts) == len(forecasts)
+    assert sorted(
+        (r["pickup_location_id"], r["forecast_hour"], r["predicted_ride_count"]) for r in rerun_forecasts
+    ) == (sorted((r["pickup_location_id"], r["forecast_hour"], r["predicted_ride_count"]) for r in forecast_rows))
 
     # `resume` from evaluate: earlier steps are cloned, not re-run; the new run records its origin.
     mark = len(ol_events())
@@ -224,19 +240,53 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     assert tags["metaflow.origin_run_id"] == run_id
 
 
-def test_weather_variant_reads_weather_raw_and_is_a_new_job_version(loaded, settings, lineage_backend):
+# New York City's five counties in NOAA's numbering (state 30), written out from NOAA's county list
+NYC_COUNTY_CODES = {"30005", "30047", "30061", "30081", "30085"}
+
+
+def expected_daily_prcp(site) -> dict[dt.date, float]:
+    """Independent: NYC's mean precipitation per day, read straight from the fixture CSV files."""
+    per_day: dict[dt.date, list[float]] = {}
+    for path in sorted(site.rglob("prcp-2024*-cty-scaled.csv")):
+        for line in path.read_text().splitlines():
+            fields = [f.strip() for f in line.split(",")]
+            if fields[1] not in NYC_COUNTY_CODES:
+                continue
+            year, month = int(fields[3]), int(fields[4])
+            for day, value in enumerate(fields[6:], start=1):
+                if float(value) != -999.99:
+                    per_day.setdefault(dt.date(year, month, day), []).append(float(value))
+    return {day: sum(values) / len(values) for day, values in per_day.items()}
+
+
+def expected_weather_adjusted(actuals: dict, prcp: dict[dt.date, float]) -> tuple[float, dict]:
+    """Independent: a week earlier's count, times (actual / a week earlier on wet training days) over
+    (the same on dry days) when the forecast day is wet (1 mm or more)."""
+    week = dt.timedelta(hours=168)
+    training = {key: count for key, count in actuals.items() if key[1] < AS_OF}
+    sums = {True: [0, 0], False: [0, 0]}
+    for (zone, hour), count in training.items():
+        if (zone, hour - week) in training and hour.date() in prcp:
+            wet = prcp[hour.date()] >= 1.0
+            sums[wet][0] += count
+            sums[wet][1] += training[(zone, hour - week)]
+    factor = (sums[True][0] / sums[True][1]) / (sums[False][0] / sums[False][1])
+    zones = {zone for zone, _ in training}
+    return factor, {
+        (zone, AS_OF + dt.timedelta(hours=h)): training.get((zone, AS_OF + dt.timedelta(hours=h) - week), 0)
+        * (factor if prcp.get((AS_OF + dt.timedelta(hours=h)).date(), 0.0) >= 1.0 else 1.0)
+        for zone in zones
+        for h in range(HORIZON)
+    }
+
+
+def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as_computed(
+    loaded, backtest, site, settings, lineage_backend
+):
     # with a live OpenLineage backend too: it gets each event once, the same as the local file
     backend = lineage_backend(201)
     mark = len(ol_events())
-    result = run_flow(
-        "--as_of_datetime",
-        AS_OF.isoformat(),
-        "--lookback_days",
-        str(LOOKBACK),
-        "--model",
-        "weather_adjusted",
-        env={"OPENLINEAGE_URL": backend.url},
-    )
+    result = run_flow(*BACKTEST, "--model", "weather_adjusted", env={"OPENLINEAGE_URL": backend.url})
     assert result.returncode == 0, result.stderr[-4000:]
     events = ol_events(mark)
     # the local files are shipped at the end of every step: the backend got every event they hold, once, in order
@@ -254,16 +304,14 @@ def test_weather_variant_reads_weather_raw_and_is_a_new_job_version(loaded, sett
         identity(registry.YELLOW_RIDES_HOURLY_ACTUALS).ol_name,
         identity(registry.WEATHER_RAW).ol_name,
     }
-    earlier = [
-        e
-        for e in ol_events()[:mark]
-        if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".prepare_training_data")
-    ]
+    seasonal = next(
+        e for e in backtest[2] if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".prepare_training_data")
+    )
 
     def version(e):
         return e["job"]["facets"]["tags"]["tags"][0]["value"]
 
-    assert earlier and version(prepare) != version(earlier[-1])
+    assert version(prepare) != version(seasonal)
     records = read_datahub_records(settings, "metaflow")
     latest = [
         r["aspect"]["json"]
@@ -271,6 +319,17 @@ def test_weather_variant_reads_weather_raw_and_is_a_new_job_version(loaded, sett
         if r["aspectName"] == "dataJobInputOutput" and r["entityUrn"].endswith(",prepare_training_data)")
     ][-1]
     assert identity(registry.WEATHER_RAW).datahub_urn in latest["inputDatasets"]
+
+    # the forecasts equal an independent computation from the fixture files (counts and rain)
+    factor, expected = expected_weather_adjusted(expected_actuals(loaded), expected_daily_prcp(site))
+    rows = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
+    assert {r["model_name"] for r in rows} == {"weather_adjusted"} and len(rows) == len(expected)
+    for row in rows:
+        assert row["predicted_ride_count"] == pytest.approx(
+            expected[(row["pickup_location_id"], row["forecast_hour"])], rel=1e-9
+        ), row
+    # the model learned that factor (and it is not a neutral 1: the weather changed the model)
+    assert flow_artifacts(run_id_of(result))["wet_factor"] == pytest.approx(factor, rel=1e-9) and factor != 1.0
 
 
 def test_as_of_without_data_fails_clearly_and_lineage_shows_the_failure(loaded):
@@ -289,3 +348,54 @@ def test_as_of_without_data_fails_clearly_and_lineage_shows_the_failure(loaded):
     )
     assert "TrainForecastModelFlow" in failed
     assert all(validation_errors(e) == [] for e in events)
+
+
+def test_lineage_servers_that_die_or_refuse_cost_the_flow_no_record_and_no_secret(loaded, backtest, settings, receiver):
+    """The OpenLineage server is killed after a few events, the DataHub server answers 500 throughout:
+    the flow succeeds, each step end tried each server at most once, the local files hold the whole run,
+    and once both answer, one replay delivers every local record exactly once. Tokens go to the servers
+    only: nowhere in Metaflow's datastore, the lineage files or the output."""
+    from lineage_receiver import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH, local_lineage, local_records, received_records
+
+    secret = {"DATAHUB_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16)}
+    openlineage, datahub = receiver("die-after:6", "openlineage"), receiver("fail-first:100000", "datahub")
+    mark = len(ol_events())
+    result = run_flow(*BACKTEST, env={"OPENLINEAGE_URL": openlineage.url, "DATAHUB_GMS_URL": datahub.url, **secret})
+    assert result.returncode == 0, result.stderr[-4000:]
+    steps = len(TRAINING_FLOW.jobs)
+
+    # the whole run is in the local files: the same events, job for job, as the backtest's run
+    events = ol_events(mark)
+    assert [(e["job"]["name"], e["eventType"]) for e in events] == [
+        (e["job"]["name"], e["eventType"]) for e in backtest[2]
+    ]
+    assert len(openlineage.accepted(OPENLINEAGE_PATH)) == 6 and openlineage.process.poll() is not None  # killed
+    refused = [r for r in datahub.requests() if r["path"] == DATAHUB_INGEST_PATH]
+    assert 1 <= len(refused) <= steps  # at most one try at the end of each step
+    assert "kept for later" in result.stdout + result.stderr
+
+    # both servers answer again: one replay delivers every local record once, in order; a second nothing
+    for server in (openlineage, datahub):
+        server.stop()
+        server.start("ok")
+    env = {**os.environ, "OPENLINEAGE_URL": openlineage.url, "DATAHUB_GMS_URL": datahub.url, **secret}
+    first = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.replay"], env=env, capture_output=True, text=True)
+    again = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.replay"], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    local = local_lineage(settings)
+    assert [r["body"] for r in openlineage.accepted(OPENLINEAGE_PATH)] == local.openlineage
+    assert received_records(datahub) == local_records(local.datahub)
+    assert "openlineage: 0 records sent" in again.stdout and "datahub: 0 records sent" in again.stdout
+    assert {r["headers"].get("Authorization") for r in datahub.requests() if r["path"] == DATAHUB_INGEST_PATH} == {
+        f"Bearer {secret['DATAHUB_TOKEN']}"
+    }
+
+    # no secret in what the flow and the replay left or printed (Metaflow's datastore and metadata included)
+    output = result.stdout + result.stderr + first.stdout + first.stderr
+    assert [name for name, value in secret.items() if value in output] == []
+    leaks = [
+        str(p)
+        for p in settings.state_dir.rglob("*")
+        if p.is_file() and any(v.encode() in p.read_bytes() for v in secret.values())
+    ]
+    assert leaks == []

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         first = str(failed).splitlines()[0] if str(failed) else type(failed).__name__
         parser.exit(
             1,
-            f"error: {first}\nnothing is lost: the records stay in {datahub_records_dir(settings)}; "
+            f"error: {settings.datahub_gms_url or 'DataHub'}: {first}\nnothing is lost: the records stay in {datahub_records_dir(settings)}; "
             "run this again when the server is reachable\n",
         )
     return 0

@@ -12,6 +12,7 @@ most that, and never a record.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -47,7 +48,9 @@ class Server:
 
     @property
     def ledger_path(self) -> Path:
-        return self.settings.lineage_dir / "delivery" / f"{self.name}_ledger.json"
+        """One ledger per server (its URL): another server of the same kind gets every record again."""
+        server = hashlib.sha256(self.url.rstrip("/").encode()).hexdigest()[:12]
+        return self.settings.lineage_dir / "delivery" / f"{self.name}-{server}_ledger.json"
 
 
 class OpenLineageServer(Server):
@@ -87,7 +90,6 @@ class DataHubServer(Server):
 
     def sender(self) -> Callable[[dict], None]:
         from datahub.emitter.rest_emitter import DataHubRestEmitter
-        from datahub.ingestion.source.file import read_metadata_file
 
         token = self.settings.datahub_token.get_secret_value() if self.settings.datahub_token else None
         timeout = self.settings.lineage_request_timeout
@@ -101,16 +103,19 @@ class DataHubServer(Server):
         )
 
         def send(record: dict) -> None:
-            import tempfile
-
-            # DataHub's own reader turns a record of its file format back into the typed proposal.
-            with tempfile.NamedTemporaryFile("w", suffix=".json") as one:
-                one.write(json.dumps([record]))
-                one.flush()
-                [proposal] = read_metadata_file(Path(one.name))
-            emitter.emit(proposal)
+            emitter.emit(_proposal(copy.deepcopy(record)))  # DataHub's from_obj changes what it is given
 
         return send
+
+
+def _proposal(record: dict):
+    """A record of DataHub's file format as the typed object DataHub's emitter sends (its file source's rule)."""
+    from datahub.emitter.mcp import MetadataChangeProposalWrapper
+    from datahub.metadata.schema_classes import MetadataChangeEventClass
+
+    if "proposedSnapshot" in record:
+        return MetadataChangeEventClass.from_obj(record)
+    return MetadataChangeProposalWrapper.from_obj(record)
 
 
 def servers(settings: Settings) -> list[Server]:
@@ -184,7 +189,7 @@ def _ship_to(server: Server, shipment: Shipment, deadline: float | None) -> None
     ledger, send = _ledger(server), None
     for path in server.files():
         records = server.read(path)
-        start = _shipped(ledger, path, records)
+        start, head = _shipped(ledger, path, records), _head(records)
         for index in range(start, len(records)):
             if shipment.error is not None or (deadline is not None and time.monotonic() > deadline):
                 shipment.pending += len(records) - index
@@ -197,7 +202,7 @@ def _ship_to(server: Server, shipment: Shipment, deadline: float | None) -> None
                 shipment.pending += len(records) - index
                 break
             shipment.sent += 1
-            ledger[path.name] = {"shipped": index + 1, "head": _head(records)}
+            ledger[path.name] = {"shipped": index + 1, "head": head}
             replace_file(server.ledger_path, json.dumps(ledger, indent=1))
 
 

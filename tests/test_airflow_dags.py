@@ -166,6 +166,30 @@ def expected_taxi_rows(path: Path) -> pa.Table:
     return pa.table({"row_key": keys, **columns}).sort_by("row_key")
 
 
+def quality_counts(path: Path, year: int, month: int) -> dict[str, int]:
+    """Independent: the trips a consumer should know about, counted over the published file (pyarrow)."""
+    trips = pq.read_table(path)
+    pickup, dropoff = trips["tpep_pickup_datetime"], trips["tpep_dropoff_datetime"]
+    start = pa.scalar(dt.datetime(year, month, 1), pa.timestamp("us"))
+    end = pa.scalar(dt.datetime(year + month // 12, month % 12 + 1, 1), pa.timestamp("us"))
+    three_hours = pa.scalar(dt.timedelta(hours=3), pa.duration("us"))
+
+    def count(mask) -> int:
+        return pc.sum(pc.fill_null(mask, False).cast(pa.int64())).as_py() or 0
+
+    return {
+        "pickup_outside_month": count(pc.or_(pc.less(pickup, start), pc.greater_equal(pickup, end))),
+        "dropoff_not_after_pickup": count(pc.less_equal(dropoff, pickup)),
+        "trip_over_3_hours": count(pc.greater(dropoff, pc.add(pickup, three_hours))),
+        "non_positive_total": count(pc.less_equal(trips["total_amount"], 0)),
+        "absurd_fare_or_distance": count(
+            pc.or_(pc.greater(trips["fare_amount"], 10_000), pc.greater(trips["trip_distance"], 1_000))
+        ),
+        "flex_fare_null_block": count(pc.equal(trips["payment_type"], 0)),
+        "unknown_pickup_zone": count(pc.or_(pc.less(trips["PULocationID"], 1), pc.greater(trips["PULocationID"], 265))),
+    }
+
+
 def comparable(table: pa.Table) -> pa.Table:
     names = ["row_key"] + [name for name, _ in TLC_TO_TARGET.values()]
     return table.select(names).cast(pa.schema([(n, table.schema.field(n).type) for n in names])).sort_by("row_key")
@@ -278,24 +302,23 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
     assert merge["inputs"][0]["facets"]["version"]["datasetVersion"] == str(staging_snapshot)
     assert merge["outputs"][0]["facets"]["version"]["datasetVersion"] == str(raw_snapshot)
     assert merge["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 8_000
-    assert [
-        f["name"] for f in merge["outputs"][0]["facets"]["schema"]["fields"]
-    ] == registry.YELLOW_TAXI_RAW.column_names
+    assert [f["name"] for f in merge["outputs"][0]["facets"]["schema"]["fields"]] == [
+        "row_key",
+        "source_file",
+        "ingested_at",
+        *(name for name, _ in TLC_TO_TARGET.values()),
+    ]
+    # every data-quality count the merge reports equals an independent count over the published file
     assertions = {
         a["assertion"].split(" ")[0]: a
         for a in merge["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]
     }
-    outside = pc.sum(
-        pc.or_(
-            pc.less(got["pickup_datetime"], pa.scalar(dt.datetime(2024, 2, 1), pa.timestamp("us"))),
-            pc.greater_equal(got["pickup_datetime"], pa.scalar(dt.datetime(2024, 3, 1), pa.timestamp("us"))),
-        )
-    ).as_py()
-    assert (
-        outside > 0
-        and assertions["pickup_outside_month"]["assertion"] == f"pickup_outside_month ({outside} rows, kept)"
-    )
-    assert assertions["pickup_outside_month"]["success"] is False
+    expected_counts = quality_counts(path, 2024, 2)
+    assert sorted(assertions) == sorted(expected_counts)
+    for name, rows in expected_counts.items():
+        assert assertions[name]["assertion"] == f"{name} ({rows} rows, kept)"
+        assert assertions[name]["success"] is (rows == 0)
+    assert expected_counts["pickup_outside_month"] > 0 and expected_counts["flex_fare_null_block"] > 0
     for event in log.openlineage():
         assert validation_errors(event) == [], event["job"]["name"]
 
@@ -321,7 +344,15 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
     ]
     assert operations[-1]["snapshot_id"] == str(raw_snapshot)
     dataset_urns = {r["entityUrn"] for r in records if r.get("entityType") == "dataset"}
-    assert dataset_urns <= {i.datahub_urn for i in ident.values()}
+    assert dataset_urns == {
+        ident[name].datahub_urn
+        for name in (
+            "tlc_yellow_tripdata_published",
+            "tlc_yellow_tripdata_landed",
+            "yellow_taxi_staging",
+            "yellow_taxi_raw",
+        )
+    }
     for record_file in log.datahub_files():
         check = subprocess.run(
             [sys.executable, "-m", "datahub", "check", "metadata-file", str(record_file)],
@@ -410,17 +441,19 @@ def test_unpublished_month_skips_cleanly(dagbag):
     assert snapshot_id(registry.YELLOW_TAXI_RAW) == before
 
 
+# New York City's five counties in NOAA's numbering (state 30), written out from NOAA's county list
+NYC_COUNTY_CODES = {"30005", "30047", "30061", "30081", "30085"}
+
+
 def expected_weather(site: Path, year: int, month: int, status: str) -> dict[tuple[str, dt.date], dict]:
     """Parse the four county files independently: NYC counties, real days, -999.99 dropped."""
-    from nyc_taxi.ingest.weather import NYC_COUNTIES
-
     days = calendar.monthrange(year, month)[1]
     out: dict[tuple[str, dt.date], dict] = {}
     for var, column in (("tmax", "tmax_c"), ("tmin", "tmin_c"), ("tavg", "tavg_c"), ("prcp", "prcp_mm")):
         path = site / f"pub/data/daily-grids/v1-0-0/averages/{year}/{var}-{year}{month:02d}-cty-{status}.csv"
         for line in path.read_text().split("\n"):
             fields = line.split(",")
-            if fields[1] not in NYC_COUNTIES:
+            if fields[1] not in NYC_COUNTY_CODES:
                 continue
             for day, value in enumerate(fields[6 : 6 + days], start=1):
                 if value.strip() != "-999.99":
@@ -429,8 +462,11 @@ def expected_weather(site: Path, year: int, month: int, status: str) -> dict[tup
 
 
 def weather_in_raw(year: int, month: int) -> dict[tuple[str, dt.date], dict]:
-    rows = raw_rows(registry.WEATHER_RAW).to_pylist()
-    return {(r["county_code"], r["date"]): r for r in rows if (r["date"].year, r["date"].month) == (year, month)}
+    """The month's rows of weather_raw by county and day; there must be one row per county and day."""
+    rows = [r for r in raw_rows(registry.WEATHER_RAW).to_pylist() if (r["date"].year, r["date"].month) == (year, month)]
+    by_key = {(r["county_code"], r["date"]): r for r in rows}
+    assert len(by_key) == len(rows), "a county and day is in weather_raw more than once"
+    return by_key
 
 
 def test_weather_prelim_then_scaled_overwrites(dagbag, site):
@@ -453,3 +489,19 @@ def test_weather_prelim_then_scaled_overwrites(dagbag, site):
     before = snapshot_id(registry.WEATHER_RAW)
     assert run_dag(dagbag, "ingest_weather_data", "2024-06")["merge_upsert_staging_into_raw_weather"] == "success"
     assert snapshot_id(registry.WEATHER_RAW) == before  # re-run: nothing to change
+
+    # a late preliminary file after the final one (the final files gone from the site and the landing
+    # area): staged, and merged as nothing — a preliminary value never replaces a final one
+    final = weather_in_raw(2024, 6)
+    for var in ("prcp", "tavg", "tmax", "tmin"):
+        for location in (
+            site / f"pub/data/daily-grids/v1-0-0/averages/2024/{var}-202406-cty-scaled.csv",
+            Path(landed_location(registry.NOAA_NCLIMGRID_DAILY_COUNTY_LANDED, 2024, 6, var=var, status="scaled")),
+        ):
+            location.unlink()
+            Path(f"{location}.source.json").unlink(missing_ok=True)
+    add_weather_month(site, 2024, 6, seed=3, n_counties=80, through_day=20)
+    assert run_dag(dagbag, "ingest_weather_data", "2024-06")["merge_upsert_staging_into_raw_weather"] == "success"
+    staged = {r["source_status"] for r in raw_rows(registry.WEATHER_STAGING).to_pylist()}
+    assert staged == {"prelim"}  # the preliminary values were staged ...
+    assert snapshot_id(registry.WEATHER_RAW) == before and weather_in_raw(2024, 6) == final  # ... and kept out

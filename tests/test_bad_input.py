@@ -19,7 +19,7 @@ from nyc_taxi.core.catalog import current_snapshot_id
 from nyc_taxi.core.naming import landed_location
 from nyc_taxi.core.tables import ensure_tables
 from nyc_taxi.fixtures import noaa, tlc
-from nyc_taxi.fixtures.site import taxi_path, weather_path
+from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month, taxi_path, weather_path
 from nyc_taxi.ingest import taxi, weather
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 
@@ -30,6 +30,20 @@ WEATHER_TABLES = (registry.WEATHER_STAGING, registry.WEATHER_RAW)
 
 def _snapshots(settings, tables) -> dict[str, int | None]:
     return {table.name: current_snapshot_id(table, settings) for table in tables}
+
+
+@pytest.fixture(scope="module")
+def loaded(site, settings, spark):
+    """A good taxi month and a good weather month in staging and raw: what a bad file must leave alone
+    (so the tables' snapshots exist before each case, whatever ran before)."""
+    ensure_tables([*TAXI_TABLES, *WEATHER_TABLES], settings)
+    add_taxi_month(site, 2017, 12, rows=2_000, seed=12)
+    add_weather_month(site, 2017, 12, seed=12, n_counties=60)
+    _load_month(taxi, 2017, 12, settings)
+    _load_month(weather, 2017, 12, settings)
+    before = _snapshots(settings, TAXI_TABLES + WEATHER_TABLES)
+    assert all(before.values()), before
+    return before
 
 
 def _load_month(module, year, month, settings):
@@ -73,8 +87,7 @@ TAXI_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(TAXI_CASES))
-def test_bad_taxi_file_fails_clearly_and_changes_nothing(case, site, settings, spark):
-    ensure_tables(TAXI_TABLES, settings)
+def test_bad_taxi_file_fails_clearly_and_changes_nothing(case, site, settings, loaded):
     year, month = 2019, 1 + sorted(TAXI_CASES).index(case)  # a month of its own per case
     content, words = TAXI_CASES[case]
     path = taxi_path(site, year, month)
@@ -124,8 +137,7 @@ WEATHER_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(WEATHER_CASES))
-def test_bad_noaa_file_fails_clearly_and_changes_nothing(case, site, settings, spark):
-    ensure_tables(WEATHER_TABLES, settings)
+def test_bad_noaa_file_fails_clearly_and_changes_nothing(case, site, settings, loaded):
     year, month = 2018, 1 + sorted(WEATHER_CASES).index(case)
     edit, words = WEATHER_CASES[case]
     _noaa_files(site, year, month, edit)
@@ -137,9 +149,14 @@ def test_bad_noaa_file_fails_clearly_and_changes_nothing(case, site, settings, s
     for word in words:
         assert word in message, message
     assert _snapshots(settings, WEATHER_TABLES) == before
+    landed = [
+        landed_location(registry.NOAA_NCLIMGRID_DAILY_COUNTY_LANDED, year, month, settings, var=var, status="scaled")
+        for var in ("prcp", "tavg", "tmax", "tmin")
+    ]
+    assert [location for location in landed if Path(location).exists()] == []  # nothing landed
 
 
-def test_month_far_in_the_future_is_a_clean_skip(settings, spark):
+def test_month_far_in_the_future_is_a_clean_skip(settings, loaded):
     before = _snapshots(settings, TAXI_TABLES)
     with pytest.raises(NotPublishedYet, match="2031-07"):
         taxi.download_published_file(2031, 7, settings)

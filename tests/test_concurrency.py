@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -98,11 +99,11 @@ class _LostRaces(logging.Handler):
             self.first.set()
 
 
-def _counts(spark, name):
-    return {
-        (r[0], r[1]): r[2]
-        for r in spark.sql(f"SELECT pickup_location_id, pickup_hour, ride_count FROM {name}").collect()
-    }
+def _rows(spark, name) -> list[tuple]:
+    """Every (zone, hour, count) row of the table, sorted: a row that is there twice shows twice."""
+    return sorted(
+        tuple(r) for r in spark.sql(f"SELECT pickup_location_id, pickup_hour, ride_count FROM {name}").collect()
+    )
 
 
 def _merge_against_appender(spark, own, name, stop_after_first_loss: bool):
@@ -134,10 +135,9 @@ def test_a_merge_that_loses_a_race_is_recomputed_and_nothing_is_lost(spark, race
         lost[0]
     )
     assert result == len(ZONES) * HOURS  # every zone-hour changed once, counted by the attempt that committed
-    counts = _counts(spark, name)
-    expected = {(z, START + dt.timedelta(hours=h)): 2 for z in ZONES for h in range(HOURS)}
-    expected |= {(900 + i, START + dt.timedelta(hours=h)): 7 for i in range(appended) for h in range(24)}
-    assert counts == expected  # the MERGE's rows and every row the other writer appended, each once
+    expected = [(z, START + dt.timedelta(hours=h), 2) for z in ZONES for h in range(HOURS)]
+    expected += [(900 + i, START + dt.timedelta(hours=h), 7) for i in range(appended) for h in range(24)]
+    assert _rows(spark, name) == sorted(expected)  # the MERGE's rows and every row the other writer appended, each once
 
 
 def test_a_write_that_keeps_losing_fails_clearly_and_commits_nothing_of_its_own(spark, race, monkeypatch):
@@ -152,9 +152,11 @@ def test_a_write_that_keeps_losing_fails_clearly_and_commits_nothing_of_its_own(
         and "2 times in a row" in str(result)
         and "nothing of this attempt" in str(result)
     )
-    counts = _counts(spark, name)
-    assert {v for (zone, _), v in counts.items() if zone < 900} == {1}  # no row of the MERGE landed
-    assert sum(1 for zone, _ in counts if zone >= 900) == 24 * appended  # the other writer lost nothing
+    rows = _rows(spark, name)
+    seeded = [(z, START + dt.timedelta(hours=h), 1) for z in ZONES for h in range(HOURS)]
+    assert [r for r in rows if r[0] < 900] == sorted(seeded)  # no row of the MERGE landed, none doubled
+    appended_rows = [(900 + i, START + dt.timedelta(hours=h), 7) for i in range(appended) for h in range(24)]
+    assert [r for r in rows if r[0] >= 900] == sorted(appended_rows)  # the other writer lost nothing
 
 
 def test_other_errors_are_not_retried(spark):
@@ -171,11 +173,12 @@ def test_other_errors_are_not_retried(spark):
 
 # ---- the whole system: both ingestion DAGs and the training flow at the same time ----
 
-FLOW = (
-    Path(__file__).resolve().parents[1] / "metaflow" / "train_model_flow.py"
-)  # the flow file, run as Metaflow runs it
-PRELOADED, CONCURRENT = (2023, 7), (2023, 8)  # the flow trains on July while August and July's weather load
-AS_OF = "2023-07-22T00:00"
+FLOW = Path(__file__).resolve().parents[1] / "metaflow" / "train_model_flow.py"  # run as Metaflow runs it
+# July is loaded first; then August's trips and July's weather load while the weather-adjusted flow
+# trains on a window across both months: what it reads is being written at that moment.
+PRELOADED, CONCURRENT = (2023, 7), (2023, 8)
+AS_OF, LOOKBACK, HORIZON = dt.datetime(2023, 8, 3), 7, 24
+INGESTED = ("yellow_taxi_staging", "yellow_taxi_raw", "weather_staging", "weather_raw")
 
 
 def _scenario(state: Path, airflow_db: Path | None = None):
@@ -211,27 +214,19 @@ def _scenario(state: Path, airflow_db: Path | None = None):
             capture_output=True,
             timeout=600,
         )
-    month = "%04d-%02d"
+    dag_test = [sys.executable, "-m", "airflow", "dags", "test"]
     jobs = {
         "ingest_yellow_taxi_data": [
-            sys.executable,
-            "-m",
-            "airflow",
-            "dags",
-            "test",
+            *dag_test,
             "ingest_yellow_taxi_data",
             "--conf",
-            json.dumps({"month": month % CONCURRENT}),
+            json.dumps({"month": f"{CONCURRENT[0]:04d}-{CONCURRENT[1]:02d}"}),
         ],
         "ingest_weather_data": [
-            sys.executable,
-            "-m",
-            "airflow",
-            "dags",
-            "test",
+            *dag_test,
             "ingest_weather_data",
             "--conf",
-            json.dumps({"month": month % PRELOADED}),
+            json.dumps({"month": f"{PRELOADED[0]:04d}-{PRELOADED[1]:02d}"}),
         ],
         "TrainForecastModelFlow": [
             sys.executable,
@@ -239,9 +234,11 @@ def _scenario(state: Path, airflow_db: Path | None = None):
             "--no-pylint",
             "run",
             "--as_of_datetime",
-            AS_OF,
+            AS_OF.isoformat(),
             "--lookback_days",
-            "14",
+            str(LOOKBACK),
+            "--model",
+            "weather_adjusted",
         ],
     }
     return settings, env, jobs
@@ -253,26 +250,58 @@ def _succeeded(name: str, process: subprocess.Popen, output: str) -> None:
         assert "DagRunState.SUCCESS" in output or "state=success" in output.lower(), f"{name}:\n{output[-3000:]}"
 
 
-def _run(jobs: dict, env: dict, together: bool) -> dict[str, str]:
-    """Run the jobs one after another, or all at once; their output by name."""
-    outputs = {}
-    started = {}
+def _run(jobs: dict, env: dict, together: bool) -> tuple[dict[str, str], dict[str, tuple[float, float]]]:
+    """Run the jobs one after another, or all at once: their output and (start, end) times by name."""
+    outputs, started, times = {}, {}, {}
     for name, command in jobs.items():
+        times[name] = (time.time(), None)
         started[name] = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if not together:
             outputs[name] = started[name].communicate(timeout=900)[0]
+            times[name] = (times[name][0], time.time())
     for name, process in started.items():
         if together:
             outputs[name] = process.communicate(timeout=900)[0]
+            times[name] = (times[name][0], time.time())
         _succeeded(name, process, outputs[name])
-    return outputs
+    return outputs, times
+
+
+def _actuals_at(settings, raw_snapshot: int) -> list[tuple]:
+    """Independent: hourly pickups per zone from raw at one snapshot, zero-filled for the zones active in
+    the window, over the training window and the horizon — what compute_actuals must have written."""
+    from nyc_taxi.core.catalog import load_table
+
+    start, end = AS_OF - dt.timedelta(days=LOOKBACK), AS_OF + dt.timedelta(hours=HORIZON)
+    raw = (
+        load_table(registry.YELLOW_TAXI_RAW, settings)
+        .scan(selected_fields=("pickup_datetime", "pickup_location_id"), snapshot_id=raw_snapshot)
+        .to_arrow()
+    )
+    counts: dict[tuple[int, dt.datetime], int] = {}
+    for pickup, zone in zip(raw["pickup_datetime"].to_pylist(), raw["pickup_location_id"].to_pylist(), strict=True):
+        if start <= pickup < end and 1 <= zone <= 265:
+            key = (zone, pickup.replace(minute=0, second=0, microsecond=0))
+            counts[key] = counts.get(key, 0) + 1
+    hours = [start + dt.timedelta(hours=h) for h in range(int((end - start).total_seconds() // 3600))]
+    return sorted((zone, hour, counts.get((zone, hour), 0)) for zone in {z for z, _ in counts} for hour in hours)
+
+
+def _the_flow_read(settings) -> dict[str, str | None]:
+    """The versions the flow's steps reported reading (its OpenLineage events)."""
+    from nyc_taxi.lineage.read.runs import Runs
+
+    runs = [r for r in Runs.read(settings) if r.job.startswith("TrainForecastModelFlow.")]
+    return {name: version for r in runs for name, version in r.inputs.items()}
 
 
 @pytest.mark.airflow
 @pytest.mark.metaflow
-def test_both_dags_and_the_flow_at_once_equal_running_them_one_after_another(
+def test_both_dags_and_the_flow_at_once_overlap_and_each_reads_one_consistent_version(
     site, tmp_path, table_contents, lineage_events
 ):
+    from nyc_taxi.core.catalog import load_table
+
     add_taxi_month(site, *PRELOADED, rows=30_000, seed=71)
     add_taxi_month(site, *CONCURRENT, rows=30_000, seed=72)
     add_weather_month(site, *PRELOADED, seed=73, n_counties=60)
@@ -281,13 +310,39 @@ def test_both_dags_and_the_flow_at_once_equal_running_them_one_after_another(
     fresh_airflow_db = shutil.copy(sequential.airflow_home / "airflow.db", tmp_path / "airflow.db")
     _run(jobs, env, together=False)
     concurrent, env, jobs = _scenario(tmp_path / "concurrent", airflow_db=fresh_airflow_db)
-    outputs = _run(jobs, env, together=True)
+    outputs, times = _run(jobs, env, together=True)
 
+    # they really ran at the same time: every two of them overlap
+    print({name: round(end - start) for name, (start, end) in times.items()})
+    assert max(start for start, _ in times.values()) < min(end for _, end in times.values())
+
+    # what Airflow loaded is what the sequential runs loaded, row for row
     expected, got = table_contents(sequential), table_contents(concurrent)
-    assert {name: len(rows) for name, rows in got.items()} == {name: len(rows) for name, rows in expected.items()}
-    assert all(expected[name] for name in expected), "a table stayed empty: the scenario did not exercise it"
-    for name in expected:
+    for name in INGESTED:
+        assert expected[name], f"{name} stayed empty: the scenario did not exercise it"
         assert got[name] == expected[name], f"{name} differs from the sequential runs'"
+
+    # the flow read one snapshot of each table it read, and wrote exactly what that snapshot gives
+    for settings in (sequential, concurrent):
+        read = _the_flow_read(settings)
+        raw_snapshots = {s.snapshot_id for s in load_table(registry.YELLOW_TAXI_RAW, settings).snapshots()}
+        assert int(read["yellow_taxi_raw"]) in raw_snapshots
+        assert read.get("weather_raw") is None or int(read["weather_raw"]) in {
+            s.snapshot_id for s in load_table(registry.WEATHER_RAW, settings).snapshots()
+        }
+        actuals = sorted(
+            (zone, hour, count)
+            for zone, hour, count in (
+                (r["pickup_location_id"], r["pickup_hour"], r["ride_count"])
+                for r in load_table(registry.YELLOW_RIDES_HOURLY_ACTUALS, settings).scan().to_arrow().to_pylist()
+            )
+        )
+        assert actuals == _actuals_at(settings, int(read["yellow_taxi_raw"]))
+    # in the sequential runs the flow saw both months; concurrently, whichever version it saw is stated
+    assert _the_flow_read(sequential)["yellow_taxi_raw"] == str(
+        load_table(registry.YELLOW_TAXI_RAW, sequential).current_snapshot().snapshot_id
+    )
+
     assert lineage_events(concurrent) == lineage_events(sequential)  # no lineage lost or torn
     races = sum(out.count("lost a race") for out in outputs.values())
     print(f"lost races retried while running together: {races}")

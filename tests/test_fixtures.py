@@ -162,7 +162,14 @@ def test_noaa_layout():
     assert not files["tmax"].endswith("\n") and "\r" not in files["tmax"]
     assert rows[0][0] == "cty" and not rows[0][6].strip().lstrip("-").replace(".", "").isalpha()  # no header
     by_code = {r[1]: r for r in rows}
-    assert {code: by_code[code][2] for code in noaa.NYC_COUNTIES} == noaa.NYC_COUNTIES
+    nyc = {  # NOAA's codes and names for New York City's five counties, written out from NOAA's list
+        "30005": "NY: Bronx County",
+        "30047": "NY: Kings County",
+        "30061": "NY: New York County",
+        "30081": "NY: Queens County",
+        "30085": "NY: Richmond County",
+    }
+    assert {code: by_code[code][2] for code in nyc} == nyc
     manhattan = by_code["30061"]
     assert manhattan[:6] == ["cty", "30061", "NY: New York County", "2024", "02", "TMAX"]
     assert all(len(cell) == 9 for cell in manhattan[6:])

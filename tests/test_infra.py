@@ -81,3 +81,40 @@ def test_aws_create_secures_the_bucket_and_creates_the_glue_database(aws_setting
     assert done == ["deleted Glue database 'nyc_taxi' (1 tables)", f"deleted bucket s3://{bucket}"]
     assert bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}
     assert lake.destroy() == []
+
+
+@pytest.mark.aws
+def test_aws_keys_are_used_and_never_written_or_printed(moto_endpoint, tmp_path):
+    """`bash run create-infra` on the aws profile signs its S3, Glue and STS calls with the keys in the
+    environment (moto checks the signatures' form); neither key is in its output or anything it wrote."""
+    import secrets
+
+    keys = {"AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(), "AWS_SECRET_ACCESS_KEY": secrets.token_hex(20)}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PROFILE": "aws",
+        "AWS_PROFILE": "",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "STATE_DIR": str(tmp_path / "state"),
+        **keys,
+    }
+    created = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.infra", "create"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert created.returncode == 0, created.stderr[-3000:]
+    assert "created Glue database 'nyc_taxi'" in created.stdout + created.stderr  # the keys did their work
+    destroyed = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.infra", "destroy", "--yes"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert destroyed.returncode == 0, destroyed.stderr[-3000:]
+    output = created.stdout + created.stderr + destroyed.stdout + destroyed.stderr
+    assert [name for name, value in keys.items() if value in output] == []
+    written = [
+        p for p in tmp_path.rglob("*") if p.is_file() and any(v.encode() in p.read_bytes() for v in keys.values())
+    ]
+    assert written == []

@@ -11,7 +11,6 @@ from pyiceberg.transforms import DayTransform, MonthTransform, YearTransform
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import load_catalog
 from nyc_taxi.core.naming import iceberg_identifier, spark_table, table_location
-from nyc_taxi.core.spark import get_spark
 from nyc_taxi.core.tables import ensure_tables
 
 pytestmark = pytest.mark.spark
@@ -36,8 +35,22 @@ def tables(spark):
     return load_catalog()
 
 
-def test_one_spark_session_per_process(spark):
-    assert get_spark() is spark
+def test_one_spark_session_per_process_and_a_new_one_after_stop():
+    """In a fresh process: asking twice gives the same session (one JVM application); after stop_spark
+    the next ask starts a new one."""
+    import subprocess
+    import sys
+
+    probe = (
+        "from nyc_taxi.core.spark import get_spark, stop_spark\n"
+        "a = get_spark(); b = get_spark(); first = a.sparkContext.applicationId\n"
+        "print(a is b, b.sparkContext.applicationId == first)\n"
+        "stop_spark(); c = get_spark()\n"
+        "print(c is not a, c.sparkContext.applicationId != first, c.sql('SELECT 1').first()[0])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["True", "True", "True", "True", "1"]
 
 
 @pytest.mark.parametrize("table", list(registry.TABLES.values()), ids=lambda t: t.name)

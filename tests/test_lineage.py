@@ -7,22 +7,20 @@ The demo runs once, as the user runs it (`python -m nyc_taxi.demo`), in its own 
 
 from __future__ import annotations
 
-import filecmp
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+from collections import Counter
 
 import pytest
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.naming import identity
-from nyc_taxi.lineage.spec import SPEC_DIR, validation_errors
+from nyc_taxi.lineage.spec import validation_errors
 from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
 
 pytestmark = [pytest.mark.airflow, pytest.mark.metaflow, pytest.mark.lineage]
-REFERENCE_SPEC = Path(__file__).resolve().parents[2] / "shared" / "reference" / "openlineage-spec"
 
 Y, W, T, F = "ingest_yellow_taxi_data", "ingest_weather_data", "train_forecast_model", "TrainForecastModelFlow"
 # Written out by hand from the DAGs and the flow (not computed by product code): the whole graph as the
@@ -191,11 +189,27 @@ def test_record_files_are_valid_datahub_and_openlineage(demo):
         for p in sorted((settings.lineage_dir / "openlineage").glob("*.jsonl"))
         for line in p.read_text().splitlines()
     ]
-    assert len(events) > 30
+    # every event the demo's runs emit, counted by hand: per DAG run its end (dag.test emits no DAG
+    # START) and each task's START and COMPLETE; per flow run its START and COMPLETE and each step's
+    kinds = Counter((e["job"]["name"].split(".")[0], "." in e["job"]["name"], e["eventType"]) for e in events)
+    assert kinds == Counter(
+        {
+            (Y, False, "COMPLETE"): 2,
+            (Y, True, "START"): 2 * 4,
+            (Y, True, "COMPLETE"): 2 * 4,
+            (W, False, "COMPLETE"): 2,
+            (W, True, "START"): 2 * 4,
+            (W, True, "COMPLETE"): 2 * 4,
+            (T, False, "COMPLETE"): 2,
+            (T, True, "START"): 2,
+            (T, True, "COMPLETE"): 2,
+            (F, False, "START"): 2,
+            (F, False, "COMPLETE"): 2,
+            (F, True, "START"): 2 * 8,
+            (F, True, "COMPLETE"): 2 * 8,
+        }
+    )
     assert [e for e in events if validation_errors(e)] == []
-    if REFERENCE_SPEC.exists():  # the copy we validate with is the team's reference, byte for byte
-        comparison = filecmp.dircmp(SPEC_DIR, REFERENCE_SPEC)
-        assert comparison.left_only == comparison.right_only == comparison.diff_files == []
 
 
 def test_datahub_iceberg_source_names_the_tables_as_the_lineage_does(demo):

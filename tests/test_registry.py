@@ -237,3 +237,24 @@ def test_only_the_naming_rules_spell_an_identity():
                     if pattern.search(line)
                 ]
     assert offenders == []
+
+
+REFERENCE_SPEC = REPO_ROOT.parent / "shared" / "reference" / "openlineage-spec"
+
+
+def test_the_openlineage_schemas_we_validate_with_are_the_reference_copy_file_for_file():
+    """Every event is validated with the copy in the package; it must be the team's reference, every
+    file (facets/ included) byte for byte, and the reference must be there to compare with."""
+    from nyc_taxi.lineage.spec import SPEC_DIR
+
+    assert REFERENCE_SPEC.is_dir(), (
+        f"{REFERENCE_SPEC} is missing: the reference material must sit beside the repository"
+    )
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    ours, reference = files(SPEC_DIR), files(REFERENCE_SPEC)
+    assert sorted(ours) == sorted(reference)
+    assert any(name.startswith("facets/") for name in ours)
+    assert [name for name in ours if ours[name] != reference[name]] == []

@@ -1,5 +1,6 @@
-"""An Airflow merge task that fails after staging and is retried by Airflow ends in the same state as
-a clean run: the same staging and raw rows, nothing doubled, and lineage of both tries."""
+"""An Airflow merge task that fails (before merging, or after its commit landed) and is retried by
+Airflow ends in the same state as a clean run: the same staging and raw rows, nothing doubled,
+nothing committed by a retry that has nothing left to do, and lineage of both tries."""
 
 from __future__ import annotations
 
@@ -18,31 +19,39 @@ pytestmark = [pytest.mark.airflow, pytest.mark.faults]
 MONTH = "2023-09"
 MERGE = "merge_upsert_staging_into_raw_yellow"
 
-# dag.test() on the real DAG; ``crash`` makes the merge task's first try die before it merges, as a
-# lost worker would. Airflow's own retry (retries=1 in the DAG's default_args) runs it again.
+# dag.test() on the real DAG; ``crash`` makes the merge task's first try die as a lost worker would:
+# "before" the merge (after staging), or "after" its commit landed but before the task could say so.
+# Airflow's own retry (retries=1 in the DAG's default_args) runs it again.
 RUNNER = """
-import datetime as dt, sys
+import datetime as dt, json
 from airflow.dag_processing.dagbag import DagBag
 from nyc_taxi.airflow_adapter.environment import DAGS_FOLDER
+from nyc_taxi.core import datasets as d
+from nyc_taxi.core.catalog import current_snapshot_id
 
 dag = DagBag(dag_folder=str(DAGS_FOLDER)).dags["ingest_yellow_taxi_data"]
 merge = dag.task_dict["{merge}"]
 merge.retry_delay = dt.timedelta(seconds=1)  # the DAG's 5 minutes, shortened for the test
-tries = []
-if {crash}:
-    merge_into_raw = merge.step
-    def lost_worker_on_first_try(year, month):
-        tries.append(1)
-        if len(tries) == 1:
-            raise RuntimeError("worker lost after staging, before the merge (injected by the test)")
-        return merge_into_raw(year, month)
+tries, snapshots = [], []
+merge_into_raw = merge.step
+def lost_worker_on_first_try(year, month):
+    tries.append(1)
+    if len(tries) == 1 and "{crash}" == "before":
+        raise RuntimeError("worker lost after staging, before the merge (injected by the test)")
+    report = merge_into_raw(year, month)
+    snapshots.append(current_snapshot_id(d.YELLOW_TAXI_RAW))
+    if len(tries) == 1 and "{crash}" == "after":
+        raise RuntimeError("worker lost after the merge committed, before the task said so (injected by the test)")
+    return report
+if "{crash}" != "none":
     merge.step = lost_worker_on_first_try
 run = dag.test(run_conf={{"month": "{month}"}})
 print("RESULT", run.state, len(tries))
+print("SNAPSHOTS", json.dumps(snapshots))
 """
 
 
-def _run(state: Path, crash: bool) -> tuple[str, object]:
+def _run(state: Path, crash: str) -> tuple[str, list, object]:
     from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
     from nyc_taxi.core.settings import Settings
 
@@ -61,17 +70,31 @@ def _run(state: Path, crash: bool) -> tuple[str, object]:
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
-    return next(line for line in output.splitlines() if line.startswith("RESULT")), settings
+    lines = output.splitlines()
+    snapshots = json.loads(next(line for line in lines if line.startswith("SNAPSHOTS")).split(" ", 1)[1])
+    return next(line for line in lines if line.startswith("RESULT")), snapshots, settings
 
 
-def test_a_merge_task_retried_after_a_failure_ends_like_a_clean_run(site, tmp_path, table_contents, lineage_events):
+@pytest.fixture(scope="module")
+def clean(site, tmp_path_factory):
+    """The same month, no failure: what a retried run must end like."""
     add_taxi_month(site, 2023, 9, rows=20_000, seed=91)
-    retried, retried_settings = _run(tmp_path / "retried", crash=True)
-    clean, clean_settings = _run(tmp_path / "clean", crash=False)
+    result, _, settings = _run(tmp_path_factory.mktemp("clean"), crash="none")
+    assert result == "RESULT success 0", result
+    return settings
+
+
+@pytest.mark.parametrize("crash", ["before", "after"], ids=["lost before the merge", "lost after its commit"])
+def test_a_merge_task_retried_after_a_failure_ends_like_a_clean_run(
+    crash, clean, tmp_path, table_contents, lineage_events
+):
+    retried, snapshots, retried_settings = _run(tmp_path / "retried", crash=crash)
 
     assert retried == "RESULT success 2", retried  # the first try failed, Airflow's retry succeeded
-    assert clean == "RESULT success 0", clean
-    assert table_contents(retried_settings) == table_contents(clean_settings)
+    assert table_contents(retried_settings) == table_contents(clean)  # whole tables: nothing doubled
+    if crash == "after":
+        first, second = snapshots
+        assert second == first  # the retry found raw already holding the month: it committed nothing
 
     merge_events = [e for e in lineage_events(retried_settings) if e[0].endswith(f".{MERGE}")]
     assert merge_events == sorted(
@@ -83,4 +106,4 @@ def test_a_merge_task_retried_after_a_failure_ends_like_a_clean_run(site, tmp_pa
         for line in path.read_text().splitlines()
         if '"FAIL"' in line
     ]
-    assert any("worker lost after staging" in json.dumps(e) for e in failed)  # the reason travels with the lineage
+    assert any("worker lost after" in json.dumps(e) for e in failed)  # the reason travels with the lineage

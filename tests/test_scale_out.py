@@ -4,6 +4,7 @@ there give exactly the local-mode results."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import socket
@@ -12,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from nyc_taxi.fixtures.site import add_taxi_month
@@ -142,13 +144,19 @@ def test_merge_and_actuals_on_a_standalone_cluster_equal_local_mode(
     standalone_cluster, site, tmp_path, listening_sockets
 ):
     url, pids = standalone_cluster
-    add_taxi_month(site, 2024, 10, rows=20_000, seed=10)
+    path = add_taxi_month(site, 2024, 10, rows=20_000, seed=10)
     cluster = _run(url, tmp_path / "cluster-state")
     local = _run(None, tmp_path / "local-state")
     assert cluster["master"] == url and cluster["executors"] == 1  # really on the cluster
     listeners = listening_sockets(*pids)  # master and worker: RPC and web UIs
     assert len(listeners) >= 4 and {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
     assert local["master"].startswith("local")
-    assert len(cluster["raw"]) > 19_000 and len(cluster["actuals"]) > 1_000
+    # every published trip is in raw; the actuals have every hour of the window for every zone active in it
+    trips = pq.read_table(path, columns=["tpep_pickup_datetime", "PULocationID"]).to_pylist()
+    start, end = dt.datetime(2024, 10, 13), dt.datetime(2024, 10, 21)  # 7 days back, 24 hours ahead
+    zones = {
+        t["PULocationID"] for t in trips if start <= t["tpep_pickup_datetime"] < end and 1 <= t["PULocationID"] <= 265
+    }
+    assert len(cluster["raw"]) == 20_000 and len(cluster["actuals"]) == len(zones) * 8 * 24
     assert cluster["raw"] == local["raw"]
     assert cluster["actuals"] == local["actuals"]

@@ -12,8 +12,14 @@ if TYPE_CHECKING:
 
 def client(settings: Settings, service: str):
     import boto3
+    import botocore.session
 
-    session = boto3.Session(profile_name=settings.aws_profile or None, region_name=settings.aws_region)
+    # The profile is the settings' (AWS_PROFILE names it there too); an empty one means the default
+    # credential chain, which botocore, reading AWS_PROFILE itself, would take for a profile named "".
+    core = botocore.session.Session(session_vars={"profile": (None, None, None, None)})
+    session = boto3.Session(
+        botocore_session=core, profile_name=settings.aws_profile or None, region_name=settings.aws_region
+    )
     return session.client(service, endpoint_url=settings.aws_endpoint_url)
 
 

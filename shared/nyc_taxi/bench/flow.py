@@ -11,6 +11,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -63,7 +64,7 @@ def step_seconds(flow_output: str, env: dict) -> dict[str, float]:
 def _spark_startup(env: dict) -> float:
     probe = (
         "import time; t=time.perf_counter()\nfrom nyc_taxi.core.spark import get_spark\n"
-        "get_spark().sql('SELECT 1').collect(); print(time.perf_counter()-t)"
+        "get_spark(small=True).sql('SELECT 1').collect(); print(time.perf_counter()-t)"
     )
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
     if run.returncode:
         raise SystemExit(run.stderr[-3000:])
     steps = step_seconds(run.stderr + run.stdout, env)
+    lineage = [float(m) for m in re.findall(r"lineage of \S+ recorded in ([0-9.]+) s", run.stdout + run.stderr)]
     startup = _spark_startup(env)
     reference_s, forecasts = _reference(files, start, as_of, end)
     spark_steps = ("compute_actuals", "write_forecasts_to_table")
@@ -145,6 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
         ("Spark start-up share of the flow", startup * len(spark_steps) / flow_s),
         ("fixed start-up cost (JVMs + Metaflow task overhead), s", fixed),
         ("peak memory (flow processes + JVMs), GiB", memory.gib),
+        ("lineage recorded per step (OpenLineage + DataHub records), mean s", sum(lineage) / max(len(lineage), 1)),
+        ("lineage share of the flow", sum(lineage) / flow_s),
         (f"DuckDB reference (actuals + {forecasts:,} forecasts), s", reference_s),
         ("RATIO (flow - fixed) / reference  (target <= 3)", (flow_s - fixed) / reference_s),
     ]

@@ -51,6 +51,32 @@ def _duckdb_table(db) -> None:
     db.execute(f"CREATE TABLE raw ({columns})")
 
 
+class _LineageTimer:
+    """Adds up the time the steps spend on lineage: column lineage from the SQL files (DataHub's parser,
+    cached per state directory) and the snapshot-id look-ups that version every input and output."""
+
+    def __init__(self):
+        import nyc_taxi.ingest.staging as staging
+        import nyc_taxi.ingest.taxi as taxi
+        import nyc_taxi.lineage.write.columns as columns
+
+        self.seconds = 0.0
+        for module in (taxi, staging, columns):
+            for name in ("column_lineage", "current_snapshot"):
+                if hasattr(module, name):
+                    setattr(module, name, self._timed(getattr(module, name)))
+
+    def _timed(self, function):
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        return timed
+
+
 def _data_files(spark, table: str) -> int:
     return spark.sql(f"SELECT count(*) FROM {table}.files").first()[0]
 
@@ -97,8 +123,10 @@ def main(argv: list[str] | None = None) -> dict:
         figures["startup_s"] = time.perf_counter() - t
     figures["startup_peak_gib"] = mem.gib
     raw = spark_table(d.YELLOW_TAXI_RAW, settings)
+    lineage = _LineageTimer()
 
     def spark_month(year: int, month: int) -> dict:
+        lineage.seconds = 0.0
         with PeakMemory() as m:
             t0 = time.perf_counter()
             taxi.download_published_file(year, month, settings)
@@ -106,7 +134,13 @@ def main(argv: list[str] | None = None) -> dict:
             t1 = time.perf_counter()
             report = taxi.merge_into_raw(year, month, settings)
             t2 = time.perf_counter()
-        return {"stage_s": t1 - t0, "merge_s": t2 - t1, "merged_rows": report.summary["merged_rows"], "peak_gib": m.gib}
+        return {
+            "stage_s": t1 - t0,
+            "merge_s": t2 - t1,
+            "merged_rows": report.summary["merged_rows"],
+            "peak_gib": m.gib,
+            "lineage_s": lineage.seconds,
+        }
 
     db = duckdb.connect(str(work / "reference.duckdb"))
     _duckdb_table(db)
@@ -125,6 +159,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     figures["growing_table"] = [{"month": f"{y}-{m:02d}", **spark_month(y, m)} for y, m in months[1:]]
     server.stop()
+    from nyc_taxi.bench import startup
+    from nyc_taxi.core.spark import stop_spark
+
+    stop_spark()  # the start-up probes run alone, one fresh process at a time
+    figures["startup"] = startup.measure(dict(os.environ))
 
     new, rerun, grow = figures["new_month"], figures["rerun_unchanged_month"], figures["growing_table"]
     spark_new = figures["startup_s"] + new["stage_s"] + new["merge_s"]
@@ -156,6 +195,20 @@ def main(argv: list[str] | None = None) -> dict:
     rows.append(
         ("peak memory over all months, GiB", max([new["peak_gib"], rerun["peak_gib"]] + [g["peak_gib"] for g in grow]))
     )
+    tasks = [new, rerun, *grow]
+    rows.append(
+        (
+            "lineage work per month (column lineage, version look-ups), s",
+            sum(t["lineage_s"] for t in tasks) / len(tasks),
+        )
+    )
+    rows.append(
+        (
+            "RATIO lineage / stage + merge, worst month  (target < 0.02)",
+            max(t["lineage_s"] / (t["stage_s"] + t["merge_s"]) for t in tasks),
+        )
+    )
+    rows += startup.rows(figures["startup"])
     for name, value in rows:
         print(f"{name:58s} {value:12.2f}" if isinstance(value, float) else f"{name:58s} {value:12,}")
     out = Path(settings.state_dir) / "bench-ingest.json"

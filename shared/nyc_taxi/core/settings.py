@@ -76,6 +76,7 @@ class Settings(BaseSettings):
     spark_master: str | None = None
     spark_driver_memory: str = "4g"
     spark_shuffle_partitions: int = 4
+    spark_ui: bool = Field(False, description="Spark's web UI (port 4040 on 127.0.0.1): off, it costs every start-up")
     spark_extra_packages: str | None = Field(
         None,
         description="Maven coordinates Spark resolves at start (on aws: org.apache.iceberg:iceberg-aws-bundle:1.9.2).",

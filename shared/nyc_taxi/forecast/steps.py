@@ -107,7 +107,7 @@ def compute_actuals(
     ensure_tables([ACTUALS], settings)
     window = Window.of(as_of, lookback_days, horizon_hours)
     raw_snapshot, before = current_snapshot(RAW, settings), current_snapshot(ACTUALS, settings)
-    spark = get_spark(settings)
+    spark = get_spark(settings, small=True)  # zone-hours and forecasts: small data
     bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
     SQL.run(spark, "hourly_counts", raw=pinned(RAW, raw_snapshot, settings), **bounds).createOrReplaceTempView("counts")
     computed = SQL.run(spark, "hourly_actuals", counts="counts", **bounds).persist()
@@ -249,7 +249,7 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
     settings = settings or get_settings()
     ensure_tables([FORECAST], settings)
     before = current_snapshot(FORECAST, settings)
-    spark = get_spark(settings)
+    spark = get_spark(settings, small=True)  # zone-hours and forecasts: small data
     now = dt.datetime.now(dt.UTC)
     rows = [
         (zone, hour, value, forecasts.model_name, forecasts.model_version, forecasts.as_of, now)

@@ -175,13 +175,18 @@ def browser():
 
 @pytest.fixture
 def receiver(tmp_path):
-    """mode -> a lineage server process (tests/lineage_receiver.py) on 127.0.0.1, stopped after the test."""
-    from lineage_receiver import Receiver
+    """mode -> a lineage server process (tests/lineage_receiver.py) on 127.0.0.1, stopped after the test;
+    mode None: a port where nothing listens (yet: ``.start()`` starts one there)."""
+    from lineage_receiver import Receiver, closed_port
 
     started = []
 
-    def start(mode: str = "ok", name: str = "receiver") -> Receiver:
-        server = Receiver(tmp_path / f"{name}.jsonl").start(mode)
+    def start(mode: str | None = "ok", name: str = "receiver") -> Receiver:
+        server = Receiver(tmp_path / f"{name}.jsonl")
+        if mode is None:
+            server.port = closed_port()
+        else:
+            server.start(mode)
         started.append(server)
         return server
 

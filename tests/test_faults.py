@@ -226,7 +226,7 @@ def test_a_misbehaving_server_costs_no_record_and_bounded_time(site, tmp_path, r
     from nyc_taxi.core.settings import Settings
 
     mode = FAULTS[fault]
-    server = receiver(mode) if mode else Receiver(tmp_path / "receiver.jsonl", port=closed_port())
+    server = receiver(mode)
     run = _run_weather_dag(site, tmp_path / "state", OPENLINEAGE_URL=server.url, DATAHUB_GMS_URL=server.url)
     print(f"ingest_weather_data, lineage server {fault}: {run.took:.0f} s (live: {live.took:.0f} s)")
 

@@ -38,7 +38,7 @@ class ColumnStep:
         return set().union(*(u.origins() for u in self.upstream))
 
 
-def _field_lineage(lite) -> dict[str, list[tuple[str, str, str]]]:
+def field_lineage_in(lite) -> dict[str, list[tuple[str, str, str]]]:
     """downstream field URN -> [(upstream field URN, DataJob URN, transformation)], from Lite's DataJobs."""
     from datahub.metadata.urns import Urn
 
@@ -56,12 +56,22 @@ def _field_lineage(lite) -> dict[str, list[tuple[str, str, str]]]:
     return found
 
 
-def upstream_of(qualified: str, settings: Settings | None = None) -> ColumnStep:
-    """``<dataset>.<column>`` and where it comes from, recursively."""
+def field_lineage(settings: Settings | None = None) -> dict[str, list[tuple[str, str, str]]]:
+    """Every field-to-field edge in DataHub Lite (after loading new records): read once, ask many times."""
+    from nyc_taxi.lineage.read.store import LineageStore
+
+    store = LineageStore(settings or get_settings())
+    store.load()
+    with store.open() as lite:
+        return field_lineage_in(lite)
+
+
+def upstream_of(
+    qualified: str, settings: Settings | None = None, lineage: dict[str, list[tuple[str, str, str]]] | None = None
+) -> ColumnStep:
+    """``<dataset>.<column>`` and where it comes from, recursively (``lineage``: from ``field_lineage``)."""
     from datahub.emitter.mce_builder import make_schema_field_urn
     from datahub.metadata.urns import DataJobUrn, SchemaFieldUrn
-
-    from nyc_taxi.lineage.read.store import LineageStore
 
     settings = settings or get_settings()
     name, _, column = qualified.rpartition(".")
@@ -69,10 +79,7 @@ def upstream_of(qualified: str, settings: Settings | None = None) -> ColumnStep:
     declared = {c.name.lower(): c.name for c in dataset.columns}
     if column.lower() not in declared:
         raise KeyError(f"{name} has no column {column!r}; its columns: {', '.join(c.name for c in dataset.columns)}")
-    store = LineageStore(settings)
-    store.load()
-    with store.open() as lite:
-        lineage = _field_lineage(lite)
+    lineage = field_lineage(settings) if lineage is None else lineage
 
     def step(field_urn: str, via: str | None, kind: str | None, seen: frozenset) -> ColumnStep:
         parsed = SchemaFieldUrn.from_string(field_urn)

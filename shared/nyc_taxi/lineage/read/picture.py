@@ -28,7 +28,7 @@ EDGE_STYLE = {
 }
 
 
-def _node_id(urn: str) -> str:
+def node_id(urn: str) -> str:
     return "n" + hashlib.sha1(urn.encode()).hexdigest()[:12]  # stable, so the picture only changes with the graph
 
 
@@ -66,12 +66,12 @@ def to_dot(graph: LineageGraph, title: str = "NYC taxi: cross-tool lineage"):
                     fontsize="12",
                 )
                 for node in sorted(nodes, key=lambda n: n.name):
-                    box.node(_node_id(node.urn), **_node_attrs(node))
+                    box.node(node_id(node.urn), **_node_attrs(node))
             continue
         for node in sorted(nodes, key=lambda n: n.name):
-            dot.node(_node_id(node.urn), **_node_attrs(node))
+            dot.node(node_id(node.urn), **_node_attrs(node))
     for edge in sorted(graph.edges, key=lambda e: e.as_list()):
-        dot.edge(_node_id(edge.source), _node_id(edge.target), **EDGE_STYLE.get(edge.kind, {}))
+        dot.edge(node_id(edge.source), node_id(edge.target), **EDGE_STYLE.get(edge.kind, {}))
     return dot
 
 

@@ -12,7 +12,7 @@ run ``<dag_id>/<run_id>``, or any run by its OpenLineage run id or Metaflow path
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nyc_taxi.core.datasets import DATASETS, Table
 from nyc_taxi.core.settings import Settings, get_settings
@@ -148,7 +148,8 @@ class Tracer:
                 for input_name, input_version in sorted(child.inputs.items()):
                     if (input_name, input_version) not in written_inside:
                         step.reads.append(self.version(input_name, input_version))
-            run.outputs = {n: v for c in children for n, v in c.outputs.items()}
+            # what the DAG or flow run wrote is what its jobs wrote (a copy: the runs stay as recorded)
+            step.run = replace(run, outputs={n: v for c in children for n, v in c.outputs.items()})
             return step
         return self.run(run)
 

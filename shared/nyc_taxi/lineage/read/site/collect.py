@@ -16,7 +16,7 @@ from nyc_taxi.core.datasets import DATASETS, Dataset, Table
 from nyc_taxi.core.jobs import JOBS, PIPELINES, Job, Pipeline
 from nyc_taxi.core.naming import Identity, iceberg_identifier, identity
 from nyc_taxi.core.settings import Settings
-from nyc_taxi.lineage.read.columns import ColumnStep, upstream_of
+from nyc_taxi.lineage.read.columns import ColumnStep, field_lineage_in, upstream_of
 from nyc_taxi.lineage.read.evolution import graph_of
 from nyc_taxi.lineage.read.graph import Edge, LineageGraph, Node
 from nyc_taxi.lineage.read.lite import dataset_node
@@ -185,17 +185,19 @@ def _quality(name: str, runs: Runs) -> list[QualityReport]:
     ]
 
 
-def _column_lineage(dataset: Dataset, settings: Settings) -> dict[str, ColumnStep]:
+def _column_lineage(dataset: Dataset, settings: Settings, lineage: dict) -> dict[str, ColumnStep]:
     """Each column of a registry dataset that has recorded column lineage: where it comes from."""
     found = {}
     for column in dataset.columns:
-        step = upstream_of(f"{dataset.name}.{column.name}", settings)
+        step = upstream_of(f"{dataset.name}.{column.name}", settings, lineage)
         if step.upstream:
             found[column.name] = step
     return found
 
 
-def _dataset_facts(node: Node, schema: dict[str, dict], in_graph: bool, runs: Runs, settings: Settings) -> DatasetFacts:
+def _dataset_facts(
+    node: Node, schema: dict[str, dict], in_graph: bool, runs: Runs, settings: Settings, lineage: dict
+) -> DatasetFacts:
     from nyc_taxi.core.registry import by_urn
 
     declared = by_urn(node.urn, settings)
@@ -205,7 +207,7 @@ def _dataset_facts(node: Node, schema: dict[str, dict], in_graph: bool, runs: Ru
     facts.identity = identity(declared, settings)
     facts.quality = _quality(declared.name, runs)
     if in_graph:  # no job touched it: no column lineage either
-        facts.columns = _column_lineage(declared, settings)
+        facts.columns = _column_lineage(declared, settings, lineage)
     if isinstance(declared, Table):
         facts.iceberg_identifier = iceberg_identifier(declared, settings)
         facts.versions = _snapshot_versions(declared, runs, settings)
@@ -350,8 +352,10 @@ def collect(settings: Settings) -> SiteData:
         graph = graph_from_lite(lite, settings)
         nodes = _dataset_nodes(graph, settings)
         schemas = {urn: _datahub_schema(lite, urn) for urn in nodes}
+        columns = field_lineage_in(lite)  # every field-to-field edge, read once for all the columns
     datasets = {
-        urn: _dataset_facts(node, schemas[urn], urn in graph.nodes, runs, settings) for urn, node in nodes.items()
+        urn: _dataset_facts(node, schemas[urn], urn in graph.nodes, runs, settings, columns)
+        for urn, node in nodes.items()
     }
     return SiteData(
         graph=graph,

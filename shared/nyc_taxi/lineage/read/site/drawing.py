@@ -15,8 +15,7 @@ from collections.abc import Callable
 
 from nyc_taxi.lineage.read.columns import ColumnStep
 from nyc_taxi.lineage.read.graph import Edge, LineageGraph, Node
-from nyc_taxi.lineage.read.picture import EDGE_STYLE, SHAPES, STYLE
-from nyc_taxi.lineage.read.picture import _node_id as node_id
+from nyc_taxi.lineage.read.picture import EDGE_STYLE, SHAPES, STYLE, node_id
 
 FONT = "Helvetica"
 STATE_COLOURS = {"success": "#1a7f37", "failure": "#cf222e", "running": "#0969da", "skipped": "#6e7781"}

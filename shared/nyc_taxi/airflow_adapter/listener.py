@@ -6,7 +6,8 @@ records to the local files by then:
 1. Column lineage in DataHub: the plugin does not turn OpenLineage's columnLineage facet into
    DataHub's fine-grained lineage, so for a task that reported column lineage the task's DataJob
    input/output aspect is written again with it, through the plugin's own connection (after the
-   plugin's version of the aspect, so this one stands).
+   plugin's version of the aspect, so this one stands). After a failed run, the aspect of the job's
+   last good run is written again: a run that failed is a failed run of the job, not a new job.
 2. The plugin's live record file becomes a segment of its own (its file emitter rewrites the whole
    file for every record: it must stay short).
 3. What the servers have not accepted yet is shipped, within ``LINEAGE_SHIP_SECONDS``; the rest waits
@@ -23,27 +24,34 @@ from airflow.plugins_manager import AirflowPlugin
 log = logging.getLogger(__name__)
 
 
-def _column_lineage(task_instance) -> None:
+def _column_lineage(task_instance, succeeded: bool) -> None:
     from datahub_airflow_plugin._config import get_lineage_config
 
     from nyc_taxi.airflow_adapter.operators import ReportsLineage
     from nyc_taxi.core.registry import pipeline
-    from nyc_taxi.lineage.write.datahub import job_io_records
+    from nyc_taxi.lineage.write.datahub import job_io_records, keep_job_io, kept_job_io
 
     task = getattr(task_instance, "task", None)
-    report = getattr(task, "report", None)
-    if not isinstance(task, ReportsLineage) or report is None or not any(u.columns for u in report.outputs):
+    if not isinstance(task, ReportsLineage):
+        return
+    report = task.report
+    if succeeded and report is not None and any(u.columns for u in report.outputs):
+        records = job_io_records(pipeline(task_instance.dag_id), task.job, report, sorted(task.upstream_task_ids))
+        keep_job_io(task.job, records)
+    elif not succeeded:  # the plugin just recorded the job as this run saw it, without columns
+        records = kept_job_io(task.job)
+    else:
         return
     config = get_lineage_config()
-    if not config.enabled:
+    if not records or not config.enabled:
         return
     emitter = config.make_emitter_hook().make_emitter()
-    for record in job_io_records(pipeline(task_instance.dag_id), task.job, report, sorted(task.upstream_task_ids)):
+    for record in records:
         emitter.emit(record)
     emitter.flush()
 
 
-def _at_the_end(run) -> None:
+def _at_the_end(run, succeeded: bool) -> None:
     """``run``: a task instance or a DAG run."""
     from nyc_taxi.core.settings import get_settings
     from nyc_taxi.lineage.write.delivery import ship_at_end_of
@@ -51,7 +59,7 @@ def _at_the_end(run) -> None:
 
     if hasattr(run, "task_id"):
         try:
-            _column_lineage(run)
+            _column_lineage(run, succeeded)
         except Exception as error:  # lineage must never fail the data work
             log.warning("column lineage of %s.%s not recorded in DataHub: %s", run.dag_id, run.task_id, error)
     try:
@@ -64,19 +72,19 @@ def _at_the_end(run) -> None:
 class AtTheEndOfEveryTask:
     @hookimpl(trylast=True)
     def on_task_instance_success(self, previous_state, task_instance):
-        _at_the_end(task_instance)
+        _at_the_end(task_instance, succeeded=True)
 
     @hookimpl(trylast=True)
     def on_task_instance_failed(self, previous_state, task_instance, error):
-        _at_the_end(task_instance)
+        _at_the_end(task_instance, succeeded=False)
 
     @hookimpl(trylast=True)
     def on_dag_run_success(self, dag_run, msg):
-        _at_the_end(dag_run)
+        _at_the_end(dag_run, succeeded=True)
 
     @hookimpl(trylast=True)
     def on_dag_run_failed(self, dag_run, msg):
-        _at_the_end(dag_run)
+        _at_the_end(dag_run, succeeded=False)
 
 
 class LineagePlugin(AirflowPlugin):

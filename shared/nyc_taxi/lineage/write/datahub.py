@@ -198,6 +198,37 @@ def job_io_records(
     return [mcp for mcp in data_job.generate_mcp() if mcp.aspectName == "dataJobInputOutput"]
 
 
+# ---- what a job does is what its last good run showed ------------------------------------------------
+
+
+def _kept_io_path(job: Job, settings: Settings):
+    return settings.lineage_dir / "cache" / "job-io" / f"{job.qualified_name}.json"
+
+
+def keep_job_io(job: Job, records: list, settings: Settings | None = None) -> None:
+    """Remember the DataJob input/output aspect a good run recorded (datasets, column lineage)."""
+    import json
+
+    path = _kept_io_path(job, settings or get_settings())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kept = [r.to_obj() for r in records if r.aspectName == "dataJobInputOutput"]
+    path.with_suffix(".tmp").write_text(json.dumps(kept))
+    path.with_suffix(".tmp").replace(path)
+
+
+def kept_job_io(job: Job, settings: Settings | None = None) -> list:
+    """The input/output aspect of the job's last good run, to record again after a failed run: DataHub
+    keeps one DataJob per job, and a run that failed before it knew its columns must not erase them."""
+    import json
+
+    from datahub.emitter.mcp import MetadataChangeProposalWrapper
+
+    path = _kept_io_path(job, settings or get_settings())
+    if not path.exists():
+        return []
+    return [MetadataChangeProposalWrapper.from_obj(obj) for obj in json.loads(path.read_text())]
+
+
 def model_records(run: StepRun, report: StepReport, settings: Settings | None = None) -> list:
     """A model written by this run: an ML model, trained by this job, used by the jobs declared to read it."""
     from datahub.emitter.mcp import MetadataChangeProposalWrapper

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from airflow.sdk import Asset
+from tlc_columns import COLUMNS_2024
 
 from nyc_taxi.airflow_adapter.environment import DAGS_FOLDER
 from nyc_taxi.core import datasets as registry
@@ -33,27 +34,6 @@ from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
 # The TLC -> target column contract, written out independently of the product's registry/SQL.
-COLUMNS_2024 = [
-    "VendorID",
-    "tpep_pickup_datetime",
-    "tpep_dropoff_datetime",
-    "passenger_count",
-    "trip_distance",
-    "RatecodeID",
-    "store_and_fwd_flag",
-    "PULocationID",
-    "DOLocationID",
-    "payment_type",
-    "fare_amount",
-    "extra",
-    "mta_tax",
-    "tip_amount",
-    "tolls_amount",
-    "improvement_surcharge",
-    "total_amount",
-    "congestion_surcharge",
-    "Airport_fee",
-]
 TLC_TO_TARGET = {
     "vendorid": ("vendor_id", pa.int32()),
     "tpep_pickup_datetime": ("pickup_datetime", pa.timestamp("us")),

@@ -11,33 +11,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from tlc_columns import COLUMNS_2024
 
 from nyc_taxi.core.zones import zones
 from nyc_taxi.fixtures import noaa, tlc
 from nyc_taxi.fixtures.server import FixtureServer
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
-
-COLUMNS_2024 = [
-    "VendorID",
-    "tpep_pickup_datetime",
-    "tpep_dropoff_datetime",
-    "passenger_count",
-    "trip_distance",
-    "RatecodeID",
-    "store_and_fwd_flag",
-    "PULocationID",
-    "DOLocationID",
-    "payment_type",
-    "fare_amount",
-    "extra",
-    "mta_tax",
-    "tip_amount",
-    "tolls_amount",
-    "improvement_surcharge",
-    "total_amount",
-    "congestion_surcharge",
-    "Airport_fee",
-]
 
 
 @pytest.fixture(scope="module")

@@ -54,17 +54,8 @@ def to_dot(graph: LineageGraph, title: str = "NYC taxi: cross-tool lineage"):
         (flows.setdefault(node.pipeline, []) if node.kind == "job" else flows.setdefault(None, [])).append(node)
     for flow, nodes in sorted(flows.items(), key=lambda item: item[0] or ""):
         if flow is not None:
-            tool = nodes[0].tool
-            kind = "DAG" if tool == "Airflow" else "flow"
             with dot.subgraph(name=f"cluster_{flow}") as box:
-                box.attr(
-                    label=f"{tool} {kind} {flow}",
-                    style="rounded,filled",
-                    color="#9aa0a6",
-                    fillcolor=STYLE.get(tool, "#ffffff") + "80",
-                    fontname="Helvetica",
-                    fontsize="12",
-                )
+                box.attr(**pipeline_box(nodes[0].tool, flow))
                 for node in sorted(nodes, key=lambda n: n.name):
                     box.node(node_id(node.urn), **_node_attrs(node))
             continue
@@ -73,6 +64,18 @@ def to_dot(graph: LineageGraph, title: str = "NYC taxi: cross-tool lineage"):
     for edge in sorted(graph.edges, key=lambda e: e.as_list()):
         dot.edge(node_id(edge.source), node_id(edge.target), **EDGE_STYLE.get(edge.kind, {}))
     return dot
+
+
+def pipeline_box(tool: str, pipeline: str, font: str = "Helvetica") -> dict:
+    """The box around a DAG's tasks or a flow's steps: the same in every picture."""
+    return {
+        "label": f"{tool} {'DAG' if tool == 'Airflow' else 'flow'} {pipeline}",
+        "style": "rounded,filled",
+        "color": "#9aa0a6",
+        "fillcolor": STYLE.get(tool, "#ffffff") + "80",
+        "fontname": font,
+        "fontsize": "12",
+    }
 
 
 def _node_attrs(node) -> dict:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from nyc_taxi.lineage.read.columns import ColumnStep
 from nyc_taxi.lineage.read.graph import Edge, LineageGraph, Node
-from nyc_taxi.lineage.read.picture import EDGE_STYLE, SHAPES, STYLE, node_id
+from nyc_taxi.lineage.read.picture import EDGE_STYLE, SHAPES, STYLE, node_id, pipeline_box
 
 FONT = "Helvetica"
 STATE_COLOURS = {"success": "#1a7f37", "failure": "#cf222e", "running": "#0969da", "skipped": "#6e7781"}
@@ -116,17 +116,8 @@ def lineage(
             for node in nodes:
                 dot.node(node_id(node.urn), **_node_attrs(node, page_of(node), with_state, prefix))
             continue
-        tool = nodes[0].tool
         with dot.subgraph(name=f"cluster_{pipeline}") as box:
-            box.attr(
-                label=f"{tool} {'DAG' if tool == 'Airflow' else 'flow'} {pipeline}",
-                style="rounded,filled",
-                color="#9aa0a6",
-                fillcolor=STYLE.get(tool, "#ffffff") + "80",
-                fontname=FONT,
-                fontsize="12",
-                id=prefix + "box_" + re.sub(r"\W", "_", pipeline),
-            )
+            box.attr(**pipeline_box(nodes[0].tool, pipeline, FONT), id=prefix + "box_" + re.sub(r"\W", "_", pipeline))
             for node in nodes:
                 box.node(node_id(node.urn), **_node_attrs(node, page_of(node), with_state, prefix))
     for edge in sorted(graph.edges, key=lambda e: e.as_list()):

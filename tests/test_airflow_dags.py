@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from airflow.sdk import Asset
-from tlc_columns import COLUMNS_2024
+from tlc_columns import COLUMNS_2024, TLC_TO_TARGET
 
 from nyc_taxi.airflow_adapter.environment import DAGS_FOLDER
 from nyc_taxi.core import datasets as registry
@@ -32,35 +32,6 @@ from nyc_taxi.lineage.write.destinations import openlineage_file
 from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
-
-# The TLC -> target column contract, written out independently of the product's registry/SQL.
-TLC_TO_TARGET = {
-    "vendorid": ("vendor_id", pa.int32()),
-    "tpep_pickup_datetime": ("pickup_datetime", pa.timestamp("us")),
-    "tpep_dropoff_datetime": ("dropoff_datetime", pa.timestamp("us")),
-    "passenger_count": ("passenger_count", pa.int64()),
-    "trip_distance": ("trip_distance", pa.float64()),
-    "ratecodeid": ("ratecode_id", pa.int64()),
-    "store_and_fwd_flag": ("store_and_fwd_flag", pa.string()),
-    "pulocationid": ("pickup_location_id", pa.int32()),
-    "dolocationid": ("dropoff_location_id", pa.int32()),
-    "payment_type": ("payment_type", pa.int64()),
-    **{
-        c: (c, pa.float64())
-        for c in (
-            "fare_amount",
-            "extra",
-            "mta_tax",
-            "tip_amount",
-            "tolls_amount",
-            "improvement_surcharge",
-            "total_amount",
-            "congestion_surcharge",
-            "airport_fee",
-            "cbd_congestion_fee",
-        )
-    },
-}
 
 
 class LineageLog:

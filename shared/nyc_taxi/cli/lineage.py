@@ -22,6 +22,7 @@ from pathlib import Path
 
 from nyc_taxi.core.datasets import DATASETS
 from nyc_taxi.core.settings import get_settings
+from nyc_taxi.metaflow_adapter.recorder import record_leftovers
 
 
 def serve(argv: list[str]) -> int:
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--diff", nargs=2, metavar=("RUN_A", "RUN_B"), help="what changed between two runs")
     args = parser.parse_args(argv)
     settings = get_settings()
+    record_leftovers(settings)  # a Metaflow step's lineage whose recorder was killed
 
     if args.site:
         from nyc_taxi.lineage.read.site.build import build_site, default_dir

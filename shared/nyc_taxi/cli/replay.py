@@ -11,6 +11,7 @@ import sys
 
 from nyc_taxi.core.settings import get_settings
 from nyc_taxi.lineage.write.delivery import servers, ship, status
+from nyc_taxi.metaflow_adapter.recorder import record_leftovers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in status(settings):
             print(f"{row.server:12s} {row.total - row.shipped:6d} pending of {row.total:6d}  {row.file}")
         return 0
+    record_leftovers(settings)  # a Metaflow step's lineage whose recorder was killed: local first
     result = ship(settings)
     failed = False
     for shipment in result.shipments:

@@ -64,13 +64,13 @@ def schema_metadata(table: Table, settings: Settings | None = None):
     return MetadataChangeProposalWrapper(entityUrn=identity(table, settings).datahub_urn, aspect=aspect)
 
 
-def write_records(report: StepReport, actor: str, settings: Settings | None = None) -> list:
-    """The schema of every table written, and an Operation carrying the version this run wrote."""
+def write_records(report: StepReport, actor: str, settings: Settings | None = None, at_ms: int | None = None) -> list:
+    """The schema of every table written, and an Operation carrying the version this run wrote (at ``at_ms``: now)."""
     from datahub.emitter.mcp import MetadataChangeProposalWrapper
     from datahub.metadata import schema_classes as dhs
 
     settings = settings or get_settings()
-    now, records = _now_ms(), []
+    now, records = at_ms or _now_ms(), []
     for use in report.outputs:
         if not isinstance(use.dataset, Table):
             continue
@@ -290,8 +290,14 @@ def process_instance(run: StepRun, report: StepReport | None, settings: Settings
     return instance
 
 
-def run_records(run: StepRun, report: StepReport | None, succeeded: bool, settings: Settings | None = None) -> list:
-    """A finished step run: its DataProcessInstance (properties, inputs, outputs, start and end)."""
+def run_records(
+    run: StepRun,
+    report: StepReport | None,
+    succeeded: bool,
+    settings: Settings | None = None,
+    ended_ms: int | None = None,
+) -> list:
+    """A finished step run: its DataProcessInstance (properties, inputs, outputs, start and end: ``ended_ms``, now)."""
     from datahub.api.entities.dataprocess.dataprocess_instance import InstanceRunResult
 
     instance = process_instance(run, report, settings)
@@ -299,7 +305,7 @@ def run_records(run: StepRun, report: StepReport | None, succeeded: bool, settin
     return [
         *instance.generate_mcp(created_ts_millis=run.started_ms, materialize_iolets=False),
         *instance.start_event_mcp(run.started_ms),
-        *instance.end_event_mcp(_now_ms(), result=result, result_type=run.pipeline.orchestrator),
+        *instance.end_event_mcp(ended_ms or _now_ms(), result=result, result_type=run.pipeline.orchestrator),
     ]
 
 

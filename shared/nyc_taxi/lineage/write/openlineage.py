@@ -20,7 +20,7 @@ from nyc_taxi.core.datasets import Column
 from nyc_taxi.core.jobs import Job
 from nyc_taxi.core.naming import identity
 from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
-from nyc_taxi.lineage.write.report import DatasetUse, StepReport
+from nyc_taxi.lineage.write.report import DatasetUse, StepReport, describe_error
 
 PRODUCER = "https://github.com/nyc-taxi-lineage/airflow-metaflow-lineage"
 
@@ -200,9 +200,11 @@ def run_event(
     state: str,
     run: RunContext,
     report: StepReport | None = None,
-    error: BaseException | None = None,
+    error: BaseException | str | None = None,
     settings: Settings | None = None,
+    at_ms: int | None = None,
 ):
+    """One run event; ``error``: the exception, or its description; ``at_ms``: when it happened (now)."""
     from openlineage.client.event_v2 import Job as OLJob
     from openlineage.client.event_v2 import Run, RunEvent, RunState
     from openlineage.client.facet_v2 import (
@@ -248,7 +250,7 @@ def run_event(
         )
     if error is not None:
         run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
-            message=f"{type(error).__name__}: {error}", programmingLanguage="python"
+            message=describe_error(error), programmingLanguage="python"
         )
     job_facets: dict[str, Any] = {
         "jobType": job_type_job.JobTypeJobFacet(
@@ -262,7 +264,7 @@ def run_event(
         )
     return RunEvent(
         eventType=getattr(RunState, state),
-        eventTime=dt.datetime.now(dt.UTC).isoformat(),
+        eventTime=(dt.datetime.fromtimestamp(at_ms / 1000, dt.UTC) if at_ms else dt.datetime.now(dt.UTC)).isoformat(),
         producer=PRODUCER,
         run=Run(runId=run.run_id, facets=run_facets),
         job=OLJob(namespace=settings.openlineage_namespace, name=run.job_name, facets=job_facets),

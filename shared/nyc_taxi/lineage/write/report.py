@@ -73,9 +73,69 @@ class StepReport:
         return StepReport(self.inputs + other.inputs, self.outputs + other.outputs, {**self.summary, **other.summary})
 
 
+def describe_error(error: BaseException | str) -> str:
+    """``<type>: <message>``: how lineage states an error (one already described stays as it is)."""
+    return error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+
+
 def report_of(value: Any) -> StepReport | None:
     """The report a data function's result carries: itself, or its ``report`` attribute."""
     if isinstance(value, StepReport):
         return value
     report = getattr(value, "report", None)
     return report if isinstance(report, StepReport) else None
+
+
+# ---- as plain data (JSON), for a report handed to another process -------------------------------
+
+
+def report_to_dict(report: StepReport) -> dict:
+    """The report as plain data; datasets by their registry name."""
+
+    def use(u: DatasetUse) -> dict:
+        return {
+            "dataset": u.dataset.name,
+            "version": u.version,
+            "row_count": u.row_count,
+            "size_bytes": u.size_bytes,
+            "locations": list(u.locations),
+            "checks": [[c.name, c.rows, c.column] for c in u.checks],
+            "operation": u.operation,
+            "committed": u.committed,
+            "columns": {
+                column: [[s.dataset.name, s.column, s.transformation, s.indirect, s.description] for s in sources]
+                for column, sources in u.columns.items()
+            },
+        }
+
+    return {
+        "inputs": [use(u) for u in report.inputs],
+        "outputs": [use(u) for u in report.outputs],
+        "summary": report.summary,
+        "recorded_by": report.recorded_by,
+    }
+
+
+def report_from_dict(data: dict) -> StepReport:
+    """The report ``report_to_dict`` made, with the registry's datasets."""
+    from nyc_taxi.core.registry import get
+
+    def use(u: dict) -> DatasetUse:
+        return DatasetUse(
+            get(u["dataset"]),
+            version=u["version"],
+            row_count=u["row_count"],
+            size_bytes=u["size_bytes"],
+            locations=tuple(u["locations"]),
+            checks=[Check(*c) for c in u["checks"]],
+            operation=u["operation"],
+            committed=u["committed"],
+            columns={
+                column: tuple(ColumnSource(get(s[0]), *s[1:]) for s in sources)
+                for column, sources in u["columns"].items()
+            },
+        )
+
+    return StepReport(
+        [use(u) for u in data["inputs"]], [use(u) for u in data["outputs"]], data["summary"], data["recorded_by"]
+    )

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 _PER_RUN = {"openlineage_parent_id", "openlineage_root_parent_id", "parent_airflow_task"}
 IDLE_SECONDS = 120.0  # a recorder whose run was killed (no entry ends it) leaves after this long idle
 LOG_BYTES = 1_000_000  # the recorder's log is started afresh beyond this size
-POLL_SECONDS = 0.01  # how often a recorder looks for entries, and a waiting step for the end
+POLL_SECONDS = 0.005  # how often a recorder looks for entries, and a waiting step for the end
 
 Convert = Callable[[dict], None]  # one entry -> its records in the outbox
 Ship = Callable[[list[dict]], None]  # after a batch of entries is recorded: ship what is pending

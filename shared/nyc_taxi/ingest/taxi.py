@@ -172,7 +172,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         .first()
         .asDict()
     )
-    row_count = quality.pop("row_count")
+    row_count, days = quality.pop("row_count"), quality.pop("pickup_days")
     checks = [
         Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
         for name, count in quality.items()
@@ -180,21 +180,21 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     for check in checks:
         log.info("quality: %-26s %8d rows (kept as the source has them)", check.name, check.rows)
 
-    days = [r[0] for r in spark.sql(f"SELECT DISTINCT CAST(pickup_datetime AS DATE) FROM {staging}").collect()]
     raw_days = day_ranges_predicate("t.pickup_datetime", days)
     hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
     before = current_snapshot(RAW, settings)
 
     def write() -> int:
         """Decided on raw as it is now, so a retry after another writer's commit decides afresh."""
-        fingerprint = SQL.run(
-            spark, "yellow_taxi_fingerprint", staging=staging, raw=raw, raw_days=raw_days, **hashes
-        ).first()
-        if (fingerprint.staged_rows, fingerprint.staged_content) == (fingerprint.raw_rows, fingerprint.raw_content):
-            return 0  # raw already holds exactly this batch: commit nothing
-        if fingerprint.raw_rows == 0:
+        if row_count == 0:
+            return 0
+        held = SQL.run(spark, "yellow_taxi_held", staging=staging, raw=raw, raw_days=raw_days, **hashes).first()
+        if held.row_count == 0:  # a new month
             SQL.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
-            return fingerprint.staged_rows
+            return row_count
+        staged = SQL.run(spark, "yellow_taxi_fingerprint", staging=staging, **hashes).first()
+        if (staged.row_count, staged.content) == (held.row_count, held.content):
+            return 0  # raw already holds exactly this batch: commit nothing
         return merge_changes(
             spark,
             SQL,

@@ -109,7 +109,9 @@ def compute_actuals(
     raw_snapshot, before = current_snapshot(RAW, settings), current_snapshot(ACTUALS, settings)
     spark = get_spark(settings, small=True)  # zone-hours and forecasts: small data
     bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
-    SQL.run(spark, "hourly_counts", raw=pinned(RAW, raw_snapshot, settings), **bounds).createOrReplaceTempView("counts")
+    # hourly_actuals reads the counts twice (the active zones, the join): cached, raw is scanned once
+    counts = SQL.run(spark, "hourly_counts", raw=pinned(RAW, raw_snapshot, settings), **bounds).persist()
+    counts.createOrReplaceTempView("counts")
     computed = SQL.run(spark, "hourly_actuals", counts="counts", **bounds).persist()
     try:
         rows = computed.count()
@@ -130,6 +132,7 @@ def compute_actuals(
         )
     finally:
         computed.unpersist()
+        counts.unpersist()
     after = current_snapshot(ACTUALS, settings)
     log.info("%d zone-hours computed, %d new or changed in %s", rows, changed, ACTUALS.name)
     any_window = {

@@ -172,7 +172,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         .first()
         .asDict()
     )
-    row_count, days = quality.pop("row_count"), quality.pop("pickup_days")
+    row_count = quality.pop("row_count")
     checks = [
         Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
         for name, count in quality.items()
@@ -180,7 +180,9 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     for check in checks:
         log.info("quality: %-26s %8d rows (kept as the source has them)", check.name, check.rows)
 
-    raw_days = day_ranges_predicate("t.pickup_datetime", days)
+    batch = SQL.run(spark, "yellow_taxi_batch", staging=staging).collect()
+    raw_days = day_ranges_predicate("t.pickup_datetime", [r.pickup_day for r in batch if r.pickup_day])
+    source_files = ", ".join(sorted({"'" + r.source_file.replace("'", "''") + "'" for r in batch})) or "NULL"
     hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
     before = current_snapshot(RAW, settings)
 
@@ -188,7 +190,9 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         """Decided on raw as it is now, so a retry after another writer's commit decides afresh."""
         if row_count == 0:
             return 0
-        held = SQL.run(spark, "yellow_taxi_held", staging=staging, raw=raw, raw_days=raw_days, **hashes).first()
+        held = SQL.run(
+            spark, "yellow_taxi_held", raw=raw, raw_days=raw_days, source_files=source_files, **hashes
+        ).first()
         if held.row_count == 0:  # a new month
             SQL.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
             return row_count

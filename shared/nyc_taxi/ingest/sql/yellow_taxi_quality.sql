@@ -1,8 +1,6 @@
--- The staged batch in one pass: its rows, the pickup days it covers (they bound every read of raw),
--- and the rows a consumer should know about. Those are kept as they are, only counted.
+-- Rows the source has that a consumer should know about. They are kept as they are, only counted.
 SELECT
   count(*)                                                                        AS row_count,
-  array_sort(collect_set(CAST(pickup_datetime AS DATE)))                          AS pickup_days,
   count_if(pickup_datetime < TIMESTAMP_NTZ'${month_start}'
            OR pickup_datetime >= TIMESTAMP_NTZ'${next_month_start}')              AS pickup_outside_month,
   count_if(dropoff_datetime <= pickup_datetime)                                   AS dropoff_not_after_pickup,

@@ -6,7 +6,6 @@ lineage each task emitted is checked against the registry and the tables' real s
 
 from __future__ import annotations
 
-import calendar
 import datetime as dt
 import hashlib
 import json
@@ -20,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from airflow.sdk import Asset
+from expected_loads import comparable, expected_taxi_rows, expected_weather
 from tlc_columns import COLUMNS_2024, TLC_TO_TARGET
 
 from nyc_taxi.airflow_adapter.environment import DAGS_FOLDER
@@ -104,19 +104,6 @@ def raw_rows(table: registry.Table, **equal) -> pa.Table:
     return arrow
 
 
-def expected_taxi_rows(path: Path) -> pa.Table:
-    """What raw must hold for one TLC file: renamed case-insensitively, cast, keyed by file and row."""
-    source = pq.read_table(path)
-    columns = {
-        TLC_TO_TARGET[name.lower()][0]: source[name].cast(TLC_TO_TARGET[name.lower()][1])
-        for name in source.column_names
-    }
-    if "cbd_congestion_fee" not in columns:
-        columns["cbd_congestion_fee"] = pa.nulls(source.num_rows, pa.float64())
-    keys = pa.array([f"{path.name}:{i}" for i in range(source.num_rows)])
-    return pa.table({"row_key": keys, **columns}).sort_by("row_key")
-
-
 def quality_counts(path: Path, year: int, month: int) -> dict[str, int]:
     """Independent: the trips a consumer should know about, counted over the published file (pyarrow)."""
     trips = pq.read_table(path)
@@ -139,11 +126,6 @@ def quality_counts(path: Path, year: int, month: int) -> dict[str, int]:
         "flex_fare_null_block": count(pc.equal(trips["payment_type"], 0)),
         "unknown_pickup_zone": count(pc.or_(pc.less(trips["PULocationID"], 1), pc.greater(trips["PULocationID"], 265))),
     }
-
-
-def comparable(table: pa.Table) -> pa.Table:
-    names = ["row_key"] + [name for name, _ in TLC_TO_TARGET.values()]
-    return table.select(names).cast(pa.schema([(n, table.schema.field(n).type) for n in names])).sort_by("row_key")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,26 +372,6 @@ def test_unpublished_month_skips_cleanly(dagbag):
         "merge_upsert_staging_into_raw_yellow": "skipped",
     }
     assert snapshot_id(registry.YELLOW_TAXI_RAW) == before
-
-
-# New York City's five counties in NOAA's numbering (state 30), written out from NOAA's county list
-NYC_COUNTY_CODES = {"30005", "30047", "30061", "30081", "30085"}
-
-
-def expected_weather(site: Path, year: int, month: int, status: str) -> dict[tuple[str, dt.date], dict]:
-    """Parse the four county files independently: NYC counties, real days, -999.99 dropped."""
-    days = calendar.monthrange(year, month)[1]
-    out: dict[tuple[str, dt.date], dict] = {}
-    for var, column in (("tmax", "tmax_c"), ("tmin", "tmin_c"), ("tavg", "tavg_c"), ("prcp", "prcp_mm")):
-        path = site / f"pub/data/daily-grids/v1-0-0/averages/{year}/{var}-{year}{month:02d}-cty-{status}.csv"
-        for line in path.read_text().split("\n"):
-            fields = line.split(",")
-            if fields[1] not in NYC_COUNTY_CODES:
-                continue
-            for day, value in enumerate(fields[6 : 6 + days], start=1):
-                if value.strip() != "-999.99":
-                    out.setdefault((fields[1], dt.date(year, month, day)), {})[column] = float(value)
-    return out
 
 
 def weather_in_raw(year: int, month: int) -> dict[tuple[str, dt.date], dict]:

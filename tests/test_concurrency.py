@@ -1,8 +1,8 @@
 """Writers racing on the same Iceberg table: a MERGE that loses to another writer's commit is
 recomputed and committed again, nothing of either writer is lost, and a write that keeps losing
 fails with a clear error and commits nothing of its own. Then the whole system: both ingestion
-DAGs and the training flow at the same time end with the tables and lineage of running them
-one after another."""
+DAGs and the training flow at the same time end with exactly the rows an independent computation
+from the source files gives, and every job's lineage once, whole."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import datetime as dt
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -19,9 +18,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from expected_loads import comparable, expected_taxi_rows, expected_weather
 
 from nyc_taxi.core import commits
 from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.jobs import INGEST_WEATHER_DATA, INGEST_YELLOW_TAXI_DATA, TRAINING_FLOW
 from nyc_taxi.core.naming import iceberg_identifier, spark_table
 from nyc_taxi.core.upserts import upsert_changes
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
@@ -178,12 +179,10 @@ FLOW = Path(__file__).resolve().parents[1] / "metaflow" / "train_model_flow.py" 
 # trains on a window across both months: what it reads is being written at that moment.
 PRELOADED, CONCURRENT = (2023, 7), (2023, 8)
 AS_OF, LOOKBACK, HORIZON = dt.datetime(2023, 8, 3), 7, 24
-INGESTED = ("yellow_taxi_staging", "yellow_taxi_raw", "weather_staging", "weather_raw")
 
 
-def _scenario(state: Path, airflow_db: Path | None = None):
-    """A fresh lakehouse with the preloaded month, Airflow's database (a copy of ``airflow_db`` if
-    given), and the three jobs' commands."""
+def _scenario(state: Path):
+    """A fresh lakehouse with the preloaded month, Airflow's database, and the three jobs' commands."""
     from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
     from nyc_taxi.core.settings import Settings
     from nyc_taxi.metaflow_adapter.environment import metaflow_environment
@@ -199,21 +198,14 @@ def _scenario(state: Path, airflow_db: Path | None = None):
         f"taxi.merge_into_raw(*{PRELOADED}, s)\n"
     )
     subprocess.run([sys.executable, "-c", preload], env=env, check=True, capture_output=True, timeout=600)
-    if airflow_db:
-        shutil.copy(airflow_db, settings.airflow_home / "airflow.db")
-    else:
-        subprocess.run(
-            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=600
-        )
-        # As a deployment's DAG processor would have: DAGs and their Assets in the database before any
-        # run (two `dags test` processes would otherwise both insert the same new Asset rows).
-        subprocess.run(
-            [sys.executable, "-m", "airflow", "dags", "reserialize"],
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=600
+    )
+    # As a deployment's DAG processor would have: DAGs and their Assets in the database before any
+    # run (two `dags test` processes would otherwise both insert the same new Asset rows).
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "reserialize"], env=env, check=True, capture_output=True, timeout=600
+    )
     dag_test = [sys.executable, "-m", "airflow", "dags", "test"]
     jobs = {
         "ingest_yellow_taxi_data": [
@@ -250,21 +242,33 @@ def _succeeded(name: str, process: subprocess.Popen, output: str) -> None:
         assert "DagRunState.SUCCESS" in output or "state=success" in output.lower(), f"{name}:\n{output[-3000:]}"
 
 
-def _run(jobs: dict, env: dict, together: bool) -> tuple[dict[str, str], dict[str, tuple[float, float]]]:
-    """Run the jobs one after another, or all at once: their output and (start, end) times by name."""
+def _run_together(jobs: dict, env: dict) -> tuple[dict[str, str], dict[str, tuple[float, float]]]:
+    """Start all the jobs at once: their output and (start, end) times by name."""
     outputs, started, times = {}, {}, {}
     for name, command in jobs.items():
         times[name] = (time.time(), None)
         started[name] = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if not together:
-            outputs[name] = started[name].communicate(timeout=900)[0]
-            times[name] = (times[name][0], time.time())
     for name, process in started.items():
-        if together:
-            outputs[name] = process.communicate(timeout=900)[0]
-            times[name] = (times[name][0], time.time())
+        outputs[name] = process.communicate(timeout=900)[0]
+        times[name] = (times[name][0], time.time())
         _succeeded(name, process, outputs[name])
     return outputs, times
+
+
+def _rows(table: registry.Table, settings) -> pa.Table:
+    from nyc_taxi.core.catalog import load_table
+
+    return load_table(table, settings).scan().to_arrow()
+
+
+def _every_job_once() -> list[tuple[str, str]]:
+    """(job, event type) of the three runs, from the registry: each task and step started and completed
+    once, the flow's run too; of a DAG run, Airflow's `dags test` reports the end only."""
+    events = []
+    for pipeline in (INGEST_YELLOW_TAXI_DATA, INGEST_WEATHER_DATA, TRAINING_FLOW):
+        events += [(pipeline.name, "COMPLETE")] + [(pipeline.name, "START")] * (pipeline.orchestrator == "metaflow")
+        events += [(job.qualified_name, kind) for job in pipeline.jobs for kind in ("START", "COMPLETE")]
+    return sorted(events)
 
 
 def _actuals_at(settings, raw_snapshot: int) -> list[tuple]:
@@ -297,52 +301,50 @@ def _the_flow_read(settings) -> dict[str, str | None]:
 
 @pytest.mark.airflow
 @pytest.mark.metaflow
-def test_both_dags_and_the_flow_at_once_overlap_and_each_reads_one_consistent_version(
-    site, tmp_path, table_contents, lineage_events
-):
+def test_both_dags_and_the_flow_at_once_overlap_and_each_reads_one_consistent_version(site, tmp_path, lineage_events):
     from nyc_taxi.core.catalog import load_table
 
-    add_taxi_month(site, *PRELOADED, rows=30_000, seed=71)
-    add_taxi_month(site, *CONCURRENT, rows=30_000, seed=72)
+    preloaded = add_taxi_month(site, *PRELOADED, rows=30_000, seed=71)
+    concurrent_month = add_taxi_month(site, *CONCURRENT, rows=30_000, seed=72)
     add_weather_month(site, *PRELOADED, seed=73, n_counties=60)
 
-    sequential, env, jobs = _scenario(tmp_path / "sequential")
-    fresh_airflow_db = shutil.copy(sequential.airflow_home / "airflow.db", tmp_path / "airflow.db")
-    _run(jobs, env, together=False)
-    concurrent, env, jobs = _scenario(tmp_path / "concurrent", airflow_db=fresh_airflow_db)
-    outputs, times = _run(jobs, env, together=True)
+    settings, env, jobs = _scenario(tmp_path / "state")
+    outputs, times = _run_together(jobs, env)
 
     # they really ran at the same time: every two of them overlap
     print({name: round(end - start) for name, (start, end) in times.items()})
     assert max(start for start, _ in times.values()) < min(end for _, end in times.values())
 
-    # what Airflow loaded is what the sequential runs loaded, row for row
-    expected, got = table_contents(sequential), table_contents(concurrent)
-    for name in INGESTED:
-        assert expected[name], f"{name} stayed empty: the scenario did not exercise it"
-        assert got[name] == expected[name], f"{name} differs from the sequential runs'"
+    # what Airflow loaded is exactly what the files hold, computed independently: raw has both months,
+    # staging the month loaded last
+    taxi_raw = comparable(pa.concat_tables([expected_taxi_rows(preloaded), expected_taxi_rows(concurrent_month)]))
+    assert taxi_raw.num_rows == 60_000
+    assert comparable(_rows(registry.YELLOW_TAXI_RAW, settings)).equals(taxi_raw)
+    assert comparable(_rows(registry.YELLOW_TAXI_STAGING, settings)).equals(
+        comparable(expected_taxi_rows(concurrent_month))
+    )
+    weather = expected_weather(site, *PRELOADED, "scaled")
+    assert weather, "no New York City county in the weather files: the scenario did not exercise weather"
+    weather_raw = {(r["county_code"], r["date"]): r for r in _rows(registry.WEATHER_RAW, settings).to_pylist()}
+    assert set(weather_raw) == set(weather)
+    assert all({column: weather_raw[key][column] for column in weather[key]} == weather[key] for key in weather)
+    assert {r["source_status"] for r in weather_raw.values()} == {"scaled"}
+    staged = {(r["county_code"], r["date"]): r for r in _rows(registry.WEATHER_STAGING, settings).to_pylist()}
+    assert staged == weather_raw
 
     # the flow read one snapshot of each table it read, and wrote exactly what that snapshot gives
-    for settings in (sequential, concurrent):
-        read = _the_flow_read(settings)
-        raw_snapshots = {s.snapshot_id for s in load_table(registry.YELLOW_TAXI_RAW, settings).snapshots()}
-        assert int(read["yellow_taxi_raw"]) in raw_snapshots
-        assert read.get("weather_raw") is None or int(read["weather_raw"]) in {
-            s.snapshot_id for s in load_table(registry.WEATHER_RAW, settings).snapshots()
-        }
-        actuals = sorted(
-            (zone, hour, count)
-            for zone, hour, count in (
-                (r["pickup_location_id"], r["pickup_hour"], r["ride_count"])
-                for r in load_table(registry.YELLOW_RIDES_HOURLY_ACTUALS, settings).scan().to_arrow().to_pylist()
-            )
-        )
-        assert actuals == _actuals_at(settings, int(read["yellow_taxi_raw"]))
-    # in the sequential runs the flow saw both months; concurrently, whichever version it saw is stated
-    assert _the_flow_read(sequential)["yellow_taxi_raw"] == str(
-        load_table(registry.YELLOW_TAXI_RAW, sequential).current_snapshot().snapshot_id
+    read = _the_flow_read(settings)
+    raw_snapshots = {s.snapshot_id for s in load_table(registry.YELLOW_TAXI_RAW, settings).snapshots()}
+    assert int(read["yellow_taxi_raw"]) in raw_snapshots
+    assert read.get("weather_raw") is None or int(read["weather_raw"]) in {
+        s.snapshot_id for s in load_table(registry.WEATHER_RAW, settings).snapshots()
+    }
+    actuals = sorted(
+        (r["pickup_location_id"], r["pickup_hour"], r["ride_count"])
+        for r in _rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, settings).to_pylist()
     )
+    assert actuals == _actuals_at(settings, int(read["yellow_taxi_raw"]))
 
-    assert lineage_events(concurrent) == lineage_events(sequential)  # no lineage lost or torn
+    assert lineage_events(settings) == _every_job_once()  # no lineage lost, doubled or torn
     races = sum(out.count("lost a race") for out in outputs.values())
     print(f"lost races retried while running together: {races}")

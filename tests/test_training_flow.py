@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from airflow.sdk import Asset
 from datahub_airflow_plugin._airflow_asset_adapter import translate_airflow_asset_to_urn
+from expected_loads import NYC_COUNTY_CODES
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table
@@ -238,10 +239,6 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     assert started == ["TrainForecastModelFlow", "TrainForecastModelFlow.evaluate", "TrainForecastModelFlow.end"]
     tags = {t["key"]: t["value"] for t in events[1]["run"]["facets"]["tags"]["tags"]}
     assert tags["metaflow.origin_run_id"] == run_id
-
-
-# New York City's five counties in NOAA's numbering (state 30), written out from NOAA's county list
-NYC_COUNTY_CODES = {"30005", "30047", "30061", "30081", "30085"}
 
 
 def expected_daily_prcp(site) -> dict[dt.date, float]:

@@ -1,6 +1,7 @@
 """`python -m nyc_taxi.airflow_adapter.dag_runs DAG_ID[:CONF_JSON] ...`: DAG runs one after another in one
 process, each with Airflow's own ``dag.test()`` (what `airflow dags test` does for one run), so the
-runs share one Python process and one Spark JVM. Prints each run's task states; exits 1 if one failed.
+runs share one Python process and one Spark JVM. Prints each run's task states and seconds; exits 1 if
+one failed.
 
     python -m nyc_taxi.airflow_adapter.dag_runs 'ingest_yellow_taxi_data:{"month": "2024-01"}' ingest_weather_data
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 
 def main(argv: list[str]) -> int:
@@ -24,7 +26,9 @@ def main(argv: list[str]) -> int:
     failed = False
     for spec in argv:
         dag_id, _, conf = spec.partition(":")
+        started = time.perf_counter()
         run = bag.get_dag(dag_id).test(run_conf=json.loads(conf) if conf else None)
+        seconds = round(time.perf_counter() - started, 1)
         states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
         print(
             json.dumps(
@@ -34,6 +38,7 @@ def main(argv: list[str]) -> int:
                     "run_id": run.run_id,
                     "state": str(run.state),
                     "tasks": states,
+                    "seconds": seconds,
                 }
             ),
             flush=True,

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     for line in done.stdout.splitlines():
         if line.startswith("{"):
             run = json.loads(line)
-            print(f"      {run['dag_id']} {run['conf']}: {run['state']}")
+            print(f"      {run['dag_id']} {run['conf']}: {run['state']} ({run['seconds']:.0f} s)")
     os.environ.update({"TLC_BASE_URL": url, "NOAA_BASE_URL": url})  # the sources as the runs named them
     get_settings.cache_clear()
     settings = get_settings()

@@ -255,7 +255,7 @@ def _run_together(jobs: dict, env: dict) -> tuple[dict[str, str], dict[str, tupl
     return outputs, times
 
 
-def _rows(table: registry.Table, settings) -> pa.Table:
+def _table_rows(table: registry.Table, settings) -> pa.Table:
     from nyc_taxi.core.catalog import load_table
 
     return load_table(table, settings).scan().to_arrow()
@@ -319,17 +319,17 @@ def test_both_dags_and_the_flow_at_once_overlap_and_each_reads_one_consistent_ve
     # staging the month loaded last
     taxi_raw = comparable(pa.concat_tables([expected_taxi_rows(preloaded), expected_taxi_rows(concurrent_month)]))
     assert taxi_raw.num_rows == 60_000
-    assert comparable(_rows(registry.YELLOW_TAXI_RAW, settings)).equals(taxi_raw)
-    assert comparable(_rows(registry.YELLOW_TAXI_STAGING, settings)).equals(
+    assert comparable(_table_rows(registry.YELLOW_TAXI_RAW, settings)).equals(taxi_raw)
+    assert comparable(_table_rows(registry.YELLOW_TAXI_STAGING, settings)).equals(
         comparable(expected_taxi_rows(concurrent_month))
     )
     weather = expected_weather(site, *PRELOADED, "scaled")
     assert weather, "no New York City county in the weather files: the scenario did not exercise weather"
-    weather_raw = {(r["county_code"], r["date"]): r for r in _rows(registry.WEATHER_RAW, settings).to_pylist()}
+    weather_raw = {(r["county_code"], r["date"]): r for r in _table_rows(registry.WEATHER_RAW, settings).to_pylist()}
     assert set(weather_raw) == set(weather)
     assert all({column: weather_raw[key][column] for column in weather[key]} == weather[key] for key in weather)
     assert {r["source_status"] for r in weather_raw.values()} == {"scaled"}
-    staged = {(r["county_code"], r["date"]): r for r in _rows(registry.WEATHER_STAGING, settings).to_pylist()}
+    staged = {(r["county_code"], r["date"]): r for r in _table_rows(registry.WEATHER_STAGING, settings).to_pylist()}
     assert staged == weather_raw
 
     # the flow read one snapshot of each table it read, and wrote exactly what that snapshot gives
@@ -341,7 +341,7 @@ def test_both_dags_and_the_flow_at_once_overlap_and_each_reads_one_consistent_ve
     }
     actuals = sorted(
         (r["pickup_location_id"], r["pickup_hour"], r["ride_count"])
-        for r in _rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, settings).to_pylist()
+        for r in _table_rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, settings).to_pylist()
     )
     assert actuals == _actuals_at(settings, int(read["yellow_taxi_raw"]))
 

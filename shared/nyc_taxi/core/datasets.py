@@ -140,7 +140,7 @@ YELLOW_TAXI_STAGING = Table(
     layer="staging",
     columns=LOAD_COLUMNS + YELLOW_TRIP_COLUMNS,
     # Written once and read a few times before the next month replaces it: snappy stages a 3.5 M-row
-    # month 2–3 s sooner than zstd (`bash run bench ingest`: 14.1 s → 10.9–12.5 s); raw keeps zstd
+    # month 2–3 s sooner than zstd (`bash run bench ingest`: 14.1 s → 10.9–12.7 s); raw keeps zstd
     # (its files a third smaller).
     properties={"write.parquet.compression-codec": "snappy"},
 )

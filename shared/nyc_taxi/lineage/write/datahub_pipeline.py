@@ -11,6 +11,7 @@ from pathlib import Path
 
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
+from nyc_taxi.lineage.write.delivery import datahub_emitter
 from nyc_taxi.lineage.write.outbox import Outbox, datahub_files, read_datahub_file
 
 INGESTION_PROJECT = REPO_ROOT / "infra" / "datahub-ingestion"  # DataHub's sources run in their own environment
@@ -36,6 +37,12 @@ def push(settings: Settings | None = None) -> dict[str, int]:
     """Send every recorded DataHub record to DATAHUB_GMS_URL (upserts: sending twice stores nothing twice)."""
     settings = settings or get_settings()
     sink, sent = rest_sink(settings), {}
+    # one try first: a server that is down is said at once, not after the sink's retries with
+    # backoff (about 30 s); a server that answers gets them for its transient errors
+    try:
+        datahub_emitter(settings).test_connection()
+    except OSError as down:  # requests' errors: refused, timed out, no such host
+        raise ConnectionError(f"DataHub did not answer ({type(down).__name__}, one try)") from down
     for path in datahub_files(settings):
         records = read_datahub_file(path)
         if records:

@@ -89,23 +89,28 @@ class DataHubServer(Server):
         return read_datahub_file(path)
 
     def sender(self) -> Callable[[dict], None]:
-        from datahub.emitter.rest_emitter import DataHubRestEmitter
-
-        token = self.settings.datahub_token.get_secret_value() if self.settings.datahub_token else None
-        timeout = self.settings.lineage_request_timeout
-        emitter = DataHubRestEmitter(
-            self.url,
-            token=token,
-            retry_max_times=0,
-            connect_timeout_sec=timeout,
-            read_timeout_sec=timeout,
-            openapi_ingestion=False,
-        )
+        emitter = datahub_emitter(self.settings)
 
         def send(record: dict) -> None:
             emitter.emit(_proposal(copy.deepcopy(record)))  # DataHub's from_obj changes what it is given
 
         return send
+
+
+def datahub_emitter(settings: Settings):
+    """DataHub's REST emitter to DATAHUB_GMS_URL making one try per request, cut off by the request
+    timeout: whoever ships next tries again, so retries here would only make a task wait."""
+    from datahub.emitter.rest_emitter import DataHubRestEmitter
+
+    timeout = settings.lineage_request_timeout
+    return DataHubRestEmitter(
+        settings.datahub_gms_url,
+        token=settings.datahub_token.get_secret_value() if settings.datahub_token else None,
+        retry_max_times=0,
+        connect_timeout_sec=timeout,
+        read_timeout_sec=timeout,
+        openapi_ingestion=False,
+    )
 
 
 def _proposal(record: dict):

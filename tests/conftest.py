@@ -232,33 +232,6 @@ def demo(tmp_path_factory):
     return settings, stdout.read_text(), root / "images"
 
 
-# Columns whose values name the run or the moment, not the data.
-RUN_SPECIFIC_COLUMNS = {"ingested_at", "computed_at", "created_at", "model_version"}
-
-
-@pytest.fixture(scope="session")
-def table_contents():
-    """settings -> the rows of every registry table that exists, without the run-specific columns,
-    sorted: two lakehouses that did the same work compare equal."""
-
-    def contents(settings) -> dict[str, list[tuple]]:
-        from nyc_taxi.core.catalog import load_catalog
-        from nyc_taxi.core.datasets import TABLES
-        from nyc_taxi.core.naming import iceberg_identifier
-
-        catalog = load_catalog(settings)
-        tables = {}
-        for table in TABLES.values():
-            if not catalog.table_exists(iceberg_identifier(table, settings)):
-                continue
-            rows = catalog.load_table(iceberg_identifier(table, settings)).scan().to_arrow()
-            rows = rows.drop_columns([c for c in rows.column_names if c in RUN_SPECIFIC_COLUMNS])
-            tables[table.name] = sorted(tuple(r.values()) for r in rows.to_pylist())
-        return tables
-
-    return contents
-
-
 @pytest.fixture(scope="session")
 def lineage_events():
     """settings -> (job, event type) of every OpenLineage event both tools wrote, sorted; every line

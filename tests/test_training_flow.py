@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from airflow.sdk import Asset
 from datahub_airflow_plugin._airflow_asset_adapter import translate_airflow_asset_to_urn
+from datahub_check import all_valid, datahub_check
 from expected_loads import NYC_COUNTY_CODES
 
 from nyc_taxi.core import datasets as registry
@@ -204,14 +205,9 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
         "predict)",
         "write_forecasts_to_table)",
     ]
-    for record_file in datahub_files(settings, "metaflow"):
-        check = subprocess.run(
-            [sys.executable, "-m", "datahub", "check", "metadata-file", str(record_file)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert check.returncode == 0, check.stdout[-2000:]
+    files = datahub_files(settings, "metaflow")
+    check = datahub_check(files)
+    assert check.returncode == 0 and check.stdout.splitlines() == all_valid(files), check.stderr[-4000:]
 
     # A re-run duplicates nothing and leaves the actuals table's snapshot alone.
     actuals_snapshot = current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS)

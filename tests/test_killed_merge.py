@@ -60,11 +60,14 @@ def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_complete
 
     # the month is republished with different values: staging gets it, the merge must rewrite raw
     add_taxi_month(site, YEAR, MONTH, rows=400_000, seed=2)
-    _step(state, f"taxi.download_published_file({YEAR}, {MONTH}, s); taxi.stage_landed_file({YEAR}, {MONTH}, s)")
-
     data_dir = Path(table_location(registry.YELLOW_TAXI_RAW, settings).removeprefix("file://")) / "data"
     existing = set(data_dir.rglob("*.parquet"))
-    merge = _step(state, f"taxi.merge_into_raw({YEAR}, {MONTH}, s)", wait=False)
+    merge = _step(  # staging writes its own table's files: raw's new files appear only once the MERGE writes
+        state,
+        f"taxi.download_published_file({YEAR}, {MONTH}, s); taxi.stage_landed_file({YEAR}, {MONTH}, s); "
+        f"taxi.merge_into_raw({YEAR}, {MONTH}, s)",
+        wait=False,
+    )
     killed = False
     deadline = time.monotonic() + 300
     while merge.poll() is None and time.monotonic() < deadline:

@@ -181,14 +181,14 @@ PRELOADED, CONCURRENT = (2023, 7), (2023, 8)
 AS_OF, LOOKBACK, HORIZON = dt.datetime(2023, 8, 3), 7, 24
 
 
-def _scenario(state: Path):
+def _scenario(state: Path, airflow_state):
     """A fresh lakehouse with the preloaded month, Airflow's database, and the three jobs' commands."""
-    from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+    from nyc_taxi.airflow_adapter.environment import airflow_environment
     from nyc_taxi.core.settings import Settings
     from nyc_taxi.metaflow_adapter.environment import metaflow_environment
 
     settings = Settings(state_dir=state, profile="local")
-    prepare_directories(settings)
+    airflow_state(settings)
     env = {**os.environ, "STATE_DIR": str(state), **airflow_environment(settings), **metaflow_environment(settings)}
     preload = (
         "from nyc_taxi.core.lakehouse import lakehouse\nfrom nyc_taxi.ingest import taxi\n"
@@ -198,9 +198,6 @@ def _scenario(state: Path):
         f"taxi.merge_into_raw(*{PRELOADED}, s)\n"
     )
     subprocess.run([sys.executable, "-c", preload], env=env, check=True, capture_output=True, timeout=600)
-    subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=600
-    )
     # As a deployment's DAG processor would have: DAGs and their Assets in the database before any
     # run (two `dags test` processes would otherwise both insert the same new Asset rows).
     subprocess.run(
@@ -301,14 +298,16 @@ def _the_flow_read(settings) -> dict[str, str | None]:
 
 @pytest.mark.airflow
 @pytest.mark.metaflow
-def test_both_dags_and_the_flow_at_once_overlap_and_each_reads_one_consistent_version(site, tmp_path, lineage_events):
+def test_both_dags_and_the_flow_at_once_overlap_and_each_reads_one_consistent_version(
+    site, tmp_path, lineage_events, airflow_state
+):
     from nyc_taxi.core.catalog import load_table
 
     preloaded = add_taxi_month(site, *PRELOADED, rows=30_000, seed=71)
     concurrent_month = add_taxi_month(site, *CONCURRENT, rows=30_000, seed=72)
     add_weather_month(site, *PRELOADED, seed=73, n_counties=60)
 
-    settings, env, jobs = _scenario(tmp_path / "state")
+    settings, env, jobs = _scenario(tmp_path / "state", airflow_state)
     outputs, times = _run_together(jobs, env)
 
     # they really ran at the same time: every two of them overlap

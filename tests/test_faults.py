@@ -46,20 +46,19 @@ DAG_TASKS = 4  # create_tables, download, stage, merge: each ships at its end, a
 # ---- runs and what they left ---------------------------------------------------------------------------
 
 
-def _run_weather_dag(site, state: Path, **variables: str) -> SimpleNamespace:
+def _run_weather_dag(site, airflow_state, state: Path, **variables: str) -> SimpleNamespace:
     """`airflow dags test ingest_weather_data` in its own state directory, with these environment
     variables (lineage URLs, credentials) set as a user's shell would have them."""
-    from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+    from nyc_taxi.airflow_adapter.environment import airflow_environment
     from nyc_taxi.core.settings import Settings
 
     settings = Settings(
         state_dir=state,
         **{name.lower(): value for name, value in variables.items() if name.lower() in Settings.model_fields},
     )
-    prepare_directories(settings)
+    airflow_state(settings)
     env = {**os.environ, "STATE_DIR": str(state), **variables, **airflow_environment(settings)}
     add_weather_month(site, 2023, 6, n_counties=60)
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
     started = time.monotonic()
     run = subprocess.run(
         [sys.executable, "-m", "airflow", "dags", "test", "ingest_weather_data", "--conf", '{"month": "2023-06"}'],
@@ -155,12 +154,14 @@ SECRETS = {"DATAHUB_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY"
 
 
 @pytest.fixture(scope="module")
-def live(site, tmp_path_factory):
+def live(site, airflow_state, tmp_path_factory):
     """The weather DAG with a live server taking both record kinds, with a token and an API key."""
     root = tmp_path_factory.mktemp("live")
     server = Receiver(root / "receiver.jsonl").start("ok")
     try:
-        run = _run_weather_dag(site, root / "state", OPENLINEAGE_URL=server.url, DATAHUB_GMS_URL=server.url, **SECRETS)
+        run = _run_weather_dag(
+            site, airflow_state, root / "state", OPENLINEAGE_URL=server.url, DATAHUB_GMS_URL=server.url, **SECRETS
+        )
         run.during = SimpleNamespace(
             openlineage=[r["body"] for r in server.accepted(OPENLINEAGE_PATH)], datahub=received_records(server)
         )
@@ -222,12 +223,14 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_a_misbehaving_server_costs_no_record_and_bounded_time(site, tmp_path, receiver, live, fault):
+def test_a_misbehaving_server_costs_no_record_and_bounded_time(site, airflow_state, tmp_path, receiver, live, fault):
     from nyc_taxi.core.settings import Settings
 
     mode = FAULTS[fault]
     server = receiver(mode)
-    run = _run_weather_dag(site, tmp_path / "state", OPENLINEAGE_URL=server.url, DATAHUB_GMS_URL=server.url)
+    run = _run_weather_dag(
+        site, airflow_state, tmp_path / "state", OPENLINEAGE_URL=server.url, DATAHUB_GMS_URL=server.url
+    )
     print(f"ingest_weather_data, lineage server {fault}: {run.took:.0f} s (live: {live.took:.0f} s)")
 
     # bounded time, from the server's own log: at each end of a task (and of the DAG run) at most one

@@ -53,16 +53,13 @@ print("SNAPSHOTS", json.dumps(snapshots))
 """
 
 
-def _run(state: Path, crash: str) -> tuple[str, list, object]:
-    from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+def _run(state: Path, crash: str, airflow_state) -> tuple[str, list, object]:
+    from nyc_taxi.airflow_adapter.environment import airflow_environment
     from nyc_taxi.core.settings import Settings
 
     settings = Settings(state_dir=state, profile="local")
-    prepare_directories(settings)
+    airflow_state(settings)
     env = {**os.environ, "STATE_DIR": str(state), **airflow_environment(settings)}
-    subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=600
-    )
     result = subprocess.run(
         [sys.executable, "-c", RUNNER.format(merge=MERGE, crash=crash, month=MONTH)],
         env=env,
@@ -83,10 +80,12 @@ def published(site):
 
 
 @pytest.mark.parametrize("crash", ["before", "after"], ids=["lost before the merge", "lost after its commit"])
-def test_a_merge_task_retried_after_a_failure_ends_like_a_clean_run(crash, published, tmp_path, lineage_events):
+def test_a_merge_task_retried_after_a_failure_ends_like_a_clean_run(
+    crash, published, tmp_path, lineage_events, airflow_state
+):
     from nyc_taxi.core.catalog import load_table
 
-    retried, snapshots, retried_settings = _run(tmp_path / "retried", crash=crash)
+    retried, snapshots, retried_settings = _run(tmp_path / "retried", crash, airflow_state)
 
     assert retried == "RESULT success 2", retried  # the first try failed, Airflow's retry succeeded
     expected = comparable(expected_taxi_rows(published))

@@ -28,6 +28,23 @@ def expected_taxi_rows(path: Path) -> pa.Table:
     return pa.table({"row_key": keys, **columns}).sort_by("row_key")
 
 
+def expected_actuals(files: list[Path], start: dt.datetime, end: dt.datetime) -> dict[tuple[int, dt.datetime], int]:
+    """Rides per zone and hour in [start, end): pickups floored to the hour, TLC's zones 1-265 only, and
+    every zone with a ride in the window gets every hour of it (zero where it had none)."""
+    counts: dict[tuple[int, dt.datetime], int] = {}
+    for path in files:
+        table = pq.read_table(path, columns=["tpep_pickup_datetime", "PULocationID"])
+        for pickup, zone in zip(
+            table["tpep_pickup_datetime"].to_pylist(), table["PULocationID"].to_pylist(), strict=False
+        ):
+            if start <= pickup < end and 1 <= zone <= 265:
+                key = (zone, pickup.replace(minute=0, second=0, microsecond=0))
+                counts[key] = counts.get(key, 0) + 1
+    zones = {z for z, _ in counts}
+    hours = [start + dt.timedelta(hours=h) for h in range(int((end - start).total_seconds() // 3600))]
+    return {(z, h): counts.get((z, h), 0) for z in zones for h in hours}
+
+
 def comparable(table: pa.Table) -> pa.Table:
     """The row key and the TLC columns of a table, sorted by row key: a load and its expectation compare equal."""
     names = ["row_key"] + [name for name, _ in TLC_TO_TARGET.values()]

@@ -14,12 +14,11 @@ import subprocess
 import sys
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 from airflow.sdk import Asset
 from datahub_airflow_plugin._airflow_asset_adapter import translate_airflow_asset_to_urn
 from datahub_check import all_valid, datahub_check
-from expected_loads import NYC_COUNTY_CODES
+from expected_loads import NYC_COUNTY_CODES, expected_actuals
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table
@@ -90,22 +89,6 @@ def loaded(spark, site):
     return files
 
 
-def expected_actuals(files) -> dict[tuple[int, dt.datetime], int]:
-    """Independent: floor to the hour, window and zone filter, zones active in the window get every hour."""
-    counts: dict[tuple[int, dt.datetime], int] = {}
-    for path in files:
-        table = pq.read_table(path, columns=["tpep_pickup_datetime", "PULocationID"])
-        for pickup, zone in zip(
-            table["tpep_pickup_datetime"].to_pylist(), table["PULocationID"].to_pylist(), strict=False
-        ):
-            if WINDOW[0] <= pickup < WINDOW[1] and 1 <= zone <= 265:
-                key = (zone, pickup.replace(minute=0, second=0, microsecond=0))
-                counts[key] = counts.get(key, 0) + 1
-    zones = {z for z, _ in counts}
-    hours = [WINDOW[0] + dt.timedelta(hours=h) for h in range(int((WINDOW[1] - WINDOW[0]).total_seconds() // 3600))]
-    return {(z, h): counts.get((z, h), 0) for z in zones for h in hours}
-
-
 def table_rows(table: registry.Table, column: str, start: dt.datetime, end: dt.datetime) -> list[dict]:
     arrow = load_table(table).scan().to_arrow()
     mask = pc.and_(pc.greater_equal(arrow[column], start), pc.less(arrow[column], end))
@@ -142,7 +125,7 @@ def backtest(loaded):
 def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(loaded, backtest, settings):
     run_id, mark, events = backtest
 
-    expected = expected_actuals(loaded)
+    expected = expected_actuals(loaded, *WINDOW)
     rows = table_rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, "pickup_hour", *WINDOW)
     # whole rows, sorted: a duplicated zone-hour would show
     assert sorted((r["pickup_location_id"], r["pickup_hour"], r["ride_count"]) for r in rows) == sorted(
@@ -314,7 +297,7 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
     assert identity(registry.WEATHER_RAW).datahub_urn in latest["inputDatasets"]
 
     # the forecasts equal an independent computation from the fixture files (counts and rain)
-    factor, expected = expected_weather_adjusted(expected_actuals(loaded), expected_daily_prcp(site))
+    factor, expected = expected_weather_adjusted(expected_actuals(loaded, *WINDOW), expected_daily_prcp(site))
     rows = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
     assert {r["model_name"] for r in rows} == {"weather_adjusted"} and len(rows) == len(expected)
     for row in rows:

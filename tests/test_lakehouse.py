@@ -53,6 +53,27 @@ def test_one_spark_session_per_process_and_a_new_one_after_stop():
     assert result.stdout.split() == ["True", "True", "True", "True", "1"]
 
 
+def test_a_session_started_in_the_background_is_the_one_get_spark_returns():
+    """start_spark() while the caller does other work, then get_spark(): one session, one JVM, the
+    quick compiler tier it was asked for, and it answers from the caller's thread."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import psutil, threading\n"
+        "from nyc_taxi.core.spark import get_spark, start_spark\n"
+        "start_spark(small=True); started = [t.name for t in threading.enumerate()]\n"
+        "s = get_spark(small=True)\n"
+        "jvms = [p for p in psutil.Process().children(recursive=True) if p.name() == 'java']\n"
+        "options = s.sparkContext.getConf().get('spark.driver.extraJavaOptions')\n"
+        "print('spark-start' in started, s is get_spark(), len(jvms), 'TieredStopAtLevel=1' in options,\n"
+        "      s.sql('SELECT 1').first()[0])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["True", "True", "1", "True", "1"]
+
+
 @pytest.mark.parametrize("table", list(registry.TABLES.values()), ids=lambda t: t.name)
 def test_tables_are_created_from_the_registry(tables, table):
     iceberg = tables.load_table(iceberg_identifier(table))

@@ -23,6 +23,7 @@ from nyc_taxi.core.settings import Settings, get_settings
 
 ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _session = None
 
@@ -114,6 +115,21 @@ def get_spark(settings: Settings | None = None, small: bool = False):
             return _session
         _session = _new_session(settings or get_settings(), small=small)
         return _session
+
+
+def start_spark(settings: Settings | None = None, small: bool = False) -> None:
+    """Begin creating the process's session in a thread of its own, so that its JVM starts while the
+    caller does its catalog work (pyiceberg's imports and reads: about a second on two cores);
+    ``get_spark()`` then waits for it. A session that fails to start here is started again, and fails
+    with its own error, in ``get_spark()``."""
+
+    def start() -> None:
+        try:
+            get_spark(settings, small=small)
+        except Exception:  # get_spark() in the caller's thread says what went wrong
+            log.debug("starting Spark in the background failed; the caller's get_spark() will retry", exc_info=True)
+
+    threading.Thread(target=start, name="spark-start", daemon=True).start()
 
 
 def _new_session(settings: Settings, java_options: tuple[str, ...] = (), small: bool = False):

@@ -101,13 +101,14 @@ def compute_actuals(
     as_of: dt.datetime, lookback_days: int, horizon_hours: int, settings: Settings | None = None
 ) -> StepReport:
     """Hourly counts for the training window and the horizon (so a backtest can be evaluated)."""
-    from nyc_taxi.core.spark import get_spark
+    from nyc_taxi.core.spark import get_spark, start_spark
 
     settings = settings or get_settings()
+    start_spark(settings, small=True)  # zone-hours: small data; the JVM starts during the catalog work
     ensure_tables([ACTUALS], settings)
     window = Window.of(as_of, lookback_days, horizon_hours)
     raw_snapshot, before = current_snapshot(RAW, settings), current_snapshot(ACTUALS, settings)
-    spark = get_spark(settings, small=True)  # zone-hours and forecasts: small data
+    spark = get_spark(settings, small=True)
     bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
     # hourly_actuals reads the counts twice (the active zones, the join): cached, raw is scanned once
     counts = SQL.run(spark, "hourly_counts", raw=pinned(RAW, raw_snapshot, settings), **bounds).persist()
@@ -247,12 +248,13 @@ def predict(trained: Trained, data: TrainingData, as_of: dt.datetime, horizon_ho
 
 def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> StepReport:
     """MERGE the forecasts into the forecast table, keyed by zone and hour."""
-    from nyc_taxi.core.spark import get_spark
+    from nyc_taxi.core.spark import get_spark, start_spark
 
     settings = settings or get_settings()
+    start_spark(settings, small=True)  # a few thousand forecasts: small data
     ensure_tables([FORECAST], settings)
     before = current_snapshot(FORECAST, settings)
-    spark = get_spark(settings, small=True)  # zone-hours and forecasts: small data
+    spark = get_spark(settings, small=True)
     now = dt.datetime.now(dt.UTC)
     rows = [
         (zone, hour, value, forecasts.model_name, forecasts.model_version, forecasts.as_of, now)

@@ -149,7 +149,9 @@ def airflow_state(tmp_path_factory):
     template = Settings(state_dir=tmp_path_factory.mktemp("airflow-template"), profile="local")
     prepare_directories(template)
     env = {**os.environ, "STATE_DIR": str(template.state_dir), **airflow_environment(template)}
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=600
+    )
     database = template.airflow_home / "airflow.db"
 
     def prepare(settings) -> None:

@@ -19,13 +19,11 @@ for path in sys.argv[1:]:
 """
 
 
-def datahub_check(paths: list[Path]) -> subprocess.CompletedProcess:
-    """Run the check on every file; it stops at the first invalid one with a non-zero exit."""
-    return subprocess.run(
+def assert_valid_record_files(paths: list[Path]) -> None:
+    """Every record of every file passes DataHub's check: it exits 0 (it stops at the first invalid file)
+    and reports each file's own record count as all valid."""
+    check = subprocess.run(
         [sys.executable, "-c", _CHECK_EACH, *map(str, paths)], capture_output=True, text=True, timeout=600
     )
-
-
-def all_valid(paths: list[Path]) -> list[str]:
-    """What the check prints when every record of every file is valid: each file's own record count."""
-    return [f"{len(json.loads(path.read_text()))} MCEs found - all valid" for path in paths]
+    all_valid = [f"{len(json.loads(path.read_text()))} MCEs found - all valid" for path in paths]
+    assert check.returncode == 0 and check.stdout.splitlines() == all_valid, check.stdout[-2000:] + check.stderr[-4000:]

@@ -35,12 +35,19 @@ def tables(spark):
     return load_catalog()
 
 
-def test_one_spark_session_per_process_and_a_new_one_after_stop():
-    """In a fresh process: asking twice gives the same session (one JVM application); after stop_spark
-    the next ask starts a new one."""
+def _in_a_fresh_process(probe: str) -> list[str]:
+    """What ``probe`` prints, run by a new Python process (a process has one SparkSession)."""
     import subprocess
     import sys
 
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.split()
+
+
+def test_one_spark_session_per_process_and_a_new_one_after_stop():
+    """In a fresh process: asking twice gives the same session (one JVM application); after stop_spark
+    the next ask starts a new one."""
     probe = (
         "from nyc_taxi.core.spark import get_spark, stop_spark\n"
         "a = get_spark(); b = get_spark(); first = a.sparkContext.applicationId\n"
@@ -48,17 +55,12 @@ def test_one_spark_session_per_process_and_a_new_one_after_stop():
         "stop_spark(); c = get_spark()\n"
         "print(c is not a, c.sparkContext.applicationId != first, c.sql('SELECT 1').first()[0])\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["True", "True", "True", "True", "1"]
+    assert _in_a_fresh_process(probe) == ["True", "True", "True", "True", "1"]
 
 
 def test_a_session_started_in_the_background_is_the_one_get_spark_returns():
     """start_spark() while the caller does other work, then get_spark(): one session, one JVM, the
     quick compiler tier it was asked for, and it answers from the caller's thread."""
-    import subprocess
-    import sys
-
     probe = (
         "import psutil, threading\n"
         "from nyc_taxi.core.spark import get_spark, start_spark\n"
@@ -69,9 +71,7 @@ def test_a_session_started_in_the_background_is_the_one_get_spark_returns():
         "print('spark-start' in started, s is get_spark(), len(jvms), 'TieredStopAtLevel=1' in options,\n"
         "      s.sql('SELECT 1').first()[0])\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["True", "True", "1", "True", "1"]
+    assert _in_a_fresh_process(probe) == ["True", "True", "1", "True", "1"]
 
 
 @pytest.mark.parametrize("table", list(registry.TABLES.values()), ids=lambda t: t.name)

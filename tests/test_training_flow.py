@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pytest
 from airflow.sdk import Asset
 from datahub_airflow_plugin._airflow_asset_adapter import translate_airflow_asset_to_urn
-from datahub_check import all_valid, datahub_check
+from datahub_check import assert_valid_record_files
 from expected_loads import NYC_COUNTY_CODES, expected_actuals
 
 from nyc_taxi.core import datasets as registry
@@ -188,9 +188,7 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
         "predict)",
         "write_forecasts_to_table)",
     ]
-    files = datahub_files(settings, "metaflow")
-    check = datahub_check(files)
-    assert check.returncode == 0 and check.stdout.splitlines() == all_valid(files), check.stderr[-4000:]
+    assert_valid_record_files(datahub_files(settings, "metaflow"))
 
     # A re-run duplicates nothing and leaves the actuals table's snapshot alone.
     actuals_snapshot = current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS)

@@ -201,18 +201,14 @@ def browser():
 
 @pytest.fixture
 def receiver(tmp_path):
-    """mode -> a lineage server process (tests/lineage_receiver.py) on 127.0.0.1, stopped after the test;
-    mode None: a port where nothing listens (yet: ``.start()`` starts one there)."""
-    from lineage_receiver import Receiver, closed_port
+    """mode -> a lineage server process (tests/lineage_receiver.py) on 127.0.0.1, stopped after the test."""
+    from lineage_receiver import Receiver
 
     started = []
 
-    def start(mode: str | None = "ok", name: str = "receiver") -> Receiver:
+    def start(mode: str = "ok", name: str = "receiver") -> Receiver:
         server = Receiver(tmp_path / f"{name}.jsonl")
-        if mode is None:
-            server.port = closed_port()
-        else:
-            server.start(mode)
+        server.start(mode)
         started.append(server)
         return server
 

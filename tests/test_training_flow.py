@@ -12,6 +12,7 @@ import os
 import secrets
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pyarrow.compute as pc
 import pytest
@@ -114,19 +115,65 @@ BACKTEST = (
 
 @pytest.fixture(scope="module")
 def backtest(loaded):
-    """The seasonal-naive backtest, run once: (its run id, the index of its first OpenLineage event, its
-    events). The tests that compare with it ask for it, so each of them passes alone."""
+    """The seasonal-naive backtest, run once: its run id, its OpenLineage events, and the actuals and
+    forecasts it left (a later run replaces the forecasts' model version). The tests that compare with
+    it ask for it, so each of them passes alone."""
     mark = len(ol_events())
     result = run_flow(*BACKTEST)
     assert result.returncode == 0, result.stderr[-4000:]
-    return run_id_of(result), mark, ol_events(mark)
+    return SimpleNamespace(
+        run_id=run_id_of(result),
+        events=ol_events(mark),
+        actuals=table_rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, "pickup_hour", *WINDOW),
+        forecasts=table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1]),
+    )
 
 
-def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(loaded, backtest, settings):
-    run_id, mark, events = backtest
+def _forecasts() -> list[tuple]:
+    """The forecast table's rows in the window, as (zone, hour, forecast), sorted."""
+    rows = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
+    return sorted((r["pickup_location_id"], r["forecast_hour"], r["predicted_ride_count"]) for r in rows)
+
+
+@pytest.fixture(scope="module")
+def rerun(backtest, tmp_path_factory):
+    """The backtest run again, as a user re-runs a flow, while both lineage servers misbehave: the
+    OpenLineage server is killed after a few events, the DataHub server answers 500 throughout; with a
+    token and an API key. One run for two claims: a re-run changes nothing, and lineage servers that die
+    or refuse cost the flow no record and no secret."""
+    from lineage_receiver import Receiver
+
+    root = tmp_path_factory.mktemp("rerun")
+    openlineage = Receiver(root / "openlineage.jsonl").start("die-after:6")
+    datahub = Receiver(root / "datahub.jsonl").start("fail-first:100000")
+    secret = {"DATAHUB_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16)}
+    try:
+        actuals_before, forecasts_before, mark = (
+            current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS),
+            _forecasts(),
+            len(ol_events()),
+        )
+        result = run_flow(*BACKTEST, env={"OPENLINEAGE_URL": openlineage.url, "DATAHUB_GMS_URL": datahub.url, **secret})
+        assert result.returncode == 0, result.stderr[-4000:]
+        yield SimpleNamespace(
+            result=result,
+            events=ol_events(mark),
+            actuals=(actuals_before, current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS)),
+            forecasts=(forecasts_before, _forecasts()),
+            openlineage=openlineage,
+            datahub=datahub,
+            secret=secret,
+        )
+    finally:
+        openlineage.stop()
+        datahub.stop()
+
+
+def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(loaded, backtest, rerun, settings):
+    run_id, events = backtest.run_id, backtest.events
 
     expected = expected_actuals(loaded, *WINDOW)
-    rows = table_rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, "pickup_hour", *WINDOW)
+    rows = backtest.actuals
     # whole rows, sorted: a duplicated zone-hour would show
     assert sorted((r["pickup_location_id"], r["pickup_hour"], r["ride_count"]) for r in rows) == sorted(
         (zone, hour, count) for (zone, hour), count in expected.items()
@@ -134,7 +181,7 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
 
     # Every forecast is the actual of the same zone 168 hours earlier (zero where there is none).
     training_zones = {z for (z, h), _ in expected.items() if h < AS_OF}
-    forecast_rows = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
+    forecast_rows = backtest.forecasts
     forecasts = {(r["pickup_location_id"], r["forecast_hour"]): r for r in forecast_rows}
     assert len(forecast_rows) == len(forecasts)  # one row per zone and hour
     assert set(forecasts) == {(z, AS_OF + dt.timedelta(hours=h)) for z in training_zones for h in range(HORIZON)}
@@ -191,14 +238,10 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     assert_valid_record_files(datahub_files(settings, "metaflow"))
 
     # A re-run duplicates nothing and leaves the actuals table's snapshot alone.
-    actuals_snapshot = current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS)
-    again = run_flow(*BACKTEST)
-    assert again.returncode == 0, again.stderr[-4000:]
-    assert current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS) == actuals_snapshot
-    rerun_forecasts = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
-    assert sorted(
-        (r["pickup_location_id"], r["forecast_hour"], r["predicted_ride_count"]) for r in rerun_forecasts
-    ) == (sorted((r["pickup_location_id"], r["forecast_hour"], r["predicted_ride_count"]) for r in forecast_rows))
+    actuals_before, actuals_after = rerun.actuals
+    assert actuals_after == actuals_before
+    forecasts_before, forecasts_after = rerun.forecasts
+    assert forecasts_after == forecasts_before
 
     # `resume` from evaluate: earlier steps are cloned, not re-run; the new run records its origin.
     mark = len(ol_events())
@@ -279,7 +322,9 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
         identity(registry.WEATHER_RAW).ol_name,
     }
     seasonal = next(
-        e for e in backtest[2] if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".prepare_training_data")
+        e
+        for e in backtest.events
+        if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".prepare_training_data")
     )
 
     def version(e):
@@ -324,24 +369,20 @@ def test_as_of_without_data_fails_clearly_and_lineage_shows_the_failure(loaded):
     assert all(validation_errors(e) == [] for e in events)
 
 
-def test_lineage_servers_that_die_or_refuse_cost_the_flow_no_record_and_no_secret(loaded, backtest, settings, receiver):
-    """The OpenLineage server is killed after a few events, the DataHub server answers 500 throughout:
-    the flow succeeds, each step end tried each server at most once, the local files hold the whole run,
-    and once both answer, one replay delivers every local record exactly once. Tokens go to the servers
-    only: nowhere in Metaflow's datastore, the lineage files or the output."""
+def test_lineage_servers_that_die_or_refuse_cost_the_flow_no_record_and_no_secret(backtest, rerun, settings):
+    """The re-run's OpenLineage server is killed after a few events, its DataHub server answers 500
+    throughout: the flow succeeds, each step end tried each server at most once, the local files hold
+    the whole run, and once both answer, one replay delivers every local record exactly once. Tokens go
+    to the servers only: nowhere in Metaflow's datastore, the lineage files or the output."""
     from lineage_receiver import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH, local_lineage, local_records, received_records
 
-    secret = {"DATAHUB_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16)}
-    openlineage, datahub = receiver("die-after:6", "openlineage"), receiver("fail-first:100000", "datahub")
-    mark = len(ol_events())
-    result = run_flow(*BACKTEST, env={"OPENLINEAGE_URL": openlineage.url, "DATAHUB_GMS_URL": datahub.url, **secret})
-    assert result.returncode == 0, result.stderr[-4000:]
+    result, openlineage, datahub, secret = rerun.result, rerun.openlineage, rerun.datahub, rerun.secret
     steps = len(TRAINING_FLOW.jobs)
 
     # the whole run is in the local files: the same events, job for job, as the backtest's run
-    events = ol_events(mark)
+    events = rerun.events
     assert [(e["job"]["name"], e["eventType"]) for e in events] == [
-        (e["job"]["name"], e["eventType"]) for e in backtest[2]
+        (e["job"]["name"], e["eventType"]) for e in backtest.events
     ]
     assert len(openlineage.accepted(OPENLINEAGE_PATH)) == 6 and openlineage.process.poll() is not None  # killed
     refused = [r for r in datahub.requests() if r["path"] == DATAHUB_INGEST_PATH]

@@ -50,7 +50,7 @@ def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_complete
 
     state = tmp_path / "state"
     settings = Settings(state_dir=state, profile="local")
-    path = add_taxi_month(site, YEAR, MONTH, rows=400_000, seed=1)
+    path = add_taxi_month(site, YEAR, MONTH, rows=100_000, seed=1)
     _step(
         state,
         f"taxi.download_published_file({YEAR}, {MONTH}, s); taxi.stage_landed_file({YEAR}, {MONTH}, s); "
@@ -59,7 +59,7 @@ def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_complete
     before_snapshot, before = _raw(settings)
 
     # the month is republished with different values: staging gets it, the merge must rewrite raw
-    add_taxi_month(site, YEAR, MONTH, rows=400_000, seed=2)
+    add_taxi_month(site, YEAR, MONTH, rows=100_000, seed=2)
     data_dir = Path(table_location(registry.YELLOW_TAXI_RAW, settings).removeprefix("file://")) / "data"
     existing = set(data_dir.rglob("*.parquet"))
     merge = _step(  # staging writes its own table's files: raw's new files appear only once the MERGE writes
@@ -77,7 +77,7 @@ def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_complete
                     os.kill(child.pid, signal.SIGKILL)
                     killed = True
             break
-        time.sleep(0.05)
+        time.sleep(0.02)
     merge.communicate(timeout=300)
     assert killed, "the merge finished before its data files appeared; nothing was killed"
     assert merge.returncode != 0

@@ -48,13 +48,15 @@ def stage(
     settings: Settings,
     summary: dict,
     empty: Callable[[], Exception] | None = None,
+    small: bool = False,
     **values: object,
 ) -> StepReport:
     """Replace ``staging`` with ``statement`` (a SELECT over the landed files' view) unless it holds ``version``.
 
     ``landed_view(spark)`` registers the landed files as a view and returns its name; ``empty()``, if
-    given, is the error to raise when the statement selects no rows (nothing is written then). The
-    column lineage is the statement's, as DataHub's SQL parser reads it.
+    given, is the error to raise when the statement selects no rows (nothing is written then);
+    ``small``: the rows staged are few (the session's quick JIT tier, see ``get_spark``). The column
+    lineage is the statement's, as DataHub's SQL parser reads it.
     """
     from nyc_taxi.lineage.write.columns import Statement, column_lineage
 
@@ -66,7 +68,7 @@ def stage(
     if committed:
         from nyc_taxi.core.spark import get_spark
 
-        spark = get_spark(settings)
+        spark = get_spark(settings, small=small)
         frame = sql.run(spark, statement, landed=landed_view(spark), **values)
         if empty is not None and frame.isEmpty():
             raise empty()

@@ -166,6 +166,7 @@ def stage_landed_files(year: int, month: int, settings: Settings | None = None) 
         settings,
         summary={"month": month_label(year, month), "status": status},
         empty=no_rows,
+        small=True,  # the five NYC counties of every US county's rows: a few hundred county-days a month
         county_codes=", ".join(f"'{code}'" for code in NYC_COUNTIES),
         status=status,
     )
@@ -175,7 +176,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     from nyc_taxi.core.spark import get_spark
 
     settings = settings or get_settings()
-    spark = get_spark(settings)
+    spark = get_spark(settings, small=True)  # a month of NYC's county-days: small data
     staged_snapshot, before = current_snapshot(STAGING, settings), current_snapshot(RAW, settings)
     staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
     staged = int(staged_snapshot.summary.get("total-records", 0)) if staged_snapshot else 0

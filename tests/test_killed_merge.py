@@ -22,20 +22,35 @@ pytestmark = [pytest.mark.spark, pytest.mark.faults]
 YEAR, MONTH = 2024, 11
 
 
-def _step(state: Path, code: str, wait: bool = True):
+LOAD = "; ".join(
+    f"taxi.{step}({YEAR}, {MONTH}, s)" for step in ("download_published_file", "stage_landed_file", "merge_into_raw")
+)
+
+
+def _step(state: Path, code: str, log: Path) -> subprocess.Popen:
+    """A Python process running ``code`` on the lakehouse in ``state``; its output goes to ``log``."""
     env = {**os.environ, "STATE_DIR": str(state)}
     script = (
         "from nyc_taxi.core.lakehouse import lakehouse\nfrom nyc_taxi.ingest import taxi\n"
         "from nyc_taxi.core.settings import get_settings\nfrom nyc_taxi.core.tables import ensure_tables\n"
         f"s = get_settings(); lakehouse(s).create(); ensure_tables(None, s)\n{code}\n"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    if wait:
-        out, _ = process.communicate(timeout=900)
-        assert process.returncode == 0, out[-4000:]
-    return process
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-c", script],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+
+def _wait_for(process: subprocess.Popen, log: Path, line: str) -> None:
+    deadline = time.monotonic() + 600
+    while line not in log.read_text().splitlines():
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+        time.sleep(0.1)
 
 
 def _raw(settings):
@@ -51,23 +66,19 @@ def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_complete
     state = tmp_path / "state"
     settings = Settings(state_dir=state, profile="local")
     path = add_taxi_month(site, YEAR, MONTH, rows=100_000, seed=1)
-    _step(
-        state,
-        f"taxi.download_published_file({YEAR}, {MONTH}, s); taxi.stage_landed_file({YEAR}, {MONTH}, s); "
-        f"taxi.merge_into_raw({YEAR}, {MONTH}, s)",
-    )
+    # one worker process loads the month, then, told to go on, loads it again once it is republished
+    log = tmp_path / "worker.log"
+    merge = _step(state, f"{LOAD}\nprint('LOADED', flush=True)\ninput()\n{LOAD}", log)
+    _wait_for(merge, log, "LOADED")
     before_snapshot, before = _raw(settings)
 
     # the month is republished with different values: staging gets it, the merge must rewrite raw
     add_taxi_month(site, YEAR, MONTH, rows=100_000, seed=2)
     data_dir = Path(table_location(registry.YELLOW_TAXI_RAW, settings).removeprefix("file://")) / "data"
     existing = set(data_dir.rglob("*.parquet"))
-    merge = _step(  # staging writes its own table's files: raw's new files appear only once the MERGE writes
-        state,
-        f"taxi.download_published_file({YEAR}, {MONTH}, s); taxi.stage_landed_file({YEAR}, {MONTH}, s); "
-        f"taxi.merge_into_raw({YEAR}, {MONTH}, s)",
-        wait=False,
-    )
+    # go on: staging writes its own table's files, so raw's new ones appear only once the MERGE writes
+    merge.stdin.write("go on\n")
+    merge.stdin.flush()
     killed = False
     deadline = time.monotonic() + 300
     while merge.poll() is None and time.monotonic() < deadline:
@@ -78,7 +89,7 @@ def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_complete
                     killed = True
             break
         time.sleep(0.02)
-    merge.communicate(timeout=300)
+    merge.wait(timeout=300)
     assert killed, "the merge finished before its data files appeared; nothing was killed"
     assert merge.returncode != 0
 
@@ -86,7 +97,10 @@ def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_complete
     assert after_snapshot == before_snapshot
     assert after.num_rows == before.num_rows and after.equals(before)
 
-    _step(state, f"taxi.merge_into_raw({YEAR}, {MONTH}, s)")  # the next run completes the month
+    rerun = _step(
+        state, f"taxi.merge_into_raw({YEAR}, {MONTH}, s)", tmp_path / "rerun.log"
+    )  # the next run completes the month
+    assert rerun.wait(timeout=900) == 0, (tmp_path / "rerun.log").read_text()[-4000:]
     _, final = _raw(settings)
     published = pq.read_table(path, columns=["total_amount"])
     assert final.num_rows == published.num_rows == before.num_rows

@@ -206,8 +206,8 @@ def receiver(tmp_path):
 
     started = []
 
-    def start(mode: str = "ok", name: str = "receiver") -> Receiver:
-        server = Receiver(tmp_path / f"{name}.jsonl")
+    def start(mode: str = "ok") -> Receiver:
+        server = Receiver(tmp_path / f"receiver-{len(started)}.jsonl")
         server.start(mode)
         started.append(server)
         return server

@@ -200,13 +200,20 @@ def _scenario(state: Path, airflow_state):
     # As a deployment's DAG processor would have: DAGs and their Assets in the database before any
     # run (two `dags test` processes would otherwise both insert the same new Asset rows). Parsing the
     # DAGs touches no table, so it runs while the month is preloaded.
-    preparing = [
-        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for command in ([sys.executable, "-c", preload], [sys.executable, "-m", "airflow", "dags", "reserialize"])
-    ]
-    for process in preparing:
-        output = process.communicate(timeout=600)[0]
-        assert process.returncode == 0, output[-4000:]
+    commands = {
+        "preload": [sys.executable, "-c", preload],
+        "reserialize": [sys.executable, "-m", "airflow", "dags", "reserialize"],
+    }
+    preparing = {}
+    try:
+        for name, command in commands.items():
+            with (state.parent / f"{name}.log").open("w") as log:
+                preparing[name] = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        for name, process in preparing.items():
+            assert process.wait(timeout=600) == 0, (state.parent / f"{name}.log").read_text()[-4000:]
+    finally:
+        for process in preparing.values():
+            process.kill()  # after a failure: nothing left running (a no-op for a process that ended)
     dag_test = [sys.executable, "-m", "airflow", "dags", "test"]
     jobs = {
         "ingest_yellow_taxi_data": [

@@ -27,7 +27,7 @@ LOAD = "; ".join(
 )
 
 
-def _step(state: Path, code: str, log: Path) -> subprocess.Popen:
+def _step(state: Path, code: str, log: Path, stdin=subprocess.DEVNULL) -> subprocess.Popen:
     """A Python process running ``code`` on the lakehouse in ``state``; its output goes to ``log``."""
     env = {**os.environ, "STATE_DIR": str(state)}
     script = (
@@ -39,7 +39,7 @@ def _step(state: Path, code: str, log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-c", script],
             env=env,
-            stdin=subprocess.PIPE,
+            stdin=stdin,
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,
@@ -68,38 +68,42 @@ def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_complete
     path = add_taxi_month(site, YEAR, MONTH, rows=100_000, seed=1)
     # one worker process loads the month, then, told to go on, loads it again once it is republished
     log = tmp_path / "worker.log"
-    merge = _step(state, f"{LOAD}\nprint('LOADED', flush=True)\ninput()\n{LOAD}", log)
-    _wait_for(merge, log, "LOADED")
-    before_snapshot, before = _raw(settings)
+    worker = _step(state, f"{LOAD}\nprint('LOADED', flush=True)\ninput()\n{LOAD}", log, stdin=subprocess.PIPE)
+    try:
+        _wait_for(worker, log, "LOADED")
+        before_snapshot, before = _raw(settings)
 
-    # the month is republished with different values: staging gets it, the merge must rewrite raw
-    add_taxi_month(site, YEAR, MONTH, rows=100_000, seed=2)
-    data_dir = Path(table_location(registry.YELLOW_TAXI_RAW, settings).removeprefix("file://")) / "data"
-    existing = set(data_dir.rglob("*.parquet"))
-    # go on: staging writes its own table's files, so raw's new ones appear only once the MERGE writes
-    merge.stdin.write("go on\n")
-    merge.stdin.flush()
-    killed = False
-    deadline = time.monotonic() + 300
-    while merge.poll() is None and time.monotonic() < deadline:
-        if set(data_dir.rglob("*.parquet")) - existing:  # the MERGE is writing its new data files
-            for child in psutil.Process(merge.pid).children(recursive=True):
-                if child.name() == "java":
-                    os.kill(child.pid, signal.SIGKILL)
-                    killed = True
-            break
-        time.sleep(0.02)
-    merge.wait(timeout=300)
+        # the month is republished with different values: staging gets it, the merge must rewrite raw
+        add_taxi_month(site, YEAR, MONTH, rows=100_000, seed=2)
+        data_dir = Path(table_location(registry.YELLOW_TAXI_RAW, settings).removeprefix("file://")) / "data"
+        existing = set(data_dir.rglob("*.parquet"))
+        # go on: staging writes its own table's files, so raw's new ones appear only once the MERGE writes
+        worker.stdin.write("go on\n")
+        worker.stdin.close()
+        killed = False
+        deadline = time.monotonic() + 300
+        while worker.poll() is None and time.monotonic() < deadline:
+            if set(data_dir.rglob("*.parquet")) - existing:  # the MERGE is writing its new data files
+                for child in psutil.Process(worker.pid).children(recursive=True):
+                    if child.name() == "java":
+                        os.kill(child.pid, signal.SIGKILL)
+                        killed = True
+                break
+            time.sleep(0.02)
+        worker.wait(timeout=300)
+    finally:  # whatever failed above, no worker is left waiting with its JVM
+        if worker.poll() is None:
+            for process in [*psutil.Process(worker.pid).children(recursive=True), psutil.Process(worker.pid)]:
+                process.kill()
     assert killed, "the merge finished before its data files appeared; nothing was killed"
-    assert merge.returncode != 0
+    assert worker.returncode != 0
 
     after_snapshot, after = _raw(settings)  # the catalog is readable
     assert after_snapshot == before_snapshot
     assert after.num_rows == before.num_rows and after.equals(before)
 
-    rerun = _step(
-        state, f"taxi.merge_into_raw({YEAR}, {MONTH}, s)", tmp_path / "rerun.log"
-    )  # the next run completes the month
+    # the next run completes the month
+    rerun = _step(state, f"taxi.merge_into_raw({YEAR}, {MONTH}, s)", tmp_path / "rerun.log")
     assert rerun.wait(timeout=900) == 0, (tmp_path / "rerun.log").read_text()[-4000:]
     _, final = _raw(settings)
     published = pq.read_table(path, columns=["total_amount"])

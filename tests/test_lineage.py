@@ -395,7 +395,7 @@ def test_trace_of_the_forecast_names_the_exact_versions(demo):
 
 
 @pytest.fixture(scope="class")
-def raw_then(demo) -> str:
+def raw_before_march_and_april(demo) -> str:
     """yellow_taxi_raw's snapshot as the demo left it; then March and April reach the demo's Airflow in
     one process of DAG runs. A class-scoped fixture: the demo's state is restored after the class."""
     from nyc_taxi.airflow_adapter.environment import airflow_environment
@@ -404,7 +404,7 @@ def raw_then(demo) -> str:
     from nyc_taxi.fixtures.site import add_taxi_month
 
     settings = demo[0]
-    raw_then = str(current_snapshot_id(registry.YELLOW_TAXI_RAW, settings))
+    raw_before = str(current_snapshot_id(registry.YELLOW_TAXI_RAW, settings))
     site = settings.state_dir / "demo-site"
     with _restored_afterwards(settings.state_dir):
         truncated = add_taxi_month(site, 2024, 3, rows=5_000, seed=3)
@@ -428,7 +428,7 @@ def raw_then(demo) -> str:
             )
         states = [json.loads(line)["state"] for line in runs.stdout.splitlines() if line.startswith("{")]
         assert states == ["failed", "success"], (runs.stdout + runs.stderr)[-3000:]
-        yield raw_then
+        yield raw_before
 
 
 class TestAfterTheDemo:
@@ -436,7 +436,7 @@ class TestAfterTheDemo:
     truncated (its run fails), then April loads. The demo is shared by other tests, so its state is put
     back exactly as it was once the tests of this class are done."""
 
-    def test_a_failed_run_is_compared_with_the_last_good(self, demo, raw_then):
+    def test_a_failed_run_is_compared_with_the_last_good(self, demo, raw_before_march_and_april):
         download = f"{Y}.download_published_files"
         runs = json.loads(_lineage_cli(demo, "--runs", download, "--json").stdout)
         [failed] = [r for r in runs if r["state"] == "failure"]
@@ -448,9 +448,10 @@ class TestAfterTheDemo:
         landed = json.loads(_lineage_cli(demo, "tlc_yellow_tripdata_landed.VendorID", "--json").stdout)
         assert _origins(landed) == {("tlc_yellow_tripdata_published", "VendorID")}
 
-    def test_the_forecasts_trace_names_the_versions_it_read_after_raw_moved_on(self, demo, raw_then):
+    def test_the_forecasts_trace_names_the_versions_it_read_after_raw_moved_on(self, demo, raw_before_march_and_april):
         from nyc_taxi.core.catalog import current_snapshot_id
 
+        raw_then = raw_before_march_and_april
         raw_now = str(current_snapshot_id(registry.YELLOW_TAXI_RAW, demo[0]))
         assert raw_now != raw_then
         again = _raw_read_by_the_forecast(_trace(demo, "yellow_rides_hourly_forecast"))

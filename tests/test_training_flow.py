@@ -115,23 +115,26 @@ BACKTEST = (
 
 @pytest.fixture(scope="module")
 def backtest(loaded):
-    """The seasonal-naive backtest, run once: its run id, its OpenLineage events, and the actuals and
-    forecasts it left (a later run replaces the forecasts' model version). The tests that compare with
-    it ask for it, so each of them passes alone."""
-    mark = len(ol_events())
+    """The seasonal-naive backtest, run once: its run id, its OpenLineage events and DataHub records, and
+    the actuals and forecasts it left (a later run replaces the forecasts' model version). The tests
+    that compare with it ask for it, so each of them passes alone."""
+    from nyc_taxi.core.settings import get_settings
+
+    mark, records = len(ol_events()), len(read_datahub_records(get_settings(), "metaflow"))
     result = run_flow(*BACKTEST)
     assert result.returncode == 0, result.stderr[-4000:]
     return SimpleNamespace(
         run_id=run_id_of(result),
         events=ol_events(mark),
+        records=read_datahub_records(get_settings(), "metaflow")[records:],
         actuals=table_rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, "pickup_hour", *WINDOW),
+        actuals_snapshot=current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS),
         forecasts=table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1]),
     )
 
 
-def _forecasts() -> list[tuple]:
-    """The forecast table's rows in the window, as (zone, hour, forecast), sorted."""
-    rows = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
+def _forecasts(rows: list[dict]) -> list[tuple]:
+    """Forecast rows as (zone, hour, forecast), sorted: what a run forecast, whichever run wrote it."""
     return sorted((r["pickup_location_id"], r["forecast_hour"], r["predicted_ride_count"]) for r in rows)
 
 
@@ -148,18 +151,14 @@ def rerun(backtest, tmp_path_factory):
     datahub = Receiver(root / "datahub.jsonl").start("fail-first:100000")
     secret = {"DATAHUB_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16)}
     try:
-        actuals_before, forecasts_before, mark = (
-            current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS),
-            _forecasts(),
-            len(ol_events()),
-        )
+        mark = len(ol_events())
         result = run_flow(*BACKTEST, env={"OPENLINEAGE_URL": openlineage.url, "DATAHUB_GMS_URL": datahub.url, **secret})
         assert result.returncode == 0, result.stderr[-4000:]
         yield SimpleNamespace(
             result=result,
             events=ol_events(mark),
-            actuals=(actuals_before, current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS)),
-            forecasts=(forecasts_before, _forecasts()),
+            actuals_snapshot=current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS),
+            forecasts=table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1]),
             openlineage=openlineage,
             datahub=datahub,
             secret=secret,
@@ -221,7 +220,7 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     raw_snapshot = current_snapshot_id(registry.YELLOW_TAXI_RAW)
     assert complete["compute_actuals"]["inputs"][0]["facets"]["version"]["datasetVersion"] == str(raw_snapshot)
 
-    records = read_datahub_records(settings, "metaflow")
+    records = backtest.records
     io = {
         r["entityUrn"].rsplit(",", 1)[1].rstrip(")"): r["aspect"]["json"]
         for r in records
@@ -238,10 +237,8 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     assert_valid_record_files(datahub_files(settings, "metaflow"))
 
     # A re-run duplicates nothing and leaves the actuals table's snapshot alone.
-    actuals_before, actuals_after = rerun.actuals
-    assert actuals_after == actuals_before
-    forecasts_before, forecasts_after = rerun.forecasts
-    assert forecasts_after == forecasts_before
+    assert rerun.actuals_snapshot == backtest.actuals_snapshot
+    assert _forecasts(rerun.forecasts) == _forecasts(backtest.forecasts)
 
     # `resume` from evaluate: earlier steps are cloned, not re-run; the new run records its origin.
     mark = len(ol_events())

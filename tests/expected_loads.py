@@ -28,21 +28,37 @@ def expected_taxi_rows(path: Path) -> pa.Table:
     return pa.table({"row_key": keys, **columns}).sort_by("row_key")
 
 
-def expected_actuals(files: list[Path], start: dt.datetime, end: dt.datetime) -> dict[tuple[int, dt.datetime], int]:
-    """Rides per zone and hour in [start, end): pickups floored to the hour, TLC's zones 1-265 only, and
-    every zone with a ride in the window gets every hour of it (zero where it had none)."""
+def hourly_rides(
+    pickups: list[dt.datetime], zones: list[int], start: dt.datetime, end: dt.datetime
+) -> dict[tuple[int, dt.datetime], int]:
+    """Rides per zone and hour in [start, end) of trips given as pickup times and pickup zones: pickups
+    floored to the hour, TLC's zones 1-265 only, and every zone with a ride in the window gets every
+    hour of it (zero where it had none) — what compute_actuals must write."""
     counts: dict[tuple[int, dt.datetime], int] = {}
-    for path in files:
-        table = pq.read_table(path, columns=["tpep_pickup_datetime", "PULocationID"])
-        for pickup, zone in zip(
-            table["tpep_pickup_datetime"].to_pylist(), table["PULocationID"].to_pylist(), strict=False
-        ):
-            if start <= pickup < end and 1 <= zone <= 265:
-                key = (zone, pickup.replace(minute=0, second=0, microsecond=0))
-                counts[key] = counts.get(key, 0) + 1
-    zones = {z for z, _ in counts}
+    for pickup, zone in zip(pickups, zones, strict=True):
+        if start <= pickup < end and 1 <= zone <= 265:
+            key = (zone, pickup.replace(minute=0, second=0, microsecond=0))
+            counts[key] = counts.get(key, 0) + 1
+    active = {z for z, _ in counts}
     hours = [start + dt.timedelta(hours=h) for h in range(int((end - start).total_seconds() // 3600))]
-    return {(z, h): counts.get((z, h), 0) for z in zones for h in hours}
+    return {(z, h): counts.get((z, h), 0) for z in active for h in hours}
+
+
+def expected_actuals(files: list[Path], start: dt.datetime, end: dt.datetime) -> dict[tuple[int, dt.datetime], int]:
+    """``hourly_rides`` of the trips in the published TLC files."""
+    tables = [pq.read_table(path, columns=["tpep_pickup_datetime", "PULocationID"]) for path in files]
+    pickups = [pickup for t in tables for pickup in t["tpep_pickup_datetime"].to_pylist()]
+    return hourly_rides(pickups, [zone for t in tables for zone in t["PULocationID"].to_pylist()], start, end)
+
+
+def actuals_rows(counts: dict[tuple[int, dt.datetime], int]) -> list[tuple[int, dt.datetime, int]]:
+    """Expected actuals as ``table_actuals`` gives the table's: (zone, hour, rides), sorted."""
+    return sorted((zone, hour, rides) for (zone, hour), rides in counts.items())
+
+
+def table_actuals(rows: list[dict]) -> list[tuple[int, dt.datetime, int]]:
+    """The actuals table's rows as (zone, hour, rides), sorted: whole rows, so a doubled zone-hour shows."""
+    return sorted((r["pickup_location_id"], r["pickup_hour"], r["ride_count"]) for r in rows)
 
 
 def comparable(table: pa.Table) -> pa.Table:

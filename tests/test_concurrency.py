@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from expected_loads import comparable, expected_taxi_rows, expected_weather
+from expected_loads import (
+    actuals_rows,
+    comparable,
+    expected_taxi_rows,
+    expected_weather,
+    hourly_rides,
+    table_actuals,
+)
 
 from nyc_taxi.core import commits
 from nyc_taxi.core import datasets as registry
@@ -290,13 +297,8 @@ def _actuals_at(settings, raw_snapshot: int) -> list[tuple]:
         .scan(selected_fields=("pickup_datetime", "pickup_location_id"), snapshot_id=raw_snapshot)
         .to_arrow()
     )
-    counts: dict[tuple[int, dt.datetime], int] = {}
-    for pickup, zone in zip(raw["pickup_datetime"].to_pylist(), raw["pickup_location_id"].to_pylist(), strict=True):
-        if start <= pickup < end and 1 <= zone <= 265:
-            key = (zone, pickup.replace(minute=0, second=0, microsecond=0))
-            counts[key] = counts.get(key, 0) + 1
-    hours = [start + dt.timedelta(hours=h) for h in range(int((end - start).total_seconds() // 3600))]
-    return sorted((zone, hour, counts.get((zone, hour), 0)) for zone in {z for z, _ in counts} for hour in hours)
+    pickups, zones = raw["pickup_datetime"].to_pylist(), raw["pickup_location_id"].to_pylist()
+    return actuals_rows(hourly_rides(pickups, zones, start, end))
 
 
 def _the_flow_read(settings) -> dict[str, str | None]:
@@ -349,10 +351,7 @@ def test_both_dags_and_the_flow_at_once_overlap_and_each_reads_one_consistent_ve
     assert read.get("weather_raw") is None or int(read["weather_raw"]) in {
         s.snapshot_id for s in load_table(registry.WEATHER_RAW, settings).snapshots()
     }
-    actuals = sorted(
-        (r["pickup_location_id"], r["pickup_hour"], r["ride_count"])
-        for r in _table_rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, settings).to_pylist()
-    )
+    actuals = table_actuals(_table_rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, settings).to_pylist())
     assert actuals == _actuals_at(settings, int(read["yellow_taxi_raw"]))
 
     assert lineage_events(settings) == _every_job_once()  # no lineage lost, doubled or torn

@@ -252,7 +252,8 @@ def test_a_misbehaving_server_costs_no_record_and_bounded_time(site, airflow_sta
     if mode.startswith("die-after"):  # it really died mid-run: every later try met a closed port
         took = int(mode.split(":")[1])
         assert server.process.poll() is not None and len(server.requests()) == took
-        assert took < len(local_lineage(run.settings).openlineage) + len(local_lineage(run.settings).datahub)
+        local = local_lineage(run.settings)
+        assert took < len(local.openlineage) + len(local.datahub)
     assert re.search(r"lineage records sent to .*kept for later", run.output)  # said, as a warning
 
     # nothing lost: the local files are the live run's, event for event

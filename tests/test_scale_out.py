@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from expected_loads import comparable, expected_actuals, expected_taxi_rows
+from expected_loads import actuals_rows, comparable, expected_actuals, expected_taxi_rows, table_actuals
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.fixtures.site import add_taxi_month
@@ -151,6 +151,4 @@ def test_merge_and_actuals_on_a_standalone_cluster_equal_an_independent_computat
     # 7 days back from 2024-10-20 and 24 hours ahead: every hour for every zone active in the window
     expected = expected_actuals([path], dt.datetime(2024, 10, 13), dt.datetime(2024, 10, 21))
     actuals = load_table(registry.YELLOW_RIDES_HOURLY_ACTUALS, settings).scan().to_arrow().to_pylist()
-    assert sorted((r["pickup_location_id"], r["pickup_hour"], r["ride_count"]) for r in actuals) == sorted(
-        (zone, hour, count) for (zone, hour), count in expected.items()
-    )
+    assert table_actuals(actuals) == actuals_rows(expected)

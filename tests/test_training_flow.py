@@ -19,7 +19,7 @@ import pytest
 from airflow.sdk import Asset
 from datahub_airflow_plugin._airflow_asset_adapter import translate_airflow_asset_to_urn
 from datahub_check import assert_valid_record_files
-from expected_loads import NYC_COUNTY_CODES, expected_actuals
+from expected_loads import NYC_COUNTY_CODES, actuals_rows, expected_actuals, table_actuals
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table
@@ -114,19 +114,17 @@ BACKTEST = (
 
 
 @pytest.fixture(scope="module")
-def backtest(loaded):
+def backtest(loaded, settings):
     """The seasonal-naive backtest, run once: its run id, its OpenLineage events and DataHub records, and
     the actuals and forecasts it left (a later run replaces the forecasts' model version). The tests
     that compare with it ask for it, so each of them passes alone."""
-    from nyc_taxi.core.settings import get_settings
-
-    mark, records = len(ol_events()), len(read_datahub_records(get_settings(), "metaflow"))
+    mark, records = len(ol_events()), len(read_datahub_records(settings, "metaflow"))
     result = run_flow(*BACKTEST)
     assert result.returncode == 0, result.stderr[-4000:]
     return SimpleNamespace(
         run_id=run_id_of(result),
         events=ol_events(mark),
-        records=read_datahub_records(get_settings(), "metaflow")[records:],
+        records=read_datahub_records(settings, "metaflow")[records:],
         actuals=table_rows(registry.YELLOW_RIDES_HOURLY_ACTUALS, "pickup_hour", *WINDOW),
         actuals_snapshot=current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS),
         forecasts=table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1]),
@@ -172,11 +170,7 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     run_id, events = backtest.run_id, backtest.events
 
     expected = expected_actuals(loaded, *WINDOW)
-    rows = backtest.actuals
-    # whole rows, sorted: a duplicated zone-hour would show
-    assert sorted((r["pickup_location_id"], r["pickup_hour"], r["ride_count"]) for r in rows) == sorted(
-        (zone, hour, count) for (zone, hour), count in expected.items()
-    )
+    assert table_actuals(backtest.actuals) == actuals_rows(expected)
 
     # Every forecast is the actual of the same zone 168 hours earlier (zero where there is none).
     training_zones = {z for (z, h), _ in expected.items() if h < AS_OF}

@@ -139,10 +139,9 @@ YELLOW_TAXI_STAGING = Table(
     description="One landed TLC month, cast to the target schema; replaced on every load",
     layer="staging",
     columns=LOAD_COLUMNS + YELLOW_TRIP_COLUMNS,
-    # Written once and read a few times before the next month replaces it: snappy stages a 3.5 M-row
-    # month 2–3 s sooner than zstd (`bash run bench ingest`: 14.1 s → 10.9–12.7 s); raw keeps zstd
-    # (its files a third smaller).
-    properties={"write.parquet.compression-codec": "snappy"},
+    # Raw's shape (columns, partitioning, codec): a new month's files join raw as they are written
+    # here (core/appends.py), instead of being written a second time.
+    partitioned_by=("days(pickup_datetime)",),
 )
 YELLOW_TAXI_RAW = Table(
     name="yellow_taxi_raw",

@@ -76,6 +76,11 @@ class Lakehouse(ABC):
     @abstractmethod
     def remove(self, location: str) -> None: ...
 
+    @abstractmethod
+    def share(self, location: str, target: str) -> None:
+        """Make the data file at ``location`` also be at ``target`` without rewriting it, so that each
+        table owns its own copy: deleting either (a table's snapshot expiry) leaves the other whole."""
+
     def spark_path(self, location: str) -> str:
         """How Spark reads a file of the lake."""
         return location
@@ -125,6 +130,13 @@ class Lakehouse(ABC):
         """Remove the lakehouse; what was done."""
 
 
+def _local_path(location: str) -> str:
+    """A local table's file as Iceberg names it (a path, or a file: URI) as a path."""
+    from urllib.parse import unquote, urlparse
+
+    return unquote(urlparse(location).path) if location.startswith("file:") else location
+
+
 class LocalLakehouse(Lakehouse):
     """A directory under the state directory and an Iceberg SQL catalog on SQLite."""
 
@@ -158,6 +170,16 @@ class LocalLakehouse(Lakehouse):
 
     def remove(self, location: str) -> None:
         Path(location).unlink(missing_ok=True)
+
+    def share(self, location: str, target: str) -> None:
+        source, copy = Path(_local_path(location)), Path(_local_path(target))
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if copy.exists() and copy.samefile(source):
+            return  # shared by an earlier attempt of the same write
+        try:
+            os.link(source, copy)  # a hard link: no bytes copied, two names for the file
+        except OSError:  # another file system (a mounted lake): copy it
+            shutil.copyfile(source, copy)
 
     def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
         return {
@@ -284,6 +306,12 @@ class AwsLakehouse(Lakehouse):
     def remove(self, location: str) -> None:
         bucket, key = aws.split_s3(location)
         self._s3().delete_object(Bucket=bucket, Key=key)
+
+    def share(self, location: str, target: str) -> None:
+        bucket, key = aws.split_s3(location)
+        target_bucket, target_key = aws.split_s3(target)
+        # S3 copies server-side: no bytes pass through this process (multipart above 5 GB)
+        self._s3().copy({"Bucket": bucket, "Key": key}, target_bucket, target_key)
 
     def spark_path(self, location: str) -> str:
         return "s3a://" + location.split("://", 1)[1]  # Hadoop's S3 connector

@@ -66,6 +66,8 @@ def stage(
     snapshot = current_snapshot(staging, settings)
     committed = not (snapshot and snapshot.summary.get(LANDED_VERSION) == version)
     if committed:
+        from pyspark.sql.functions import lit
+
         from nyc_taxi.core.spark import get_spark
 
         spark = get_spark(settings, small=small)
@@ -77,7 +79,7 @@ def stage(
             lambda: (
                 frame.writeTo(spark_table(staging, settings))
                 .option(f"snapshot-property.{LANDED_VERSION}", version)
-                .overwritePartitions()
+                .overwrite(lit(True))  # all of it, whatever partitions the previous load had
             ),
         )
         snapshot = current_snapshot(staging, settings)

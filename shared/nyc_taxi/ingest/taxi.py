@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nyc_taxi.core import datasets as d
+from nyc_taxi.core.appends import append_staged_files
 from nyc_taxi.core.catalog import current_snapshot
 from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.lakehouse import lakehouse
@@ -161,17 +162,12 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     staged_snapshot = current_snapshot(STAGING, settings)
     staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
     start, end = month_bounds(year, month)
-    quality = (
-        SQL.run(
-            spark,
-            "yellow_taxi_quality",
-            staging=staging,
-            month_start=f"{start} 00:00:00",
-            next_month_start=f"{end} 00:00:00",
-        )
-        .first()
-        .asDict()
+    per_day = SQL.run(
+        spark, "yellow_taxi_batch", staging=staging, month_start=f"{start} 00:00:00", next_month_start=f"{end} 00:00:00"
     )
+    batch = per_day.collect()
+    counts = [name for name in per_day.columns if name not in ("source_file", "pickup_day")]
+    quality = {name: sum(r[name] for r in batch) for name in counts}
     row_count = quality.pop("row_count")
     checks = [
         Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
@@ -180,7 +176,6 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     for check in checks:
         log.info("quality: %-26s %8d rows (kept as the source has them)", check.name, check.rows)
 
-    batch = SQL.run(spark, "yellow_taxi_batch", staging=staging).collect()
     raw_days = day_ranges_predicate("t.pickup_datetime", [r.pickup_day for r in batch if r.pickup_day])
     source_files = ", ".join(sorted({"'" + r.source_file.replace("'", "''") + "'" for r in batch})) or "NULL"
     hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
@@ -190,11 +185,21 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         """Decided on raw as it is now, so a retry after another writer's commit decides afresh."""
         if row_count == 0:
             return 0
+        base = current_snapshot(RAW, settings)
         held = SQL.run(
-            spark, "yellow_taxi_held", raw=raw, raw_days=raw_days, source_files=source_files, **hashes
+            spark,
+            "yellow_taxi_held",
+            raw=pinned(RAW, base, settings),
+            raw_days=raw_days,
+            source_files=source_files,
+            **hashes,
         ).first()
-        if held.row_count == 0:  # a new month
-            SQL.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
+        if held.row_count == 0:  # a new month: staging's files join raw as they are
+            appended = append_staged_files(
+                spark, STAGING, staged_snapshot.snapshot_id, RAW, base and base.snapshot_id, settings
+            )
+            if appended is None:  # staging is not in raw's shape (created by an older version): write the rows
+                SQL.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
             return row_count
         staged = SQL.run(spark, "yellow_taxi_fingerprint", staging=staging, **hashes).first()
         if (staged.row_count, staged.content) == (held.row_count, held.content):

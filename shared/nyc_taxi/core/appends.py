@@ -1,0 +1,68 @@
+"""A batch that is new to a table joins it as the files it was staged in: no second Parquet write.
+
+A staging table written in its target's shape (the same schema, field ids and partitioning) already
+holds the batch as the target would store it. Appending those data files to the target is then a
+metadata commit: each file is shared into the target's own location (a hard link locally, a
+server-side copy on S3), so either table's snapshot expiry leaves the other whole, and the target's
+new snapshot lists them with the metrics they were written with (the bounds that prune reads).
+
+Iceberg's Java API does the commit, in the Spark session's JVM and through its catalog, as Spark's
+own writes do. The commit is validated against the snapshot the caller decided on: if another writer
+committed to the target since, it fails as a conflict and the caller decides again
+(``retry_on_conflict``), so a batch is never appended twice.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from nyc_taxi.core.datasets import Table
+from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.naming import spark_table
+from nyc_taxi.core.settings import Settings
+
+APPENDED_FROM = "nyc-taxi.appended-from"  # snapshot summary property: the staged table and snapshot taken
+
+
+def append_staged_files(spark, staged: Table, snapshot_id: int, target: Table, base_id: int | None, settings: Settings):
+    """Append ``staged``'s data files at ``snapshot_id`` to ``target``, validated from ``base_id`` (the
+    target's snapshot the caller found holding none of the batch; None: the target was empty).
+
+    Returns the number of rows appended, or None when the two tables' shapes differ (e.g. a staging
+    table created before it was given its target's partitioning): the caller then writes the rows.
+    """
+    jvm = spark._jvm
+    iceberg = jvm.org.apache.iceberg
+
+    def load(table: Table):
+        return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            spark._jsparkSession, spark_table(table, settings)
+        )
+
+    source, destination = load(staged), load(target)
+    if not (source.schema().sameSchema(destination.schema()) and source.spec().compatibleWith(destination.spec())):
+        return None
+    # the column metrics are read too: the target prunes its reads by them
+    planned = source.newScan().useSnapshot(snapshot_id).includeColumnStats().planFiles()
+    try:
+        tasks = list(planned.iterator())
+    finally:
+        planned.close()
+    if any(task.deletes().size() for task in tasks):
+        return None  # rows deleted by delete files: only a rewrite gives the target the batch
+    append = destination.newOverwrite().validateNoConflictingData()
+    append = append.conflictDetectionFilter(iceberg.expressions.Expressions.alwaysTrue())
+    if base_id is not None:
+        append = append.validateFromSnapshot(base_id)
+    store, rows = lakehouse(settings), 0
+    for task in tasks:
+        file = task.file()
+        location = str(file.location())
+        shared = destination.locationProvider().newDataLocation(
+            destination.spec(), file.partition(), PurePosixPath(location).name
+        )
+        store.share(location, shared)
+        append.addFile(iceberg.DataFiles.builder(destination.spec()).copy(file).withPath(shared).build())
+        rows += file.recordCount()
+    append.set(APPENDED_FROM, f"{staged.name}@{snapshot_id}").commit()
+    return rows

@@ -1,0 +1,108 @@
+"""A new taxi month joins raw as the files staging wrote, with no second write (core/appends.py):
+raw's snapshot lists them in raw's own location with the metrics they were written with, the rows are
+the source file's, and each table owns its copy (expiring staging's snapshots leaves raw whole). A
+staging table of another shape (made by an older version) still loads, by writing the rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+from urllib.parse import urlparse
+
+import pyarrow.compute as pc
+import pytest
+from expected_loads import comparable, expected_taxi_rows
+
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.appends import APPENDED_FROM
+from nyc_taxi.core.catalog import load_table
+from nyc_taxi.core.naming import spark_table, table_location
+from nyc_taxi.core.tables import ensure_tables
+from nyc_taxi.fixtures.site import add_taxi_month
+
+pytestmark = pytest.mark.spark
+RAW, STAGING = registry.YELLOW_TAXI_RAW, registry.YELLOW_TAXI_STAGING
+METRICS = ("partition", "record_count", "file_size_in_bytes", "value_counts", "null_value_counts")
+BOUNDS = ("lower_bounds", "upper_bounds")
+
+
+def _load(year: int, month: int):
+    from nyc_taxi.ingest import taxi
+
+    for step in (taxi.download_published_file, taxi.stage_landed_file, taxi.merge_into_raw):
+        report = step(year, month)
+    return report
+
+
+def _files(table: registry.Table, snapshot_id: int) -> dict[str, dict]:
+    """The table's data files at a snapshot, by path."""
+    return {f["file_path"]: f for f in load_table(table).inspect.files(snapshot_id).to_pylist()}
+
+
+def _path(location: str) -> str:
+    return urlparse(location).path if location.startswith("file:") else location
+
+
+def _raw_rows_of(path) -> object:
+    arrow = load_table(RAW).scan().to_arrow()
+    return arrow.filter(pc.equal(arrow["source_file"], path.name))
+
+
+def test_a_new_month_joins_raw_as_the_files_staging_wrote_and_each_table_owns_its_copy(spark, site, settings):
+    ensure_tables([STAGING, RAW])
+    november = add_taxi_month(site, 2022, 11, rows=6_000, seed=21)
+    report = _load(2022, 11)
+    staged = load_table(STAGING).current_snapshot().snapshot_id
+    raw = load_table(RAW).current_snapshot()
+    assert report.summary["merged_rows"] == 6_000
+    assert raw.summary.operation.value == "append" and raw.summary[APPENDED_FROM] == f"{STAGING.name}@{staged}"
+
+    staged_files = _files(STAGING, staged)
+    before = _files(RAW, raw.parent_snapshot_id) if raw.parent_snapshot_id else {}
+    added = {path: f for path, f in _files(RAW, raw.snapshot_id).items() if path not in before}
+    assert len(added) == len(staged_files) > 1  # one file per pickup day at least
+    raw_data = table_location(RAW, settings).removeprefix("file://") + "/data/"
+    by_name = {os.path.basename(p): f for p, f in staged_files.items()}
+    for path, file in added.items():
+        assert _path(path).startswith(raw_data), path  # raw's own location
+        twin = by_name[os.path.basename(path)]
+        assert os.path.samefile(_path(path), _path(twin["file_path"]))  # the very bytes staging wrote
+        for field in METRICS + BOUNDS:  # and the metrics they were written with: raw prunes by them
+            assert file[field] == twin[field], field
+    assert comparable(_raw_rows_of(november)).equals(comparable(expected_taxi_rows(november)))
+
+    # the next month replaces staging; expiring staging's old snapshots deletes the files only it held
+    add_taxi_month(site, 2022, 12, rows=3_000, seed=22)
+    _load(2022, 12)
+    catalog, table = spark_table(STAGING, settings).split(".", 1)
+    later = (dt.datetime.now() + dt.timedelta(minutes=1)).isoformat(sep=" ", timespec="seconds")
+    deleted = spark.sql(
+        f"CALL {catalog}.system.expire_snapshots(table => '{table}', older_than => TIMESTAMP '{later}', retain_last => 1)"
+    ).first()
+    assert deleted.deleted_data_files_count >= len(staged_files)
+    assert not any(os.path.exists(_path(p)) for p in staged_files)
+    assert all(os.path.exists(_path(p)) for p in added)
+    assert comparable(_raw_rows_of(november)).equals(comparable(expected_taxi_rows(november)))
+
+
+def test_a_staging_table_of_another_shape_still_loads_by_writing_the_rows(spark, site, settings):
+    """As a staging table created before it was given raw's partitioning (unpartitioned, snappy) is."""
+    from nyc_taxi.core.catalog import load_catalog
+    from nyc_taxi.core.naming import iceberg_identifier
+
+    older = dataclasses.replace(STAGING, partitioned_by=(), properties={"write.parquet.compression-codec": "snappy"})
+    catalog = load_catalog(settings)
+    catalog.drop_table(iceberg_identifier(STAGING, settings))
+    try:
+        ensure_tables([older, RAW])
+        assert load_table(STAGING).spec().is_unpartitioned()
+        october = add_taxi_month(site, 2022, 10, rows=4_000, seed=23)
+        report = _load(2022, 10)
+        raw = load_table(RAW).current_snapshot()
+        assert report.summary["merged_rows"] == 4_000
+        assert raw.summary.operation.value == "append" and raw.summary.get(APPENDED_FROM) is None
+        assert comparable(_raw_rows_of(october)).equals(comparable(expected_taxi_rows(october)))
+    finally:  # staging is replaced on every load: the registry's shape again for the tests after this one
+        catalog.drop_table(iceberg_identifier(STAGING, settings))
+        ensure_tables([STAGING])

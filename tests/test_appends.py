@@ -1,6 +1,7 @@
 """A new taxi month joins raw as the files staging wrote, with no second write (core/appends.py):
 raw's snapshot lists them in raw's own location with the metrics they were written with, the rows are
-the source file's, and each table owns its copy (expiring staging's snapshots leaves raw whole). A
+the source file's, a writer that decided on an older raw cannot append the batch again, and each
+table owns its copy (expiring staging's snapshots leaves raw whole). A
 staging table of another shape (made by an older version) still loads, by writing the rows."""
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import pytest
 from expected_loads import comparable, expected_taxi_rows
 
 from nyc_taxi.core import datasets as registry
-from nyc_taxi.core.appends import APPENDED_FROM
+from nyc_taxi.core.appends import APPENDED_FROM, append_staged_files
 from nyc_taxi.core.catalog import load_table
+from nyc_taxi.core.commits import lost_race
 from nyc_taxi.core.naming import spark_table, table_location
 from nyc_taxi.core.tables import ensure_tables
 from nyc_taxi.fixtures.site import add_taxi_month
@@ -75,6 +77,13 @@ def test_a_new_month_joins_raw_as_the_files_staging_wrote_and_each_table_owns_it
     # the next month replaces staging; expiring staging's old snapshots deletes the files only it held
     add_taxi_month(site, 2022, 12, rows=3_000, seed=22)
     _load(2022, 12)
+    # a writer that decided on raw as it was before December's append cannot append December again
+    staged, december = load_table(STAGING).current_snapshot().snapshot_id, load_table(RAW).current_snapshot()
+    with pytest.raises(Exception) as lost:
+        append_staged_files(spark, STAGING, staged, RAW, december.parent_snapshot_id, settings)
+    assert lost_race(lost.value) is not None  # a lost race: retry_on_conflict decides again on raw as it is
+    assert load_table(RAW).current_snapshot().snapshot_id == december.snapshot_id
+
     catalog, table = spark_table(STAGING, settings).split(".", 1)
     later = (dt.datetime.now() + dt.timedelta(minutes=1)).isoformat(sep=" ", timespec="seconds")
     deleted = spark.sql(

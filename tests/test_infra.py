@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,35 @@ def test_destroy_without_a_terminal_refuses_without_yes(tmp_path):
         [sys.executable, "-m", "nyc_taxi.cli.infra", "destroy", "--yes"], env=env, capture_output=True, text=True
     )
     assert result.returncode == 0 and not (tmp_path / "lake").exists()
+
+
+@pytest.mark.aws
+@pytest.mark.parametrize("profile", ["local", "aws"])
+def test_a_shared_data_file_is_the_target_tables_own_copy(profile, tmp_path, request):
+    """What a new month's append relies on (core/appends.py): deleting the staged file leaves raw's."""
+    if profile == "aws":  # a bucket of its own, without create()'s TLS-only policy: moto serves plain HTTP
+        aws_settings = request.getfixturevalue("aws_settings")
+        settings = aws_settings.model_copy(update={"s3_bucket": f"share-{os.urandom(6).hex()}"})
+        aws.client(settings, "s3").create_bucket(
+            Bucket=settings.s3_bucket, CreateBucketConfiguration={"LocationConstraint": settings.aws_region}
+        )
+    else:
+        settings = Settings(_env_file=None, state_dir=tmp_path)
+        lakehouse(settings).create()
+    lake = lakehouse(settings)
+    staged = f"{lake.warehouse}/nyc_taxi/staging/data/day=2024-01-01/00000-0.parquet"
+    shared = f"{lake.warehouse}/nyc_taxi/raw/data/day=2024-01-01/00000-0.parquet"
+    local = tmp_path / "upload" / "00000-0.parquet"
+    local.parent.mkdir()
+    content = b"PAR1" + os.urandom(4096) + b"PAR1"
+    local.write_bytes(content)
+    lake.publish(local, staged)
+    lake.share(staged, shared)
+    lake.share(staged, shared)  # a retried write shares again: the copy is kept as it is
+    lake.remove(staged)
+    assert not lake.exists(staged) and lake.exists(shared)
+    with lake.local_copy(shared) as copy:
+        assert copy.read_bytes() == content
 
 
 @pytest.mark.aws

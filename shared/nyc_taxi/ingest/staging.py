@@ -37,6 +37,20 @@ def landed_file_version(landed: LandedFiles, locations: list[str], settings: Set
     return ", ".join(sorted(versions))
 
 
+def staged_files(snapshot) -> list[str]:
+    """The names of the landed files a staging snapshot holds (its rows' ``source_file``), as its
+    summary records them: no scan."""
+    if snapshot is None:
+        return []
+    version = snapshot.summary.get(LANDED_VERSION)
+    if version is None:
+        raise BadSourceFile(
+            f"staging snapshot {snapshot.snapshot_id} was not written by the stage step (it records no "
+            f"{LANDED_VERSION}): run the stage task for this month first"
+        )
+    return [entry.rsplit("@", 1)[0] for entry in version.split(", ")]
+
+
 def stage(
     sql: SqlFolder,
     statement: str,

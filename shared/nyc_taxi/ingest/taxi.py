@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pyarrow.parquet as pq
 
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.appends import append_staged_files
-from nyc_taxi.core.catalog import current_snapshot
+from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.naming import landed_location, published_url, spark_table
@@ -21,7 +22,7 @@ from nyc_taxi.core.upserts import merge_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.common import day_ranges_predicate, month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile
-from nyc_taxi.ingest.staging import landed_file_version, stage
+from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
 from nyc_taxi.lineage.write.report import Check, DatasetUse, StepReport
 
@@ -162,23 +163,27 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     staged_snapshot = current_snapshot(STAGING, settings)
     staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
     start, end = month_bounds(year, month)
-    per_day = SQL.run(
-        spark, "yellow_taxi_batch", staging=staging, month_start=f"{start} 00:00:00", next_month_start=f"{end} 00:00:00"
-    )
-    batch = per_day.collect()
-    counts = [name for name in per_day.columns if name not in ("source_file", "pickup_day")]
-    quality = {name: sum(r[name] for r in batch) for name in counts}
-    row_count = quality.pop("row_count")
-    checks = [
-        Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
-        for name, count in quality.items()
-    ]
-    for check in checks:
-        log.info("quality: %-26s %8d rows (kept as the source has them)", check.name, check.rows)
-
-    raw_days = day_ranges_predicate("t.pickup_datetime", [r.pickup_day for r in batch if r.pickup_day])
-    source_files = ", ".join(sorted({"'" + r.source_file.replace("'", "''") + "'" for r in batch})) or "NULL"
+    # Where the batch is, from staging's metadata (no scan): its files, and its pickup days (the bounds
+    # every read of raw is restricted to, so the cost stays flat as raw grows).
+    row_count = int(staged_snapshot.summary.get("total-records", 0)) if staged_snapshot else 0
+    raw_days = day_ranges_predicate("t.pickup_datetime", _pickup_days(staged_snapshot, settings))
+    source_files = ", ".join("'" + name.replace("'", "''") + "'" for name in staged_files(staged_snapshot)) or "NULL"
     hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
+    bounds = {"month_start": f"{start} 00:00:00", "next_month_start": f"{end} 00:00:00"}
+    scanned: dict[bool, dict] = {}
+
+    def quality(fingerprint: bool = False) -> dict:
+        """The staged batch's quality counts in one scan, with the exact sum of its content hashes if
+        asked (only when raw holds rows of the batch: a new month is not hashed). Scanned once."""
+        if fingerprint not in scanned:
+            hashed = hashes["staged_content_hash"] if fingerprint else "0"
+            scanned[fingerprint] = (
+                SQL.run(spark, "yellow_taxi_quality", staging=staging, staged_content_hash=hashed, **bounds)
+                .first()
+                .asDict()
+            )
+        return scanned[fingerprint]
+
     before = current_snapshot(RAW, settings)
 
     def write() -> int:
@@ -201,8 +206,8 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
             if appended is None:  # staging is not in raw's shape (created by an older version): write the rows
                 SQL.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
             return row_count
-        staged = SQL.run(spark, "yellow_taxi_fingerprint", staging=staging, **hashes).first()
-        if (staged.row_count, staged.content) == (held.row_count, held.content):
+        staged = quality(fingerprint=True)
+        if (staged["row_count"], staged["content"]) == (held.row_count, held.content):
             return 0  # raw already holds exactly this batch: commit nothing
         return merge_changes(
             spark,
@@ -216,6 +221,14 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         )
 
     changed = retry_on_conflict(f"loading {RAW.name}", write)
+    counts = next(iter(scanned.values()), None) or quality()
+    checks = [
+        Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
+        for name, count in counts.items()
+        if name not in ("row_count", "content")
+    ]
+    for check in checks:
+        log.info("quality: %-26s %8d rows (kept as the source has them)", check.name, check.rows)
     after = current_snapshot(RAW, settings)
     # a new month is appended, a changed one MERGEd: either way every column is staging's (the MERGE's lineage)
     columns = column_lineage(
@@ -248,6 +261,20 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
             **{c.name: c.rows for c in checks},
         },
     )
+
+
+def _pickup_days(snapshot, settings: Settings) -> list[dt.date]:
+    """The pickup days of the staged rows, from the bounds Iceberg keeps for each data file (exact days
+    when staging is partitioned by day, as it is; a superset otherwise). None: no rows to look for."""
+    if snapshot is None:
+        return []
+    files = load_table(STAGING, settings).inspect.files(snapshot.snapshot_id)
+    days: set[dt.date] = set()
+    for metrics in files.column("readable_metrics").to_pylist():
+        low, high = metrics["pickup_datetime"]["lower_bound"], metrics["pickup_datetime"]["upper_bound"]
+        if low is not None:
+            days.update(low.date() + dt.timedelta(days=n) for n in range((high.date() - low.date()).days + 1))
+    return sorted(days)
 
 
 def _id(snapshot) -> str | None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from expected_loads import comparable, expected_taxi_rows
 
@@ -29,10 +31,11 @@ METRICS = ("partition", "record_count", "file_size_in_bytes", "value_counts", "n
 BOUNDS = ("lower_bounds", "upper_bounds")
 
 
-def _load(year: int, month: int):
+def _load(year: int, month: int, steps: int = 3):
+    """Download, stage and merge a month (the first ``steps`` of them); the last step's report."""
     from nyc_taxi.ingest import taxi
 
-    for step in (taxi.download_published_file, taxi.stage_landed_file, taxi.merge_into_raw):
+    for step in (taxi.download_published_file, taxi.stage_landed_file, taxi.merge_into_raw)[:steps]:
         report = step(year, month)
     return report
 
@@ -72,7 +75,12 @@ def test_a_new_month_joins_raw_as_the_files_staging_wrote_and_each_table_owns_it
         assert os.path.samefile(_path(path), _path(twin["file_path"]))  # the very bytes staging wrote
         for field in METRICS + BOUNDS:  # and the metrics they were written with: raw prunes by them
             assert file[field] == twin[field], field
+        assert pq.ParquetFile(_path(path)).metadata.row_group(0).column(0).compression == "ZSTD"  # raw's codec
     assert comparable(_raw_rows_of(november)).equals(comparable(expected_taxi_rows(november)))
+
+    # the same month again: raw holds exactly the batch, nothing is committed
+    again = _load(2022, 11)
+    assert again.summary["merged_rows"] == 0 and load_table(RAW).current_snapshot().snapshot_id == raw.snapshot_id
 
     # the next month replaces staging; expiring staging's old snapshots deletes the files only it held
     add_taxi_month(site, 2022, 12, rows=3_000, seed=22)
@@ -83,6 +91,15 @@ def test_a_new_month_joins_raw_as_the_files_staging_wrote_and_each_table_owns_it
         append_staged_files(spark, STAGING, staged, RAW, december.parent_snapshot_id, settings)
     assert lost_race(lost.value) is not None  # a lost race: retry_on_conflict decides again on raw as it is
     assert load_table(RAW).current_snapshot().snapshot_id == december.snapshot_id
+    # nor can one whose batch is not in raw yet, and the copies it made for its commit are removed
+    add_taxi_month(site, 2023, 1, rows=2_000, seed=24)
+    _load(2023, 1, steps=2)  # downloaded and staged, not merged
+    january = load_table(STAGING).current_snapshot().snapshot_id
+    with pytest.raises(Exception) as lost:
+        append_staged_files(spark, STAGING, january, RAW, december.parent_snapshot_id, settings)
+    assert lost_race(lost.value) is not None
+    staged_names = {os.path.basename(p) for p in _files(STAGING, january)}
+    assert staged_names and not staged_names & {p.name for p in Path(raw_data).rglob("*.parquet")}
 
     catalog, table = spark_table(STAGING, settings).split(".", 1)
     later = (dt.datetime.now() + dt.timedelta(minutes=1)).isoformat(sep=" ", timespec="seconds")

@@ -47,8 +47,7 @@ def test_destroy_without_a_terminal_refuses_without_yes(tmp_path):
     assert result.returncode == 0 and not (tmp_path / "lake").exists()
 
 
-@pytest.mark.aws
-@pytest.mark.parametrize("profile", ["local", "aws"])
+@pytest.mark.parametrize("profile", ["local", pytest.param("aws", marks=pytest.mark.aws)])
 def test_a_shared_data_file_is_the_target_tables_own_copy(profile, tmp_path, request):
     """What a new month's append relies on (core/appends.py): deleting the staged file leaves raw's."""
     if profile == "aws":  # a bucket of its own, without create()'s TLS-only policy: moto serves plain HTTP
@@ -68,8 +67,8 @@ def test_a_shared_data_file_is_the_target_tables_own_copy(profile, tmp_path, req
     content = b"PAR1" + os.urandom(4096) + b"PAR1"
     local.write_bytes(content)
     lake.publish(local, staged)
-    lake.share(staged, shared)
-    lake.share(staged, shared)  # a retried write shares again: the copy is kept as it is
+    assert lake.share(staged, shared) is True
+    assert lake.share(staged, shared) is False  # there already (shared by an earlier write): kept as it is
     lake.remove(staged)
     assert not lake.exists(staged) and lake.exists(shared)
     with lake.local_copy(shared) as copy:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from nyc_taxi.core.commits import lost_race
 from nyc_taxi.core.datasets import Table
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.naming import spark_table
@@ -40,7 +41,13 @@ def append_staged_files(spark, staged: Table, snapshot_id: int, target: Table, b
         )
 
     source, destination = load(staged), load(target)
-    if not (source.schema().sameSchema(destination.schema()) and source.spec().compatibleWith(destination.spec())):
+    same_shape = (
+        source.schema().sameSchema(destination.schema())
+        and source.spec().compatibleWith(destination.spec())
+        and source.spec().specId() == destination.spec().specId()  # a data file carries its spec id
+        and source.sortOrder().orderId() == destination.sortOrder().orderId()
+    )
+    if not same_shape:
         return None
     # the column metrics are read too: the target prunes its reads by them
     planned = source.newScan().useSnapshot(snapshot_id).includeColumnStats().planFiles()
@@ -50,19 +57,28 @@ def append_staged_files(spark, staged: Table, snapshot_id: int, target: Table, b
         planned.close()
     if any(task.deletes().size() for task in tasks):
         return None  # rows deleted by delete files: only a rewrite gives the target the batch
+    # An overwrite that only adds files is recorded as an append; unlike AppendFiles it validates that
+    # nothing was committed to the target since the snapshot the caller decided on.
     append = destination.newOverwrite().validateNoConflictingData()
     append = append.conflictDetectionFilter(iceberg.expressions.Expressions.alwaysTrue())
     if base_id is not None:
         append = append.validateFromSnapshot(base_id)
-    store, rows = lakehouse(settings), 0
+    store, rows, shared = lakehouse(settings), 0, []
     for task in tasks:
         file = task.file()
         location = str(file.location())
-        shared = destination.locationProvider().newDataLocation(
+        copy = destination.locationProvider().newDataLocation(
             destination.spec(), file.partition(), PurePosixPath(location).name
         )
-        store.share(location, shared)
-        append.addFile(iceberg.DataFiles.builder(destination.spec()).copy(file).withPath(shared).build())
+        if store.share(location, copy):
+            shared.append(copy)
+        append.addFile(iceberg.DataFiles.builder(destination.spec()).copy(file).withPath(copy).build())
         rows += file.recordCount()
-    append.set(APPENDED_FROM, f"{staged.name}@{snapshot_id}").commit()
+    try:
+        append.set(APPENDED_FROM, f"{staged.name}@{snapshot_id}").commit()
+    except Exception as error:
+        if lost_race(error):  # certainly not committed: the copies made for it would be orphans in the target
+            for copy in shared:
+                store.remove(copy)
+        raise
     return rows

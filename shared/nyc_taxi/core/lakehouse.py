@@ -11,6 +11,7 @@ and remove it. Everything else asks it instead of looking at the profile.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -77,9 +78,10 @@ class Lakehouse(ABC):
     def remove(self, location: str) -> None: ...
 
     @abstractmethod
-    def share(self, location: str, target: str) -> None:
+    def share(self, location: str, target: str) -> bool:
         """Make the data file at ``location`` also be at ``target`` without rewriting it, so that each
-        table owns its own copy: deleting either (a table's snapshot expiry) leaves the other whole."""
+        table owns its own copy: deleting either (a table's snapshot expiry) leaves the other whole.
+        False: ``target`` was there already (data file names are unique: shared by an earlier write)."""
 
     def spark_path(self, location: str) -> str:
         """How Spark reads a file of the lake."""
@@ -169,17 +171,22 @@ class LocalLakehouse(Lakehouse):
         os.replace(partial, target)
 
     def remove(self, location: str) -> None:
-        Path(location).unlink(missing_ok=True)
+        Path(_local_path(location)).unlink(missing_ok=True)
 
-    def share(self, location: str, target: str) -> None:
+    def share(self, location: str, target: str) -> bool:
         source, copy = Path(_local_path(location)), Path(_local_path(target))
         copy.parent.mkdir(parents=True, exist_ok=True)
         if copy.exists() and copy.samefile(source):
-            return  # shared by an earlier attempt of the same write
+            return False
         try:
             os.link(source, copy)  # a hard link: no bytes copied, two names for the file
-        except OSError:  # another file system (a mounted lake): copy it
-            shutil.copyfile(source, copy)
+        except OSError as error:
+            if error.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                raise  # e.g. another file already at the target: never overwritten
+            partial = copy.with_suffix(copy.suffix + ".part")  # another file system: copy, whole or not at all
+            shutil.copyfile(source, partial)
+            os.replace(partial, copy)
+        return True
 
     def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
         return {
@@ -307,11 +314,14 @@ class AwsLakehouse(Lakehouse):
         bucket, key = aws.split_s3(location)
         self._s3().delete_object(Bucket=bucket, Key=key)
 
-    def share(self, location: str, target: str) -> None:
+    def share(self, location: str, target: str) -> bool:
+        if self.exists(target):
+            return False
         bucket, key = aws.split_s3(location)
         target_bucket, target_key = aws.split_s3(target)
-        # S3 copies server-side: no bytes pass through this process (multipart above 5 GB)
+        # S3 copies server-side: no bytes pass through this process (boto3 goes multipart above 8 MB)
         self._s3().copy({"Bucket": bucket, "Key": key}, target_bucket, target_key)
+        return True
 
     def spark_path(self, location: str) -> str:
         return "s3a://" + location.split("://", 1)[1]  # Hadoop's S3 connector

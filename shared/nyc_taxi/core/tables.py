@@ -15,6 +15,9 @@ DEFAULT_PROPERTIES = {
     "write.merge.mode": "copy-on-write",
     "write.update.mode": "copy-on-write",
     "write.delete.mode": "copy-on-write",
+    # What Iceberg's Java API sets on the tables it creates (since 1.4); a table created without it is
+    # written with Parquet's old gzip default by Spark.
+    "write.parquet.compression-codec": "zstd",
 }
 PRIMARY_KEY_PROPERTY = "nyc_taxi.primary-key"  # recorded for readers; Iceberg does not enforce it (the MERGE keys do)
 # Partition transforms as Spark SQL writes them, and the partition field name Spark gives them.

@@ -93,6 +93,7 @@ def stage(
             lambda: (
                 frame.writeTo(spark_table(staging, settings))
                 .option(f"snapshot-property.{LANDED_VERSION}", version)
+                .option("overwrite-mode", "static")  # whatever the session's partitionOverwriteMode says
                 .overwrite(lit(True))  # all of it, whatever partitions the previous load had
             ),
         )

@@ -200,11 +200,20 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
             **hashes,
         ).first()
         if held.row_count == 0:  # a new month: staging's files join raw as they are
+            quality()  # counted before the commit: a task that fails after it would commit nothing on its retry
             appended = append_staged_files(
                 spark, STAGING, staged_snapshot.snapshot_id, RAW, base and base.snapshot_id, settings
             )
-            if appended is None:  # staging is not in raw's shape (created by an older version): write the rows
+            if appended is None:
+                log.warning(
+                    "%s is not in %s's shape (created by an older version?): the month's rows are written again; "
+                    "drop the staging table to have the next load create it in raw's shape",
+                    STAGING.name,
+                    RAW.name,
+                )
                 SQL.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
+            elif appended != row_count:
+                raise RuntimeError(f"appended {appended} rows of a staged batch of {row_count}")
             return row_count
         staged = quality(fingerprint=True)
         if (staged["row_count"], staged["content"]) == (held.row_count, held.content):
@@ -265,15 +274,22 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
 
 def _pickup_days(snapshot, settings: Settings) -> list[dt.date]:
     """The pickup days of the staged rows, from the bounds Iceberg keeps for each data file (exact days
-    when staging is partitioned by day, as it is; a superset otherwise). None: no rows to look for."""
+    when staging is partitioned by day, as it is; a superset otherwise). Empty: no rows to look for."""
     if snapshot is None:
         return []
     files = load_table(STAGING, settings).inspect.files(snapshot.snapshot_id)
     days: set[dt.date] = set()
-    for metrics in files.column("readable_metrics").to_pylist():
-        low, high = metrics["pickup_datetime"]["lower_bound"], metrics["pickup_datetime"]["upper_bound"]
-        if low is not None:
-            days.update(low.date() + dt.timedelta(days=n) for n in range((high.date() - low.date()).days + 1))
+    for file in files.select(["file_path", "readable_metrics"]).to_pylist():
+        path, pickup = file["file_path"], file["readable_metrics"]["pickup_datetime"]
+        low, high = pickup["lower_bound"], pickup["upper_bound"]
+        if low is None:
+            if pickup["null_value_count"] != pickup["value_count"]:  # rows with a pickup time, but no bounds
+                raise RuntimeError(
+                    f"{path} has no pickup_datetime bounds in {STAGING.name}'s metadata (its metrics mode?): "
+                    "the batch's days cannot be known without them; nothing was written"
+                )
+            continue
+        days.update(low.date() + dt.timedelta(days=n) for n in range((high.date() - low.date()).days + 1))
     return sorted(days)
 
 

@@ -32,13 +32,10 @@ def append_staged_files(spark, staged: Table, snapshot_id: int, target: Table, b
     Returns the number of rows appended, or None when the two tables' shapes differ (e.g. a staging
     table created before it was given its target's partitioning): the caller then writes the rows.
     """
-    jvm = spark._jvm
-    iceberg = jvm.org.apache.iceberg
+    iceberg = spark._jvm.org.apache.iceberg
 
     def load(table: Table):
-        return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            spark._jsparkSession, spark_table(table, settings)
-        )
+        return iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, spark_table(table, settings))
 
     source, destination = load(staged), load(target)
     same_shape = (

@@ -230,7 +230,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         )
 
     changed = retry_on_conflict(f"loading {RAW.name}", write)
-    counts = next(iter(scanned.values()), None) or quality()
+    counts = scanned.get(True) or quality()  # the scan already made, whichever it was
     checks = [
         Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
         for name, count in counts.items()

@@ -8,6 +8,7 @@ import datetime as dt
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tlc_columns import TLC_TO_TARGET
 
@@ -81,3 +82,27 @@ def expected_weather(site: Path, year: int, month: int, status: str) -> dict[tup
                 if value.strip() != "-999.99":
                     out.setdefault((fields[1], dt.date(year, month, day)), {})[column] = float(value)
     return out
+
+
+def quality_counts(path: Path, year: int, month: int) -> dict[str, int]:
+    """Independent: the trips a consumer should know about, counted over the published file (pyarrow)."""
+    trips = pq.read_table(path)
+    pickup, dropoff = trips["tpep_pickup_datetime"], trips["tpep_dropoff_datetime"]
+    start = pa.scalar(dt.datetime(year, month, 1), pa.timestamp("us"))
+    end = pa.scalar(dt.datetime(year + month // 12, month % 12 + 1, 1), pa.timestamp("us"))
+    three_hours = pa.scalar(dt.timedelta(hours=3), pa.duration("us"))
+
+    def count(mask) -> int:
+        return pc.sum(pc.fill_null(mask, False).cast(pa.int64())).as_py() or 0
+
+    return {
+        "pickup_outside_month": count(pc.or_(pc.less(pickup, start), pc.greater_equal(pickup, end))),
+        "dropoff_not_after_pickup": count(pc.less_equal(dropoff, pickup)),
+        "trip_over_3_hours": count(pc.greater(dropoff, pc.add(pickup, three_hours))),
+        "non_positive_total": count(pc.less_equal(trips["total_amount"], 0)),
+        "absurd_fare_or_distance": count(
+            pc.or_(pc.greater(trips["fare_amount"], 10_000), pc.greater(trips["trip_distance"], 1_000))
+        ),
+        "flex_fare_null_block": count(pc.equal(trips["payment_type"], 0)),
+        "unknown_pickup_zone": count(pc.or_(pc.less(trips["PULocationID"], 1), pc.greater(trips["PULocationID"], 265))),
+    }

@@ -25,3 +25,11 @@ class SqlFolder:
 
     def run(self, spark, name: str, **values: object):
         return spark.sql(self.render(name, **values))
+
+    def aggregates(self, name: str, **values: object) -> dict[str, str]:
+        """A one-row aggregate statement's output columns as Spark SQL expressions (name: expression),
+        to be computed over other rows: e.g. observed while a write passes over them."""
+        import sqlglot
+
+        select = sqlglot.parse_one(self.render(name, **values), read="spark")
+        return {column.alias_or_name: column.unalias().sql(dialect="spark") for column in select.expressions}

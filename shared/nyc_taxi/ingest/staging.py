@@ -7,6 +7,7 @@ summary, which landed version it holds; staging the same landed version again co
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,10 +17,12 @@ from nyc_taxi.core.datasets import LandedFiles, Table
 from nyc_taxi.core.naming import spark_table
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.core.sql import SqlFolder
+from nyc_taxi.core.statistics import observing, record_counts
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
+log = logging.getLogger(__name__)
 LANDED_VERSION = "nyc-taxi.landed-version"  # snapshot summary property of a staging snapshot
 
 
@@ -63,14 +66,17 @@ def stage(
     summary: dict,
     empty: Callable[[], Exception] | None = None,
     small: bool = False,
+    counted: dict[str, str] | None = None,
     **values: object,
 ) -> StepReport:
     """Replace ``staging`` with ``statement`` (a SELECT over the landed files' view) unless it holds ``version``.
 
     ``landed_view(spark)`` registers the landed files as a view and returns its name; ``empty()``, if
     given, is the error to raise when the statement selects no rows (nothing is written then);
-    ``small``: the rows staged are few (the session's quick JIT tier, see ``get_spark``). The column
-    lineage is the statement's, as DataHub's SQL parser reads it.
+    ``small``: the rows staged are few (the session's quick JIT tier, see ``get_spark``); ``counted``:
+    aggregates (name: Spark SQL) counted in the write's own pass and recorded for the new staging
+    snapshot (``core/statistics.py``), for a later step to read instead of scanning staging again. The
+    column lineage is the statement's, as DataHub's SQL parser reads it.
     """
     from nyc_taxi.lineage.write.columns import Statement, column_lineage
 
@@ -88,10 +94,11 @@ def stage(
         frame = sql.run(spark, statement, landed=landed_view(spark), **values)
         if empty is not None and frame.isEmpty():
             raise empty()
-        retry_on_conflict(
-            f"staging {staging.name}",
-            lambda: (
-                frame.writeTo(spark_table(staging, settings))
+
+        def write():
+            written, observation = observing(frame, counted) if counted else (frame, None)
+            (
+                written.writeTo(spark_table(staging, settings))
                 .option(f"snapshot-property.{LANDED_VERSION}", version)
                 # One load from a few files: each task writes its own file per partition, with no
                 # shuffle to gather a partition's rows first (a month into daily partitions: 2-3 s less).
@@ -99,9 +106,18 @@ def stage(
                 .option("fanout-enabled", "true")
                 .option("overwrite-mode", "static")  # whatever the session's partitionOverwriteMode says
                 .overwrite(lit(True))  # all of it, whatever partitions the previous load had
-            ),
-        )
+            )
+            return observation
+
+        observation = retry_on_conflict(f"staging {staging.name}", write)
         snapshot = current_snapshot(staging, settings)
+        if observation is not None and snapshot.summary.get(LANDED_VERSION) == version:  # this write's snapshot
+            try:
+                record_counts(spark, staging, snapshot.snapshot_id, counted, observation.get, settings)
+            except Exception:  # the load stands: a reader without the record counts for itself
+                log.warning(
+                    "could not record %s's counts; the merge will count them by scanning", staging.name, exc_info=True
+                )
     rows = int(snapshot.summary.get("total-records", 0))
     return StepReport(
         inputs=[DatasetUse(landed, version=version, locations=tuple(locations))],

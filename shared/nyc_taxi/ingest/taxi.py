@@ -17,6 +17,7 @@ from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.sql import SqlFolder
+from nyc_taxi.core.statistics import recorded_counts
 from nyc_taxi.core.tables import pinned
 from nyc_taxi.core.upserts import merge_changes
 from nyc_taxi.ingest import download
@@ -144,6 +145,20 @@ def stage_landed_file(year: int, month: int, settings: Settings | None = None) -
         landed_view,
         settings,
         summary={"month": month_label(year, month), "file": Path(location).name},
+        counted=_quality_counts(year, month),  # counted as staging is written: the merge need not scan it
+    )
+
+
+def _month_values(year: int, month: int) -> dict[str, str]:
+    start, end = month_bounds(year, month)
+    return {"month_start": f"{start} 00:00:00", "next_month_start": f"{end} 00:00:00"}
+
+
+def _quality_counts(year: int, month: int) -> dict[str, str]:
+    """The quality statement's counts as aggregate expressions over a month's staged rows (the content
+    hash is not summed: a new month is not hashed)."""
+    return SQL.aggregates(
+        "yellow_taxi_quality", staging="staged", staged_content_hash="0", **_month_values(year, month)
     )
 
 
@@ -161,28 +176,33 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     settings = settings or get_settings()
     spark = get_spark(settings)
     staged_snapshot = current_snapshot(STAGING, settings)
+    staging_table = load_table(STAGING, settings) if staged_snapshot else None  # its metadata: files, counts
     staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
-    start, end = month_bounds(year, month)
     # Where the batch is, from staging's metadata (no scan): its files, and its pickup days (the bounds
     # every read of raw is restricted to, so the cost stays flat as raw grows).
     row_count = int(staged_snapshot.summary.get("total-records", 0)) if staged_snapshot else 0
-    raw_days = day_ranges_predicate("t.pickup_datetime", _pickup_days(staged_snapshot, settings))
+    raw_days = day_ranges_predicate("t.pickup_datetime", _pickup_days(staging_table, staged_snapshot))
     source_files = ", ".join("'" + name.replace("'", "''") + "'" for name in staged_files(staged_snapshot)) or "NULL"
     hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
-    bounds = {"month_start": f"{start} 00:00:00", "next_month_start": f"{end} 00:00:00"}
-    scanned: dict[bool, dict] = {}
+    bounds = _month_values(year, month)
+    counted: dict[bool, dict] = {}
 
     def quality(fingerprint: bool = False) -> dict:
-        """The staged batch's quality counts in one scan, with the exact sum of its content hashes if
-        asked (only when raw holds rows of the batch: a new month is not hashed). Scanned once."""
-        if fingerprint not in scanned:
+        """The staged batch's quality counts, with the exact sum of its content hashes if asked (only
+        when raw holds rows of the batch: a new month is not hashed). The counts the stage recorded for
+        its snapshot as it wrote it, else one scan of staging."""
+        if fingerprint not in counted:
+            recorded = None
+            if not fingerprint and staged_snapshot is not None:
+                recorded = recorded_counts(staging_table, staged_snapshot.snapshot_id, _quality_counts(year, month))
             hashed = hashes["staged_content_hash"] if fingerprint else "0"
-            scanned[fingerprint] = (
-                SQL.run(spark, "yellow_taxi_quality", staging=staging, staged_content_hash=hashed, **bounds)
+            counted[fingerprint] = (
+                recorded
+                or SQL.run(spark, "yellow_taxi_quality", staging=staging, staged_content_hash=hashed, **bounds)
                 .first()
                 .asDict()
             )
-        return scanned[fingerprint]
+        return counted[fingerprint]
 
     before = current_snapshot(RAW, settings)
 
@@ -230,7 +250,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         )
 
     changed = retry_on_conflict(f"loading {RAW.name}", write)
-    counts = scanned.get(True) or quality()  # the scan already made, whichever it was
+    counts = counted.get(True) or quality()  # the counts already taken, whichever they were
     checks = [
         Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
         for name, count in counts.items()
@@ -272,12 +292,12 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     )
 
 
-def _pickup_days(snapshot, settings: Settings) -> list[dt.date]:
+def _pickup_days(table, snapshot) -> list[dt.date]:
     """The pickup days of the staged rows, from the bounds Iceberg keeps for each data file (exact days
     when staging is partitioned by day, as it is; a superset otherwise). Empty: no rows to look for."""
     if snapshot is None:
         return []
-    files = load_table(STAGING, settings).inspect.files(snapshot.snapshot_id)
+    files = table.inspect.files(snapshot.snapshot_id)
     days: set[dt.date] = set()
     for file in files.select(["file_path", "readable_metrics"]).to_pylist():
         path, pickup = file["file_path"], file["readable_metrics"]["pickup_datetime"]

@@ -1,0 +1,65 @@
+"""Counts measured while a snapshot was written, kept in the table's metadata for a later step.
+
+A write that measures its rows in the same pass (Spark's ``observe``) records the counts in a table
+property naming the snapshot they describe; a later step reads them from the table's metadata instead
+of scanning the rows again. The record also holds a digest of the expressions that counted, so counts
+taken by another definition (a changed SQL file, another month's bounds) or of another snapshot are
+never reused: the reader then counts for itself.
+
+Why a property and not a statistics file attached to the snapshot (Iceberg's Puffin blobs): pyiceberg
+0.12 refuses to load a table whose statistics name a blob type it does not know, and every reader of
+the table would fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+
+from nyc_taxi.core.datasets import Table
+from nyc_taxi.core.naming import spark_table
+from nyc_taxi.core.settings import Settings
+
+COUNTS_PROPERTY = "nyc-taxi.counts"  # {"snapshot-id": ..., "definition-sha256": ..., "counts": {...}}
+
+
+def definition_digest(aggregates: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(aggregates, sort_keys=True).encode()).hexdigest()
+
+
+def observing(frame, aggregates: dict[str, str]):
+    """``frame`` with ``aggregates`` (name: Spark SQL aggregate expression) computed in the same pass
+    as whatever action runs it, and the Observation that holds them after that action."""
+    from pyspark.sql import Observation
+    from pyspark.sql.functions import expr
+
+    observation = Observation(f"counts-{uuid.uuid4().hex[:8]}")
+    return frame.observe(observation, *(expr(sql).alias(name) for name, sql in aggregates.items())), observation
+
+
+def record_counts(spark, table: Table, snapshot_id: int, aggregates: dict[str, str], counts: dict, settings: Settings):
+    """Record ``counts`` (measured by ``aggregates`` on the rows of ``snapshot_id``) in ``table``'s
+    metadata: a metadata-only commit (no snapshot), through Iceberg's Java API in the session's JVM."""
+    record = {
+        "snapshot-id": snapshot_id,
+        "definition-sha256": definition_digest(aggregates),
+        "counts": {name: int(value) for name, value in counts.items()},
+    }
+    target = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, spark_table(table, settings)
+    )
+    target.updateProperties().set(COUNTS_PROPERTY, json.dumps(record, sort_keys=True)).commit()
+
+
+def recorded_counts(table, snapshot_id: int, aggregates: dict[str, str]) -> dict[str, int] | None:
+    """The counts ``aggregates`` measured on ``snapshot_id``'s rows as recorded in ``table`` (a
+    pyiceberg table); None when none were recorded for that snapshot by that definition."""
+    recorded = table.properties.get(COUNTS_PROPERTY)
+    if recorded is None:
+        return None
+    record = json.loads(recorded)
+    if record.get("snapshot-id") != snapshot_id or record.get("definition-sha256") != definition_digest(aggregates):
+        return None
+    counts = record.get("counts", {})
+    return {name: int(counts[name]) for name in aggregates} if set(aggregates) <= set(counts) else None

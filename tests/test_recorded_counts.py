@@ -1,0 +1,69 @@
+"""The stage counts the merge's quality checks in the pass that writes staging, and records them for the
+snapshot it wrote (core/statistics.py). The merge reports the counts recorded for the snapshot it
+merges without scanning staging again, and counts for itself when the record is another snapshot's or
+another definition's. Every count is checked against an independent count over the published file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from expected_loads import quality_counts
+
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.catalog import load_table
+from nyc_taxi.core.statistics import COUNTS_PROPERTY
+from nyc_taxi.core.tables import ensure_tables
+from nyc_taxi.fixtures.site import add_taxi_month
+
+pytestmark = pytest.mark.spark
+RAW, STAGING = registry.YELLOW_TAXI_RAW, registry.YELLOW_TAXI_STAGING
+
+
+def _stage(site, year: int, month: int, rows: int, seed: int) -> tuple[dict[str, int], dict]:
+    """Download and stage a month; the independent counts of its file, and staging's record."""
+    from nyc_taxi.ingest import taxi
+
+    path = add_taxi_month(site, year, month, rows=rows, seed=seed)
+    taxi.download_published_file(year, month)
+    taxi.stage_landed_file(year, month)
+    table = load_table(STAGING)
+    record = json.loads(table.properties[COUNTS_PROPERTY])
+    assert record["snapshot-id"] == table.current_snapshot().snapshot_id
+    expected = quality_counts(path, year, month)
+    assert record["counts"] == {"row_count": rows, "content": 0, **expected}
+    return expected, record
+
+
+def _rewrite_record(record: dict) -> None:
+    with load_table(STAGING).transaction() as change:
+        change.set_properties({COUNTS_PROPERTY: json.dumps(record)})
+
+
+def _merged_checks(year: int, month: int) -> dict[str, int]:
+    from nyc_taxi.ingest import taxi
+
+    report = taxi.merge_into_raw(year, month)
+    return {check.name: check.rows for check in report.inputs[0].checks}
+
+
+def test_the_merge_reports_the_counts_the_stage_recorded_and_counts_itself_when_none_fit(spark, site, settings):
+    ensure_tables([STAGING, RAW])
+    expected, record = _stage(site, 2022, 7, rows=5_000, seed=31)
+    assert expected["pickup_outside_month"] > 0 and expected["non_positive_total"] > 0  # counts worth checking
+    assert _merged_checks(2022, 7) == expected
+
+    # The merge takes the record for its snapshot as it is: counts no scan could give show it read them.
+    expected, record = _stage(site, 2022, 8, rows=4_000, seed=32)
+    recorded = {name: rows + 1 for name, rows in record["counts"].items()}
+    _rewrite_record({**record, "counts": recorded})
+    assert _merged_checks(2022, 8) == {name: rows + 1 for name, rows in expected.items()}
+
+    # A record of another snapshot, or counted by another definition, is not used: the merge scans.
+    previous = record["snapshot-id"]
+    expected, record = _stage(site, 2022, 9, rows=3_000, seed=33)
+    _rewrite_record({**record, "snapshot-id": previous, "counts": recorded})
+    assert _merged_checks(2022, 9) == expected
+    expected, record = _stage(site, 2022, 10, rows=2_000, seed=34)
+    _rewrite_record({**record, "definition-sha256": "0" * 64, "counts": {**recorded, "row_count": 2_000}})
+    assert _merged_checks(2022, 10) == expected

@@ -49,21 +49,25 @@ def _merged_checks(year: int, month: int) -> dict[str, int]:
 
 def test_the_merge_reports_the_counts_the_stage_recorded_and_counts_itself_when_none_fit(spark, site, settings):
     ensure_tables([STAGING, RAW])
-    expected, record = _stage(site, 2022, 7, rows=5_000, seed=31)
+    expected, record = _stage(site, 2021, 3, rows=5_000, seed=31)
     assert expected["pickup_outside_month"] > 0 and expected["non_positive_total"] > 0  # counts worth checking
-    assert _merged_checks(2022, 7) == expected
+    assert _merged_checks(2021, 3) == expected
 
     # The merge takes the record for its snapshot as it is: counts no scan could give show it read them.
-    expected, record = _stage(site, 2022, 8, rows=4_000, seed=32)
+    expected, record = _stage(site, 2021, 4, rows=4_000, seed=32)
     recorded = {name: rows + 1 for name, rows in record["counts"].items()}
     _rewrite_record({**record, "counts": recorded})
-    assert _merged_checks(2022, 8) == {name: rows + 1 for name, rows in expected.items()}
+    assert _merged_checks(2021, 4) == {name: rows + 1 for name, rows in expected.items()}
 
     # A record of another snapshot, or counted by another definition, is not used: the merge scans.
     previous = record["snapshot-id"]
-    expected, record = _stage(site, 2022, 9, rows=3_000, seed=33)
+    expected, record = _stage(site, 2021, 5, rows=3_000, seed=33)
     _rewrite_record({**record, "snapshot-id": previous, "counts": recorded})
-    assert _merged_checks(2022, 9) == expected
-    expected, record = _stage(site, 2022, 10, rows=2_000, seed=34)
+    assert _merged_checks(2021, 5) == expected
+    expected, record = _stage(site, 2021, 6, rows=2_000, seed=34)
     _rewrite_record({**record, "definition-sha256": "0" * 64, "counts": {**recorded, "row_count": 2_000}})
-    assert _merged_checks(2022, 10) == expected
+    assert _merged_checks(2021, 6) == expected
+    expected, record = _stage(site, 2021, 7, rows=1_000, seed=35)
+    with load_table(STAGING).transaction() as change:  # not a record at all
+        change.set_properties({COUNTS_PROPERTY: "counted by hand"})
+    assert _merged_checks(2021, 7) == expected

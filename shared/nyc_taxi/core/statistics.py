@@ -55,10 +55,10 @@ def record_counts(spark, table: Table, snapshot_id: int, aggregates: dict[str, s
 def recorded_counts(table, snapshot_id: int, aggregates: dict[str, str]) -> dict[str, int] | None:
     """The counts ``aggregates`` measured on ``snapshot_id``'s rows as recorded in ``table`` (a
     pyiceberg table); None when none were recorded for that snapshot by that definition."""
-    recorded = table.properties.get(COUNTS_PROPERTY)
-    if recorded is None:
+    try:
+        record = json.loads(table.properties.get(COUNTS_PROPERTY) or "{}")
+    except ValueError:  # not written by record_counts: count instead
         return None
-    record = json.loads(recorded)
     if record.get("snapshot-id") != snapshot_id or record.get("definition-sha256") != definition_digest(aggregates):
         return None
     counts = record.get("counts", {})

@@ -19,8 +19,8 @@ from pathlib import PurePosixPath
 from nyc_taxi.core.commits import lost_race
 from nyc_taxi.core.datasets import Table
 from nyc_taxi.core.lakehouse import lakehouse
-from nyc_taxi.core.naming import spark_table
 from nyc_taxi.core.settings import Settings
+from nyc_taxi.core.spark import java_table
 
 APPENDED_FROM = "nyc-taxi.appended-from"  # snapshot summary property: the staged table and snapshot taken
 
@@ -33,11 +33,7 @@ def append_staged_files(spark, staged: Table, snapshot_id: int, target: Table, b
     table created before it was given its target's partitioning): the caller then writes the rows.
     """
     iceberg = spark._jvm.org.apache.iceberg
-
-    def load(table: Table):
-        return iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, spark_table(table, settings))
-
-    source, destination = load(staged), load(target)
+    source, destination = java_table(spark, staged, settings), java_table(spark, target, settings)
     same_shape = (
         source.schema().sameSchema(destination.schema())
         and source.spec().compatibleWith(destination.spec())

@@ -148,6 +148,16 @@ def _new_session(settings: Settings, java_options: tuple[str, ...] = (), small: 
     return session
 
 
+def java_table(spark, table, settings: Settings):
+    """A registry table through Iceberg's Java API in the session's JVM and catalog (the one Spark's own
+    writes use), for the commits Spark SQL does not offer."""
+    from nyc_taxi.core.naming import spark_table
+
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, spark_table(table, settings)
+    )
+
+
 def stop_spark() -> None:
     global _session
     with _lock:

@@ -18,8 +18,8 @@ import json
 import uuid
 
 from nyc_taxi.core.datasets import Table
-from nyc_taxi.core.naming import spark_table
 from nyc_taxi.core.settings import Settings
+from nyc_taxi.core.spark import java_table
 
 COUNTS_PROPERTY = "nyc-taxi.counts"  # {"snapshot-id": ..., "definition-sha256": ..., "counts": {...}}
 
@@ -46,10 +46,9 @@ def record_counts(spark, table: Table, snapshot_id: int, aggregates: dict[str, s
         "definition-sha256": definition_digest(aggregates),
         "counts": {name: int(value) for name, value in counts.items()},
     }
-    target = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-        spark._jsparkSession, spark_table(table, settings)
-    )
-    target.updateProperties().set(COUNTS_PROPERTY, json.dumps(record, sort_keys=True)).commit()
+    java_table(spark, table, settings).updateProperties().set(
+        COUNTS_PROPERTY, json.dumps(record, sort_keys=True)
+    ).commit()
 
 
 def recorded_counts(table, snapshot_id: int, aggregates: dict[str, str]) -> dict[str, int] | None:

@@ -96,6 +96,7 @@ def quality_counts(path: Path, year: int, month: int) -> dict[str, int]:
         return pc.sum(pc.fill_null(mask, False).cast(pa.int64())).as_py() or 0
 
     return {
+        "pickup_missing": count(pc.is_null(pickup)),
         "pickup_outside_month": count(pc.or_(pc.less(pickup, start), pc.greater_equal(pickup, end))),
         "dropoff_not_after_pickup": count(pc.less_equal(dropoff, pickup)),
         "trip_over_3_hours": count(pc.greater(dropoff, pc.add(pickup, three_hours))),

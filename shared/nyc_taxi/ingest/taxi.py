@@ -183,7 +183,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     # Where the batch is, from staging's metadata (no scan): its files, and its pickup days (the bounds
     # every read of raw is restricted to, so the cost stays flat as raw grows).
     row_count = int(staged_snapshot.summary.get("total-records", 0)) if staged_snapshot else 0
-    raw_days = day_ranges_predicate("t.pickup_datetime", _pickup_days(staging_table, staged_snapshot))
+    raw_days = day_ranges_predicate("t.pickup_datetime", *_pickup_days(staging_table, staged_snapshot))
     source_files = ", ".join("'" + name.replace("'", "''") + "'" for name in staged_files(staged_snapshot)) or "NULL"
     hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
     bounds = _month_values(year, month)
@@ -294,16 +294,19 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     )
 
 
-def _pickup_days(table, snapshot) -> list[dt.date]:
+def _pickup_days(table, snapshot) -> tuple[list[dt.date], bool]:
     """The pickup days of the staged rows, from the bounds Iceberg keeps for each data file (exact days
-    when staging is partitioned by day, as it is; a superset otherwise). Empty: no rows to look for."""
+    when staging is partitioned by day, as it is; a superset otherwise), and whether some rows have no
+    pickup time (raw's copies of those are on no day: every read of raw must look for them too)."""
     if snapshot is None:
-        return []
+        return [], False
     files = table.inspect.files(snapshot.snapshot_id)
     days: set[dt.date] = set()
+    nulls = False
     for file in files.select(["file_path", "readable_metrics"]).to_pylist():
         path, pickup = file["file_path"], file["readable_metrics"]["pickup_datetime"]
         low, high = pickup["lower_bound"], pickup["upper_bound"]
+        nulls = nulls or bool(pickup["null_value_count"])
         if low is None:
             if pickup["null_value_count"] != pickup["value_count"]:  # rows with a pickup time, but no bounds
                 raise RuntimeError(
@@ -312,7 +315,7 @@ def _pickup_days(table, snapshot) -> list[dt.date]:
                 )
             continue
         days.update(low.date() + dt.timedelta(days=n) for n in range((high.date() - low.date()).days + 1))
-    return sorted(days)
+    return sorted(days), nulls
 
 
 def _id(snapshot) -> str | None:

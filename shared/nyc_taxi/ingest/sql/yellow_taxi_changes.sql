@@ -1,6 +1,7 @@
 -- Staged rows that raw does not already hold with the same content: new rows and changed rows.
 -- Only the raw rows of the batch's pickup days are read (${raw_days} is a partition-pruning
--- range predicate on t.pickup_datetime), so the cost stays flat as raw grows.
+-- range predicate on t.pickup_datetime, with IS NULL if the batch has rows without a pickup time),
+-- so the cost stays flat as raw grows.
 SELECT s.*
 FROM ${staging} s
 LEFT ANTI JOIN (

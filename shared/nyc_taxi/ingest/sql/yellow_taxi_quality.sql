@@ -4,6 +4,7 @@
 SELECT
   count(*)                                                                        AS row_count,
   coalesce(sum(CAST(${staged_content_hash} AS DECIMAL(38, 0))), 0)               AS content,
+  count_if(pickup_datetime IS NULL)                                               AS pickup_missing,
   count_if(pickup_datetime < TIMESTAMP_NTZ'${month_start}'
            OR pickup_datetime >= TIMESTAMP_NTZ'${next_month_start}')              AS pickup_outside_month,
   count_if(dropoff_datetime <= pickup_datetime)                                   AS dropoff_not_after_pickup,

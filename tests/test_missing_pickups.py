@@ -1,0 +1,80 @@
+"""Trips without a pickup time: kept in raw and counted, and a re-run of their month neither inserts them
+again nor commits anything; a republished month updates them in place. Raw's reads are limited to the
+batch's pickup days, so rows on no day must be looked for explicitly (ingest/taxi.py, _pickup_days)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from expected_loads import quality_counts
+
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.catalog import current_snapshot_id, load_table
+from nyc_taxi.core.tables import ensure_tables
+from nyc_taxi.fixtures import tlc
+from nyc_taxi.fixtures.site import taxi_path
+
+pytestmark = pytest.mark.spark
+RAW, STAGING = registry.YELLOW_TAXI_RAW, registry.YELLOW_TAXI_STAGING
+YEAR, MONTH, ROWS = 2020, 2, 3_000
+
+
+def _publish(site, trips: pa.Table):
+    return tlc.write_yellow_month(trips, taxi_path(site, YEAR, MONTH))
+
+
+def _load() -> dict[str, int]:
+    """The DAG's three steps; the merge's quality counts."""
+    from nyc_taxi.ingest import taxi
+
+    taxi.download_published_file(YEAR, MONTH)
+    taxi.stage_landed_file(YEAR, MONTH)
+    report = taxi.merge_into_raw(YEAR, MONTH)
+    return {check.name: check.rows for check in report.inputs[0].checks}
+
+
+def _raw_rows(path) -> pa.Table:
+    arrow = load_table(RAW).scan().to_arrow()
+    return arrow.filter(pc.equal(arrow["source_file"], path.name))
+
+
+def test_trips_without_a_pickup_time_are_loaded_once_and_updated_in_place(spark, site, settings):
+    ensure_tables([STAGING, RAW])
+    trips = tlc.generate_yellow_month(YEAR, MONTH, rows=ROWS, seed=61)
+    missing = np.zeros(ROWS, dtype=bool)
+    missing[np.random.default_rng(61).choice(ROWS, size=40, replace=False)] = True
+    pickup = trips.column("tpep_pickup_datetime")
+    trips = trips.set_column(
+        trips.schema.get_field_index("tpep_pickup_datetime"),
+        "tpep_pickup_datetime",
+        pc.if_else(pa.array(missing), pa.nulls(ROWS, pickup.type), pickup),
+    )
+    path = _publish(site, trips)
+    expected = quality_counts(path, YEAR, MONTH)
+    assert expected["pickup_missing"] == 40
+
+    assert _load() == expected
+    raw = _raw_rows(path)
+    assert (raw.num_rows, raw["pickup_datetime"].null_count) == (ROWS, 40)
+
+    # The same file again: raw already holds every row, those on no day included.
+    before = current_snapshot_id(RAW, settings)
+    assert _load() == expected
+    assert current_snapshot_id(RAW, settings) == before
+    assert _raw_rows(path).num_rows == ROWS
+
+    # Republished with other fares, for a trip without a pickup time and one with: updated, not added.
+    changed = [int(np.flatnonzero(missing)[0]), int(np.flatnonzero(~missing)[0])]
+    fares = trips["fare_amount"].to_numpy().copy()
+    fares[changed] = [1234.5, 2345.6]
+    trips = trips.set_column(trips.schema.get_field_index("fare_amount"), "fare_amount", pa.array(fares))
+    _publish(site, trips)
+    assert _load() == expected
+    assert current_snapshot_id(RAW, settings) != before
+    raw = _raw_rows(path)
+    assert (raw.num_rows, raw["pickup_datetime"].null_count) == (ROWS, 40)
+    keys = {f"{path.name}:{index}" for index in changed}
+    updated = raw.filter(pc.is_in(raw["row_key"], pa.array(sorted(keys))))
+    assert sorted(updated["fare_amount"].to_pylist()) == [1234.5, 2345.6]

@@ -3,6 +3,7 @@ previous snapshot and rows, the catalog stays readable, and the next run complet
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -85,16 +86,18 @@ def test_sigkill_mid_merge_keeps_the_previous_snapshot_and_the_next_run_complete
         while worker.poll() is None and time.monotonic() < deadline:
             if set(data_dir.rglob("*.parquet")) - existing:  # the MERGE is writing its new data files
                 for child in psutil.Process(worker.pid).children(recursive=True):
-                    if child.name() == "java":
-                        os.kill(child.pid, signal.SIGKILL)
-                        killed = True
+                    with contextlib.suppress(psutil.NoSuchProcess):  # a short-lived helper process gone meanwhile
+                        if child.name() == "java":
+                            os.kill(child.pid, signal.SIGKILL)
+                            killed = True
                 break
             time.sleep(0.02)
         worker.wait(timeout=300)
     finally:  # whatever failed above, no worker is left waiting with its JVM
         if worker.poll() is None:
             for process in [*psutil.Process(worker.pid).children(recursive=True), psutil.Process(worker.pid)]:
-                process.kill()
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
     assert killed, "the merge finished before its data files appeared; nothing was killed"
     assert worker.returncode != 0
 

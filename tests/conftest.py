@@ -179,9 +179,11 @@ def real_source_defaults(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Headless Debian Chromium driven by Playwright (no browser download), on a fresh empty profile."""
+    """Headless Debian Chromium driven by Playwright (no browser download), on a fresh empty profile.
+    One per test module: while Playwright's sync API is open, the thread's asyncio loop counts as running,
+    which later tests in the same process (Airflow's dag.test) must not meet."""
     from playwright.sync_api import sync_playwright
 
     args = [

@@ -51,6 +51,26 @@ def pytest_unconfigure(config):
     shutil.rmtree(_STATE, ignore_errors=True)
 
 
+# Test modules that read the session's one demo run (the `demo` fixture): on one worker, so it runs once.
+DEMO_READERS = ("tests/test_lineage.py", "tests/test_site.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`bash run test`'s workers take a test file at a time (--dist loadfile), its module fixtures run
+    once; the demo's readers go to one worker together."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class DemoReadersTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return "the demo's readers" if module in DEMO_READERS else module
+
+    return DemoReadersTogether(config, log)
+
+
 @pytest.fixture(scope="session")
 def site():
     """A fixture copy of the TLC and NOAA sites, served on 127.0.0.1; the session's settings (and every

@@ -1,5 +1,6 @@
 """What a load must leave in the tables, computed from the fixture files independently of the
-product's code: pyarrow for the TLC parquet files, plain Python for NOAA's CSV files."""
+product's code: pyarrow for the TLC parquet files, plain Python for NOAA's CSV files; and what raw
+holds of a file, read through pyiceberg, to compare with it."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ def expected_taxi_rows(path: Path) -> pa.Table:
         columns["cbd_congestion_fee"] = pa.nulls(source.num_rows, pa.float64())
     keys = pa.array([f"{path.name}:{i}" for i in range(source.num_rows)])
     return pa.table({"row_key": keys, **columns}).sort_by("row_key")
+
+
+def raw_rows_of(path: Path) -> pa.Table:
+    """The rows raw holds of one TLC file, as pyiceberg reads them."""
+    from nyc_taxi.core import datasets as registry
+    from nyc_taxi.core.catalog import load_table
+
+    arrow = load_table(registry.YELLOW_TAXI_RAW).scan().to_arrow()
+    return arrow.filter(pc.equal(arrow["source_file"], path.name))
 
 
 def hourly_rides(

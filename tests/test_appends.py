@@ -12,10 +12,9 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from expected_loads import comparable, expected_taxi_rows
+from expected_loads import comparable, expected_taxi_rows, raw_rows_of
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.appends import APPENDED_FROM, append_staged_files
@@ -49,11 +48,6 @@ def _path(location: str) -> str:
     return urlparse(location).path if location.startswith("file:") else location
 
 
-def _raw_rows_of(path) -> object:
-    arrow = load_table(RAW).scan().to_arrow()
-    return arrow.filter(pc.equal(arrow["source_file"], path.name))
-
-
 def test_a_new_month_joins_raw_as_the_files_staging_wrote_and_each_table_owns_its_copy(spark, site, settings):
     ensure_tables([STAGING, RAW])
     november = add_taxi_month(site, 2022, 11, rows=6_000, seed=21)
@@ -76,7 +70,7 @@ def test_a_new_month_joins_raw_as_the_files_staging_wrote_and_each_table_owns_it
         for field in METRICS + BOUNDS:  # and the metrics they were written with: raw prunes by them
             assert file[field] == twin[field], field
         assert pq.ParquetFile(_path(path)).metadata.row_group(0).column(0).compression == "ZSTD"  # raw's codec
-    assert comparable(_raw_rows_of(november)).equals(comparable(expected_taxi_rows(november)))
+    assert comparable(raw_rows_of(november)).equals(comparable(expected_taxi_rows(november)))
 
     # the same month again: raw holds exactly the batch, nothing is committed
     again = _load(2022, 11)
@@ -109,7 +103,7 @@ def test_a_new_month_joins_raw_as_the_files_staging_wrote_and_each_table_owns_it
     assert deleted.deleted_data_files_count >= len(staged_files)
     assert not any(os.path.exists(_path(p)) for p in staged_files)
     assert all(os.path.exists(_path(p)) for p in added)
-    assert comparable(_raw_rows_of(november)).equals(comparable(expected_taxi_rows(november)))
+    assert comparable(raw_rows_of(november)).equals(comparable(expected_taxi_rows(november)))
 
 
 def test_a_staging_table_of_another_shape_still_loads_by_writing_the_rows(spark, site, settings):
@@ -128,7 +122,7 @@ def test_a_staging_table_of_another_shape_still_loads_by_writing_the_rows(spark,
         raw = load_table(RAW).current_snapshot()
         assert report.summary["merged_rows"] == 4_000
         assert raw.summary.operation.value == "append" and raw.summary.get(APPENDED_FROM) is None
-        assert comparable(_raw_rows_of(october)).equals(comparable(expected_taxi_rows(october)))
+        assert comparable(raw_rows_of(october)).equals(comparable(expected_taxi_rows(october)))
     finally:  # staging is replaced on every load: the registry's shape again for the tests after this one
         catalog.drop_table(iceberg_identifier(STAGING, settings))
         ensure_tables([STAGING])

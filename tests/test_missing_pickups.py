@@ -8,10 +8,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from expected_loads import quality_counts
+from expected_loads import quality_counts, raw_rows_of
 
 from nyc_taxi.core import datasets as registry
-from nyc_taxi.core.catalog import current_snapshot_id, load_table
+from nyc_taxi.core.catalog import current_snapshot_id
 from nyc_taxi.core.tables import ensure_tables
 from nyc_taxi.fixtures import tlc
 from nyc_taxi.fixtures.site import taxi_path
@@ -35,11 +35,6 @@ def _load() -> dict[str, int]:
     return {check.name: check.rows for check in report.inputs[0].checks}
 
 
-def _raw_rows(path) -> pa.Table:
-    arrow = load_table(RAW).scan().to_arrow()
-    return arrow.filter(pc.equal(arrow["source_file"], path.name))
-
-
 def test_trips_without_a_pickup_time_are_loaded_once_and_updated_in_place(spark, site, settings):
     ensure_tables([STAGING, RAW])
     trips = tlc.generate_yellow_month(YEAR, MONTH, rows=ROWS, seed=61)
@@ -56,14 +51,14 @@ def test_trips_without_a_pickup_time_are_loaded_once_and_updated_in_place(spark,
     assert expected["pickup_missing"] == 40
 
     assert _load() == expected
-    raw = _raw_rows(path)
+    raw = raw_rows_of(path)
     assert (raw.num_rows, raw["pickup_datetime"].null_count) == (ROWS, 40)
 
     # The same file again: raw already holds every row, those on no day included.
     before = current_snapshot_id(RAW, settings)
     assert _load() == expected
     assert current_snapshot_id(RAW, settings) == before
-    assert _raw_rows(path).num_rows == ROWS
+    assert raw_rows_of(path).num_rows == ROWS
 
     # Republished with other fares, for a trip without a pickup time and one with: updated, not added.
     changed = [int(np.flatnonzero(missing)[0]), int(np.flatnonzero(~missing)[0])]
@@ -73,7 +68,7 @@ def test_trips_without_a_pickup_time_are_loaded_once_and_updated_in_place(spark,
     _publish(site, trips)
     assert _load() == expected
     assert current_snapshot_id(RAW, settings) != before
-    raw = _raw_rows(path)
+    raw = raw_rows_of(path)
     assert (raw.num_rows, raw["pickup_datetime"].null_count) == (ROWS, 40)
     keys = {f"{path.name}:{index}" for index in changed}
     updated = raw.filter(pc.is_in(raw["row_key"], pa.array(sorted(keys))))

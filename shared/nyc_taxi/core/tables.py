@@ -21,7 +21,7 @@ DEFAULT_PROPERTIES = {
     # Parquet's 2 MB default lets a column of unique values (the trips' row keys) fill a dictionary with a
     # whole day's file before it falls back to plain encoding: hashing every key for nothing. At 64 KB
     # such a column falls back after ~1,700 values, while zones, vendors and fees keep their dictionaries
-    # (a month staged: ~10% less CPU, ~10% smaller files; `bash run bench ingest`).
+    # (a month staged by a warm JVM: 10 % less CPU, and 10 % smaller files; README, "Ingestion").
     "write.parquet.dict-size-bytes": str(64 * 1024),
 }
 PRIMARY_KEY_PROPERTY = "nyc_taxi.primary-key"  # recorded for readers; Iceberg does not enforce it (the MERGE keys do)

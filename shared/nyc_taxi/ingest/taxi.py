@@ -173,10 +173,10 @@ def _content_hash(alias: str) -> str:
 
 def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> StepReport:
     """Upsert staging into raw on the row key; unchanged rows are not rewritten. Quality counted, nothing dropped."""
-    from nyc_taxi.core.spark import get_spark
+    from nyc_taxi.core.spark import get_spark, start_spark
 
     settings = settings or get_settings()
-    spark = get_spark(settings)
+    start_spark(settings)  # the JVM starts while the batch is found in the catalog's metadata
     staged_snapshot = current_snapshot(STAGING, settings)
     staging_table = load_table(STAGING, settings) if staged_snapshot else None  # its metadata: files, counts
     staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
@@ -188,6 +188,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
     bounds = _month_values(year, month)
     counted: dict[bool, dict] = {}
+    spark = get_spark(settings)
 
     def quality(fingerprint: bool = False) -> dict:
         """The staged batch's quality counts, with the exact sum of its content hashes if asked (only

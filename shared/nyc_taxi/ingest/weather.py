@@ -173,11 +173,12 @@ def stage_landed_files(year: int, month: int, settings: Settings | None = None) 
 
 
 def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> StepReport:
-    from nyc_taxi.core.spark import get_spark
+    from nyc_taxi.core.spark import get_spark, start_spark
 
     settings = settings or get_settings()
-    spark = get_spark(settings, small=True)  # a month of NYC's county-days: small data
+    start_spark(settings, small=True)  # a month of NYC's county-days: small data; the JVM starts meanwhile
     staged_snapshot, before = current_snapshot(STAGING, settings), current_snapshot(RAW, settings)
+    spark = get_spark(settings, small=True)
     staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
     staged = int(staged_snapshot.summary.get("total-records", 0)) if staged_snapshot else 0
     changed = upsert_changes(spark, SQL, "weather_changes", "merge_weather", staging=staging, raw=raw)

@@ -3,6 +3,7 @@ by Spark, read back by pyiceberg."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -87,6 +88,34 @@ def test_tables_are_created_from_the_registry(tables, table):
     assert spec == expected
     assert iceberg.location().removeprefix("file:") == table_location(table)  # Hadoop writes local paths as file:/...
     assert iceberg.properties.get("nyc_taxi.primary-key", "") == ",".join(table.primary_key)
+
+
+def test_a_table_created_with_older_properties_is_given_the_registrys(tables):
+    """As a table created by an older version is: ensure_tables sets the properties the registry now
+    declares (a write setting, the description), in a metadata commit that adds no snapshot; the table's
+    format stays as created, and a property the registry does not declare stays; a second call commits
+    nothing."""
+    from nyc_taxi.core.tables import DEFAULT_PROPERTIES, iceberg_schema
+
+    probe = dataclasses.replace(registry.WEATHER_RAW, name="lakehouse_test_properties", description="now")
+    identifier = iceberg_identifier(probe)
+    older = {"format-version": "1", "write.parquet.dict-size-bytes": "2097152", "comment": "then", "kept": "yes"}
+    created = tables.create_table(identifier, iceberg_schema(probe), location=table_location(probe), properties=older)
+    try:
+        assert ensure_tables([probe]) == []
+        table = tables.load_table(identifier)
+        assert table.properties["write.parquet.dict-size-bytes"] == DEFAULT_PROPERTIES["write.parquet.dict-size-bytes"]
+        assert table.properties["comment"] == "now"
+        assert table.properties["nyc_taxi.primary-key"] == "county_code,date"
+        assert table.properties["kept"] == "yes"
+        assert table.format_version == 1  # and not asked to become 2 (Java's Iceberg would upgrade it):
+        assert table.properties.get("format-version") == created.properties.get("format-version")
+        assert table.current_snapshot() is None and table.metadata.snapshots == []
+        assert table.metadata_location != created.metadata_location  # one commit ...
+        assert ensure_tables([probe]) == []
+        assert tables.load_table(identifier).metadata_location == table.metadata_location  # ... and no other
+    finally:
+        tables.drop_table(identifier)
 
 
 def _trip(key: str, pickup: dt.datetime, fare: float) -> dict:

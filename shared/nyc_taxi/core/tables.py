@@ -5,6 +5,8 @@ Spark and pyiceberg share the catalog, so a table created here is the table Spar
 
 from __future__ import annotations
 
+import logging
+
 from nyc_taxi.core.datasets import TABLES, Table
 from nyc_taxi.core.naming import iceberg_identifier, spark_table, table_location
 from nyc_taxi.core.settings import Settings, get_settings
@@ -24,6 +26,8 @@ DEFAULT_PROPERTIES = {
     # (a month staged by a warm JVM: 10 % less CPU, and 10 % smaller files; README, "Ingestion").
     "write.parquet.dict-size-bytes": str(64 * 1024),
 }
+# Chosen when a table is created, never changed by ensure_tables: raising it upgrades the table's format.
+CREATE_ONLY_PROPERTIES = {"format-version"}
 PRIMARY_KEY_PROPERTY = "nyc_taxi.primary-key"  # recorded for readers; Iceberg does not enforce it (the MERGE keys do)
 # Partition transforms as Spark SQL writes them, and the partition field name Spark gives them.
 TRANSFORMS = {
@@ -31,6 +35,8 @@ TRANSFORMS = {
     "months": ("MonthTransform", "month"),
     "years": ("YearTransform", "year"),
 }
+
+log = logging.getLogger(__name__)
 
 
 def iceberg_type(spark_type: str):
@@ -85,6 +91,17 @@ def table_properties(table: Table) -> dict[str, str]:
     return properties
 
 
+def _declare_properties(iceberg, table: Table) -> None:
+    """Set the properties of an existing table that differ from what the registry declares for it
+    (others, such as the counts a write recorded, are left as they are)."""
+    declared = {k: v for k, v in table_properties(table).items() if k not in CREATE_ONLY_PROPERTIES}
+    changed = {k: v for k, v in declared.items() if iceberg.properties.get(k) != v}
+    if changed:
+        with iceberg.transaction() as transaction:
+            transaction.set_properties(changed)
+        log.info("%s: %s set as the registry declares", table.name, ", ".join(sorted(changed)))
+
+
 def pinned(table: Table, snapshot, settings: Settings | None = None) -> str:
     """The table for Spark SQL, read at ``snapshot`` (a pyiceberg snapshot or id): a run reads exactly
     the version its lineage reports, whatever another writer commits meanwhile."""
@@ -94,8 +111,12 @@ def pinned(table: Table, snapshot, settings: Settings | None = None) -> str:
 
 
 def ensure_tables(tables: list[Table] | None = None, settings: Settings | None = None) -> list[str]:
-    """Create the given registry tables (all by default) and their namespace if they do not exist yet;
-    the names of the tables it created."""
+    """Create the given registry tables (all by default) and their namespace if they do not exist yet,
+    and give a table that exists the properties the registry declares for it now (a write setting or a
+    description changed since it was created: a metadata commit, no new snapshot); the names of the
+    tables it created."""
+    from pyiceberg.exceptions import NoSuchTableError
+
     from nyc_taxi.core.catalog import load_catalog
     from nyc_taxi.core.commits import retry_on_conflict
 
@@ -107,7 +128,12 @@ def ensure_tables(tables: list[Table] | None = None, settings: Settings | None =
         created = []
         for table in tables or list(TABLES.values()):
             identifier = iceberg_identifier(table, settings)
-            if catalog.table_exists(identifier):
+            try:
+                existing = catalog.load_table(identifier)
+            except NoSuchTableError:
+                existing = None
+            if existing is not None:
+                _declare_properties(existing, table)
                 continue
             schema = iceberg_schema(table)
             catalog.create_table(

@@ -26,6 +26,7 @@ ICEBERG_TYPE = {
     "TIMESTAMP": "timestamptz",
 }
 TRANSFORM = {"days": DayTransform, "months": MonthTransform, "years": YearTransform}
+NOW = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
 TEST_FILE = "lakehouse-test.parquet"  # marks this module's rows; other tests share the tables
 
 
@@ -95,13 +96,22 @@ def test_a_table_created_with_older_properties_is_given_the_registrys(tables):
     declares (a write setting, the description), in a metadata commit that adds no snapshot; the table's
     format stays as created, and a property the registry does not declare stays; a second call commits
     nothing."""
+    import pyarrow as pa
+
     from nyc_taxi.core.tables import DEFAULT_PROPERTIES, iceberg_schema
 
-    probe = dataclasses.replace(registry.WEATHER_RAW, name="lakehouse_test_properties", description="now")
+    # unpartitioned, so that pyiceberg can write its one row
+    probe = dataclasses.replace(
+        registry.WEATHER_RAW, name="lakehouse_test_properties", description="now", partitioned_by=()
+    )
     identifier = iceberg_identifier(probe)
     older = {"format-version": "1", "write.parquet.dict-size-bytes": "2097152", "comment": "then", "kept": "yes"}
-    created = tables.create_table(identifier, iceberg_schema(probe), location=table_location(probe), properties=older)
+    schema = iceberg_schema(probe)
+    created = tables.create_table(identifier, schema, location=table_location(probe), properties=older)
     try:
+        row = {"county_code": "36061", "date": dt.date(2024, 1, 1), "source_status": "scaled", "ingested_at": NOW}
+        created.append(pa.Table.from_pylist([row], schema=schema.as_arrow()))
+        created = tables.load_table(identifier)
         assert ensure_tables([probe]) == []
         table = tables.load_table(identifier)
         assert table.properties["write.parquet.dict-size-bytes"] == DEFAULT_PROPERTIES["write.parquet.dict-size-bytes"]
@@ -110,7 +120,8 @@ def test_a_table_created_with_older_properties_is_given_the_registrys(tables):
         assert table.properties["kept"] == "yes"
         assert table.format_version == 1  # and not asked to become 2 (Java's Iceberg would upgrade it):
         assert table.properties.get("format-version") == created.properties.get("format-version")
-        assert table.current_snapshot() is None and table.metadata.snapshots == []
+        assert table.metadata.snapshots == created.metadata.snapshots and len(table.metadata.snapshots) == 1
+        assert table.scan().to_arrow().num_rows == 1
         assert table.metadata_location != created.metadata_location  # one commit ...
         assert ensure_tables([probe]) == []
         assert tables.load_table(identifier).metadata_location == table.metadata_location  # ... and no other

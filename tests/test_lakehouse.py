@@ -26,7 +26,7 @@ ICEBERG_TYPE = {
     "TIMESTAMP": "timestamptz",
 }
 TRANSFORM = {"days": DayTransform, "months": MonthTransform, "years": YearTransform}
-NOW = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
+INGESTED_AT = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)  # of every row this module writes
 TEST_FILE = "lakehouse-test.parquet"  # marks this module's rows; other tests share the tables
 
 
@@ -109,7 +109,12 @@ def test_a_table_created_with_older_properties_is_given_the_registrys(tables):
     schema = iceberg_schema(probe)
     created = tables.create_table(identifier, schema, location=table_location(probe), properties=older)
     try:
-        row = {"county_code": "36061", "date": dt.date(2024, 1, 1), "source_status": "scaled", "ingested_at": NOW}
+        row = {
+            "county_code": "36061",
+            "date": dt.date(2024, 1, 1),
+            "source_status": "scaled",
+            "ingested_at": INGESTED_AT,
+        }
         created.append(pa.Table.from_pylist([row], schema=schema.as_arrow()))
         created = tables.load_table(identifier)
         assert ensure_tables([probe]) == []
@@ -134,7 +139,7 @@ def _trip(key: str, pickup: dt.datetime, fare: float) -> dict:
     row |= {
         "row_key": key,
         "source_file": TEST_FILE,
-        "ingested_at": dt.datetime(2024, 3, 1, tzinfo=dt.UTC),
+        "ingested_at": INGESTED_AT,
         "vendor_id": 2,
         "pickup_datetime": pickup,
         "dropoff_datetime": pickup + dt.timedelta(minutes=9),
@@ -206,7 +211,7 @@ def test_pyiceberg_appends_are_seen_by_spark(spark, tables):
         "tavg_c": 1.0,
         "prcp_mm": 0.0,
         "source_status": "scaled",
-        "ingested_at": dt.datetime(2024, 3, 1, tzinfo=dt.UTC),
+        "ingested_at": INGESTED_AT,
     }
     table.append(pa.Table.from_pylist([row], schema=table.schema().as_arrow()))
     got = spark.sql(f"SELECT county_code, date, tavg_c FROM {spark_table(weather)} WHERE year(date) = 1999").collect()

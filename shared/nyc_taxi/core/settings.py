@@ -81,6 +81,11 @@ class Settings(BaseSettings):
         None,
         description="Maven coordinates Spark resolves at start (on aws: org.apache.iceberg:iceberg-aws-bundle:1.9.2).",
     )
+    spark_server: bool = Field(
+        True,
+        description="Attach to the warm Spark driver of `bash run spark-server start` when one runs for this "
+        "state directory and these Spark settings (false: every process starts its own JVM).",
+    )
 
     @field_validator(
         "aws_profile",

@@ -26,6 +26,7 @@ ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _session = None
+_attached = False  # the session is a running Spark server's (core/spark_server.py), not this process's own
 
 
 def iceberg_runtime_jar() -> Path:
@@ -108,13 +109,27 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
 
 def get_spark(settings: Settings | None = None, small: bool = False):
     """The process's SparkSession, created on first use and reused afterwards. ``small``: this process
-    works on small data, so its JVM uses the quick compiler tier only (the first caller decides)."""
-    global _session
+    works on small data, so its JVM uses the quick compiler tier only (the first caller decides).
+    With a Spark server running for these settings (`bash run spark-server start`), a session of the
+    server's instead: no JVM of its own, and Spark's code already compiled."""
+    global _session, _attached
     with _lock:
         if _session is not None and _session._jsc is not None:  # not stopped
             return _session
-        _session = _new_session(settings or get_settings(), small=small)
+        settings = settings or get_settings()
+        _session = _server_session(settings)
+        _attached = _session is not None
+        if not _attached:
+            _session = _new_session(settings, small=small)
         return _session
+
+
+def _server_session(settings: Settings):
+    if not settings.spark_server:
+        return None
+    from nyc_taxi.core.spark_server import attach
+
+    return attach(settings)
 
 
 def start_spark(settings: Settings | None = None, small: bool = False) -> None:
@@ -159,11 +174,16 @@ def java_table(spark, table, settings: Settings):
 
 
 def stop_spark() -> None:
+    """Stop the process's session; an attached one is only let go of (the server runs on)."""
     global _session
     with _lock:
-        if _session is not None:
+        if _session is not None and _attached:
+            from nyc_taxi.core.spark_server import detach
+
+            detach(_session)
+        elif _session is not None:
             _session.stop()
-            _session = None
+        _session = None
 
 
 # ---- the class-data-sharing archive ------------------------------------------------------------------

@@ -1,0 +1,238 @@
+"""A warm Spark driver that the processes of one state directory share (`bash run spark-server start`).
+
+Every Airflow task and every Spark step of the flow is a fresh process: each starts a JVM and then
+compiles Spark's hot code again (the JIT), which is most of a month's first staging. A running server
+keeps one JVM warm; ``get_spark()`` in any process with the same settings attaches to it through
+PySpark's own py4j gateway (on 127.0.0.1, with a secret) and gets a session of its own on the server's
+SparkContext (``newSession``: its own temporary views and SQL settings, the same catalog). Detaching
+leaves the server running. Without a server, or with one started for other Spark settings, a process
+starts its own JVM as before. `bash run bench ingest` measures both.
+
+The connection file (port, secret, pid) is readable by its owner only and is never logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from nyc_taxi.core.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+
+def connection_path(settings: Settings) -> Path:
+    return settings.state_dir / "spark" / "server.json"
+
+
+def log_path(settings: Settings) -> Path:
+    return settings.state_dir / "spark" / "server.log"
+
+
+def fingerprint(settings: Settings) -> str:
+    """The Spark configuration these settings give a session: a server serves only processes that would
+    have started the same one (same catalog, warehouse, jars, memory)."""
+    from nyc_taxi.core.spark import session_conf
+
+    return hashlib.sha256(json.dumps(session_conf(settings), sort_keys=True).encode()).hexdigest()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:  # a server this process started, and it has exited
+            return False
+    except ChildProcessError:  # not this process's child
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: not ours to use
+        return False
+    return True
+
+
+def running(settings: Settings) -> dict | None:
+    """The connection record of the server running for this state directory, or None."""
+    try:
+        record = json.loads(connection_path(settings).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return record if _alive(record["pid"]) else None
+
+
+@contextlib.contextmanager
+def _gateway_environment(record: dict):
+    """PySpark's launch_gateway() connects to a running JVM when these are set (what spark-submit does
+    for a Python application); set only while it connects, so nothing else in the process inherits them."""
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")}
+    os.environ.update(PYSPARK_GATEWAY_PORT=str(record["port"]), PYSPARK_GATEWAY_SECRET=record["secret"])
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def attach(settings: Settings):
+    """A new session on the running server's SparkContext, or None (no server for these settings, or it
+    does not answer): the caller then starts a JVM of its own."""
+    record = running(settings)
+    if record is None:
+        return None
+    if record["fingerprint"] != fingerprint(settings):
+        log.warning(
+            "the Spark server (pid %s) was started for other Spark settings; this process starts its own JVM "
+            "(restart the server: bash run spark-server stop; bash run spark-server start)",
+            record["pid"],
+        )
+        return None
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.sql import SparkSession
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        with _gateway_environment(record):
+            gateway = launch_gateway()
+        jvm = gateway.jvm
+        context = jvm.org.apache.spark.SparkContext.getOrCreate()
+        handler = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+        sc = SparkContext(gateway=gateway, jsc=jvm.org.apache.spark.api.java.JavaSparkContext.fromSparkContext(context))
+        if handler is not None:  # PySpark's Ctrl-C handler cancels every job of the context: other processes' too
+            signal.signal(signal.SIGINT, handler)
+        session = SparkSession(
+            sc, jsparkSession=jvm.org.apache.spark.sql.SparkSession.builder().getOrCreate().newSession()
+        )
+    except Exception as error:  # a server that died or stopped between the check and now
+        log.warning(
+            "could not attach to the Spark server (pid %s): %s; starting a JVM of its own", record["pid"], error
+        )
+        _forget_context()
+        return None
+    log.info("attached to the Spark server (pid %s, application %s)", record["pid"], sc.applicationId)
+    return session
+
+
+def _forget_context() -> None:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    with SparkContext._lock:
+        SparkContext._active_spark_context = None
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+
+
+def detach(session) -> None:
+    """Let go of an attached session: close this process's connections, leave the server's context running."""
+    sc = session.sparkContext
+    gateway = sc._gateway
+    if getattr(sc, "_accumulatorServer", None) is not None:
+        sc._accumulatorServer.shutdown()
+    _forget_context()
+    gateway.close()  # not shutdown(): that would stop the server's gateway
+
+
+def serve(settings: Settings) -> None:
+    """Run the server in this process until SIGTERM or SIGINT: one warm session, announced in the
+    connection file once it answers a query."""
+    from nyc_taxi.core.spark import _new_session
+
+    session = _new_session(settings)
+    session.sql("SELECT 1").collect()
+    gateway = session.sparkContext._gateway
+    record = {
+        "pid": os.getpid(),
+        "port": gateway.gateway_parameters.port,
+        "secret": gateway.gateway_parameters.auth_token,
+        "fingerprint": fingerprint(settings),
+        "application_id": session.sparkContext.applicationId,
+        "started": time.time(),
+    }
+    path = connection_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        json.dump(record, out)
+    os.replace(partial, path)
+    log.info("Spark server ready: pid %s, application %s", record["pid"], record["application_id"])
+    stopping = threading.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stopping.set())
+    try:
+        while not stopping.wait(1.0):
+            pass
+    finally:
+        path.unlink(missing_ok=True)  # no new process attaches to a server that is stopping
+        session.stop()
+        # Attached processes leave py4j connection threads behind that would keep this process from exiting.
+        gateway.shutdown()
+        log.info("Spark server stopped")
+
+
+def start(settings: Settings, timeout: float = 120.0) -> dict:
+    """Start a server in the background (unless one runs) and wait until it answers."""
+    record = running(settings)
+    if record is not None:
+        return record
+    connection_path(settings).unlink(missing_ok=True)  # a record left by a server that did not stop cleanly
+    log_path(settings).parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "STATE_DIR": str(settings.state_dir)}
+    with open(log_path(settings), "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "nyc_taxi.cli.spark_server", "serve"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # not stopped by the Ctrl-C of the shell that started it
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = running(settings)
+        if record is not None and record["pid"] == process.pid:
+            return record
+        if process.poll() is not None:
+            raise RuntimeError(f"the Spark server exited with code {process.returncode}; see {log_path(settings)}")
+        time.sleep(0.2)
+    process.terminate()
+    raise TimeoutError(f"the Spark server did not answer within {timeout:.0f} s; see {log_path(settings)}")
+
+
+def stop(settings: Settings, timeout: float = 60.0) -> bool:
+    """Stop the running server; False if none was running."""
+    record = running(settings)
+    if record is None:
+        return False
+    os.kill(record["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(record["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _alive(record["pid"]):
+        os.kill(record["pid"], signal.SIGKILL)
+        connection_path(settings).unlink(missing_ok=True)
+    return True
+
+
+def status(settings: Settings | None = None) -> str:
+    settings = settings or get_settings()
+    record = running(settings)
+    if record is None:
+        return f"no Spark server for {settings.state_dir}"
+    age = time.time() - record["started"]
+    return f"Spark server running: pid {record['pid']}, application {record['application_id']}, up {age:.0f} s"

@@ -1,0 +1,100 @@
+"""The warm Spark server (`bash run spark-server`): fresh processes of its state directory attach to it
+instead of starting a JVM, write and read the same Iceberg catalog through it, and leave it running;
+processes with other Spark settings, or after it stops, start their own JVM."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from nyc_taxi.core import spark_server
+from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.settings import Settings
+
+pytestmark = pytest.mark.spark
+
+# A task's view of Spark, in a fresh process: which application answers, whether a JVM is its own child.
+PROBE = """
+import json, sys, psutil
+from nyc_taxi.core.settings import get_settings
+from nyc_taxi.core.spark import get_spark, stop_spark
+spark = get_spark()
+table = f"{get_settings().catalog_name}.{get_settings().database}.server_probe"
+spark.sql(f"CREATE TABLE IF NOT EXISTS {table} (writer STRING) USING iceberg")
+spark.sql(f"INSERT INTO {table} VALUES ('{sys.argv[1]}')")
+view_before = spark.catalog.tableExists("probe_view")  # a temporary view another task left behind?
+spark.sql("SELECT 1 AS one").createOrReplaceTempView("probe_view")
+writers = sorted(r.writer for r in spark.sql(f"SELECT writer FROM {table}").collect())
+jvms = [p for p in psutil.Process().children(recursive=True) if p.name() == "java"]
+print(json.dumps({"application": spark.sparkContext.applicationId, "own_jvm": len(jvms), "writers": writers,
+                  "view_before": view_before}))
+stop_spark()
+"""
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory):
+    """A state directory of its own: the server must not serve the other tests' processes."""
+    settings = Settings(_env_file=None, state_dir=tmp_path_factory.mktemp("spark-server-state"))
+    lakehouse(settings).create()
+    yield settings
+    spark_server.stop(settings)
+
+
+def _task(settings: Settings, writer: str, **env: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, writer],
+        env={**os.environ, "STATE_DIR": str(settings.state_dir), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {**json.loads(result.stdout.strip().splitlines()[-1]), "stderr": result.stderr}
+
+
+def test_tasks_attach_to_the_running_server_and_leave_it_running(state):
+    record = spark_server.start(state)
+    assert spark_server.start(state) == record  # one server per state directory
+    connection = spark_server.connection_path(state)
+    assert stat.S_IMODE(connection.stat().st_mode) == 0o600  # its secret: for its owner only
+    assert record["secret"] not in spark_server.log_path(state).read_text()
+
+    first = _task(state, "first")
+    second = _task(state, "second")
+    # Both ran on the server's application, without a JVM of their own, on one catalog.
+    assert first["application"] == second["application"] == record["application_id"]
+    assert first["own_jvm"] == second["own_jvm"] == 0
+    assert first["writers"] == ["first"]
+    assert second["writers"] == ["first", "second"]
+    assert not second["view_before"]  # a session of its own: the first task's temporary view is not in it
+    assert spark_server.running(state) == record  # detaching left it running
+
+    # Other Spark settings, or the server switched off: a JVM of the process's own, same catalog.
+    other = _task(state, "other", SPARK_DRIVER_MEMORY="3g")
+    assert other["application"] != record["application_id"] and other["own_jvm"] == 1
+    assert "started for other Spark settings" in other["stderr"]
+    alone = _task(state, "alone", SPARK_SERVER="false")
+    assert alone["application"] != record["application_id"] and alone["own_jvm"] == 1
+    assert alone["writers"] == ["alone", "first", "other", "second"]
+
+    assert spark_server.stop(state)
+    assert spark_server.running(state) is None and not connection.exists()
+    after = _task(state, "after")
+    assert after["application"] != record["application_id"] and after["own_jvm"] == 1
+    assert not spark_server.stop(state)
+
+
+def test_a_record_left_by_a_dead_server_is_not_attached_to(tmp_path):
+    settings = Settings(_env_file=None, state_dir=tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    path = spark_server.connection_path(settings)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"pid": int(dead.stdout), "port": 1, "secret": "x", "fingerprint": "y", "started": 0}))
+    assert spark_server.running(settings) is None
+    assert spark_server.attach(settings) is None

@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> dict:
     from nyc_taxi.fixtures.site import add_taxi_month
 
     months = [(2024, m) for m in range(1, args.months + 1)]
+    served_month = (2024, args.months + 1)  # new to the lake when a task on the warm Spark server takes it
     t = time.perf_counter()
-    files = [add_taxi_month(work / "site", y, m, rows=args.rows, seed=m) for y, m in months]
+    files = [add_taxi_month(work / "site", y, m, rows=args.rows, seed=m) for y, m in [*months, served_month]]
     print(f"generated {len(files)} months of {args.rows:,} rows in {time.perf_counter() - t:.1f} s ({work})")
     server = FixtureServer(work / "site")
     url = server.start()
@@ -158,12 +159,15 @@ def main(argv: list[str] | None = None) -> dict:
     figures["rerun_unchanged_month"] = again
 
     figures["growing_table"] = [{"month": f"{y}-{m:02d}", **spark_month(y, m)} for y, m in months[1:]]
-    server.stop()
+    from nyc_taxi.bench import server as warm_server
     from nyc_taxi.bench import startup
     from nyc_taxi.core.spark import stop_spark
 
     stop_spark()  # the start-up probes run alone, one fresh process at a time
     figures["startup"] = startup.measure(dict(os.environ))
+    figures["warm_server"] = warm_server.measure(dict(os.environ), settings, months[0], served_month)
+    figures["warm_server"]["duckdb_s"] = _duckdb_reference(files[-1], db)
+    server.stop()
 
     new, rerun, grow = figures["new_month"], figures["rerun_unchanged_month"], figures["growing_table"]
     spark_new = figures["startup_s"] + new["stage_s"] + new["merge_s"]
@@ -209,6 +213,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
     )
     rows += startup.rows(figures["startup"])
+    rows += warm_server.rows(figures["warm_server"])
     for name, value in rows:
         print(f"{name:58s} {value:12.2f}" if isinstance(value, float) else f"{name:58s} {value:12,}")
     out = Path(settings.state_dir) / "bench-ingest.json"

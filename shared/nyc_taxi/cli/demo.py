@@ -11,6 +11,7 @@ the two flow runs, and where a forecast column comes from.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -67,6 +68,9 @@ def _dag_runs() -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bash run demo", description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=Path, help="where the lineage picture goes (default: <state>/lineage/picture)")
+    parser.add_argument(
+        "--own-jvms", action="store_true", help="no warm Spark server: every task and step starts a JVM of its own"
+    )
     args = parser.parse_args(argv)
     settings = get_settings()
 
@@ -79,8 +83,10 @@ def main(argv: list[str] | None = None) -> None:
     for year, month in MONTHS:
         add_taxi_month(site, year, month, rows=ROWS, seed=month)
         add_weather_month(site, year, month, seed=month)
-    with FixtureServer(site) as url:
+    with FixtureServer(site) as url, _warm_spark(settings, not args.own_jvms):
         env = {**os.environ, "TLC_BASE_URL": url, "NOAA_BASE_URL": url, **airflow_environment(settings)}
+        if args.own_jvms:
+            env["SPARK_SERVER"] = "false"
         prepare_directories(settings)
         _say("Airflow: both ingestion DAGs per month, then train_forecast_model starting the flow twice")
         _run([sys.executable, "-m", "airflow", "db", "migrate"], env, "airflow db migrate")
@@ -93,6 +99,24 @@ def main(argv: list[str] | None = None) -> None:
     get_settings.cache_clear()
     settings = get_settings()
     _explain(settings, args.images)
+
+
+@contextlib.contextmanager
+def _warm_spark(settings, wanted: bool):
+    """The DAG runs' tasks and the flow's steps attach to one warm Spark server: started here unless one
+    runs already (then it is left running), stopped at the end."""
+    from nyc_taxi.core import spark_server
+
+    if not wanted or spark_server.running(settings):
+        yield
+        return
+    started = time.perf_counter()
+    spark_server.start(settings)
+    print(f"    warm Spark server: started ({time.perf_counter() - started:.0f} s)", flush=True)
+    try:
+        yield
+    finally:
+        spark_server.stop(settings)
 
 
 def _explain(settings, images: Path | None) -> None:

@@ -46,16 +46,28 @@ def state(tmp_path_factory):
     spark_server.stop(settings)
 
 
+def _tasks(settings: Settings, writers: list[str], **env: str) -> list[dict]:
+    """Fresh processes running PROBE at the same time, one per writer."""
+    running = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROBE, writer],
+            env={**os.environ, "STATE_DIR": str(settings.state_dir), **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for writer in writers
+    ]
+    results = []
+    for process in running:
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-3000:]
+        results.append({**json.loads(stdout.strip().splitlines()[-1]), "stderr": stderr})
+    return results
+
+
 def _task(settings: Settings, writer: str, **env: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE, writer],
-        env={**os.environ, "STATE_DIR": str(settings.state_dir), **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return {**json.loads(result.stdout.strip().splitlines()[-1]), "stderr": result.stderr}
+    return _tasks(settings, [writer], **env)[0]
 
 
 def test_tasks_attach_to_the_running_server_and_leave_it_running(state):
@@ -74,6 +86,9 @@ def test_tasks_attach_to_the_running_server_and_leave_it_running(state):
     assert second["writers"] == ["first", "second"]
     assert not second["view_before"]  # a session of its own: the first task's temporary view is not in it
     assert spark_server.running(state) == record  # detaching left it running
+    both = _tasks(state, ["third", "fourth"])  # at once, as two Airflow tasks of a LocalExecutor would
+    assert {t["application"] for t in both} == {record["application_id"]}
+    assert all(t["own_jvm"] == 0 for t in both)
 
     # Other Spark settings, or the server switched off: a JVM of the process's own, same catalog.
     other = _task(state, "other", SPARK_DRIVER_MEMORY="3g")
@@ -81,7 +96,7 @@ def test_tasks_attach_to_the_running_server_and_leave_it_running(state):
     assert "started for other Spark settings" in other["stderr"]
     alone = _task(state, "alone", SPARK_SERVER="false")
     assert alone["application"] != record["application_id"] and alone["own_jvm"] == 1
-    assert alone["writers"] == ["alone", "first", "other", "second"]
+    assert alone["writers"] == ["alone", "first", "fourth", "other", "second", "third"]
 
     assert spark_server.stop(state)
     assert spark_server.running(state) is None and not connection.exists()

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from nyc_taxi.core import spark_server
@@ -31,9 +32,26 @@ view_before = spark.catalog.tableExists("probe_view")  # a temporary view anothe
 spark.sql("SELECT 1 AS one").createOrReplaceTempView("probe_view")
 writers = sorted(r.writer for r in spark.sql(f"SELECT writer FROM {table}").collect())
 jvms = [p for p in psutil.Process().children(recursive=True) if p.name() == "java"]
+# A weak reference to this task's session, where a later task can find it: the JVM's system properties.
+spark._jvm.System.getProperties().put(f"probe.{sys.argv[1]}", spark._jvm.java.lang.ref.WeakReference(spark._jsparkSession))
 print(json.dumps({"application": spark.sparkContext.applicationId, "own_jvm": len(jvms), "writers": writers,
                   "view_before": view_before}))
 stop_spark()
+"""
+
+
+# In a task attached later: is an earlier task's session gone from the server's JVM once it is collected?
+RELEASED = """
+import json, sys, time
+from nyc_taxi.core.spark import get_spark
+jvm = get_spark()._jvm
+session = jvm.System.getProperties().get(sys.argv[1])
+for _ in range(10):
+    jvm.System.gc()
+    if session.get() is None:
+        break
+    time.sleep(0.2)
+print(json.dumps(session.get() is None))
 """
 
 
@@ -66,6 +84,13 @@ def _tasks(settings: Settings, writers: list[str], **env: str) -> list[dict]:
     return results
 
 
+def _run(settings: Settings, code: str, *args: str) -> str:
+    env = {**os.environ, "STATE_DIR": str(settings.state_dir)}
+    result = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
 def _task(settings: Settings, writer: str, **env: str) -> dict:
     return _tasks(settings, [writer], **env)[0]
 
@@ -85,10 +110,21 @@ def test_tasks_attach_to_the_running_server_and_leave_it_running(state):
     assert first["writers"] == ["first"]
     assert second["writers"] == ["first", "second"]
     assert not second["view_before"]  # a session of its own: the first task's temporary view is not in it
+    # What a task held in the server is let go of: its session (and with it the session's state) ...
+    # (not the first task's: threads it made the JVM start keep a reference to the session they started in)
+    assert json.loads(_run(state, RELEASED, "probe.second")) is True
     assert spark_server.running(state) == record  # detaching left it running
     both = _tasks(state, ["third", "fourth"])  # at once, as two Airflow tasks of a LocalExecutor would
     assert {t["application"] for t in both} == {record["application_id"]}
     assert all(t["own_jvm"] == 0 for t in both)
+    # ... and the connections of its Iceberg catalog (each session opens its own): as many files open after
+    # three more tasks as before them
+    java = next(p for p in psutil.Process(record["pid"]).children(recursive=True) if p.name() == "java")
+    catalog = str(state.state_dir / "catalog")
+    open_before = sorted(f.path for f in java.open_files() if f.path.startswith(catalog))
+    for writer in ("fifth", "sixth", "seventh"):
+        _task(state, writer)
+    assert sorted(f.path for f in java.open_files() if f.path.startswith(catalog)) == open_before
 
     # Other Spark settings, or the server switched off: a JVM of the process's own, same catalog.
     other = _task(state, "other", SPARK_DRIVER_MEMORY="3g")
@@ -96,7 +132,7 @@ def test_tasks_attach_to_the_running_server_and_leave_it_running(state):
     assert "started for other Spark settings" in other["stderr"]
     alone = _task(state, "alone", SPARK_SERVER="false")
     assert alone["application"] != record["application_id"] and alone["own_jvm"] == 1
-    assert alone["writers"] == ["alone", "first", "fourth", "other", "second", "third"]
+    assert alone["writers"] == ["alone", "fifth", "first", "fourth", "other", "second", "seventh", "sixth", "third"]
 
     assert spark_server.stop(state)
     assert spark_server.running(state) is None and not connection.exists()

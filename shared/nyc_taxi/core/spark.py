@@ -13,6 +13,7 @@ set of jars. Spark's web UI is off unless ``SPARK_UI=true``. `bash run bench ing
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -119,7 +120,9 @@ def get_spark(settings: Settings | None = None, small: bool = False):
         settings = settings or get_settings()
         _session = _server_session(settings)
         _attached = _session is not None
-        if not _attached:
+        if _attached:
+            atexit.register(stop_spark)  # let go of the server's session as the process ends
+        else:
             _session = _new_session(settings, small=small)
         return _session
 

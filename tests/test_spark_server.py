@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
@@ -96,8 +97,9 @@ def _task(settings: Settings, writer: str, **env: str) -> dict:
 
 
 def test_tasks_attach_to_the_running_server_and_leave_it_running(state):
-    record = spark_server.start(state)
-    assert spark_server.start(state) == record  # one server per state directory
+    with ThreadPoolExecutor(2) as pool:  # two starts at once: one server per state directory
+        record, again = pool.map(lambda _: spark_server.start(state), range(2))
+    assert again == record and spark_server.start(state) == record
     connection = spark_server.connection_path(state)
     assert stat.S_IMODE(connection.stat().st_mode) == 0o600  # its secret: for its owner only
     assert record["secret"] not in spark_server.log_path(state).read_text()

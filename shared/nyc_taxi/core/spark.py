@@ -9,6 +9,7 @@ mode the jars go on the JVM's own class path, and the JVM maps a class-data-shar
 classes a session loads (Java's AppCDS: Spark, Scala, Iceberg, the JDBC driver) instead of loading and
 verifying them again; `bash run setup` builds it (``python -m nyc_taxi.core.spark``) once per JVM and
 set of jars. Spark's web UI is off unless ``SPARK_UI=true``. `bash run bench ingest` measures each.
+With `bash run spark-server start`, a process attaches to one warm driver instead (``spark_server``).
 """
 
 from __future__ import annotations

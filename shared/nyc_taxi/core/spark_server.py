@@ -14,6 +14,7 @@ The connection file (port, secret, pid) is readable by its owner only and is nev
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import inspect
 import json
@@ -227,18 +228,22 @@ def serve(settings: Settings) -> None:
     finally:
         path.unlink(missing_ok=True)  # no new process attaches to a server that is stopping
         session.stop()
-        # Attached processes leave py4j connection threads behind that would keep this process from exiting.
-        gateway.shutdown()
         log.info("Spark server stopped")
 
 
 def start(settings: Settings, timeout: float = 120.0) -> dict:
     """Start a server in the background (unless one runs) and wait until it answers."""
-    record = running(settings)
-    if record is not None:
-        return record
-    connection_path(settings).unlink(missing_ok=True)  # a record left by a server that did not stop cleanly
     log_path(settings).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path(settings).with_name("server.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two starts at once: the second finds the first one's server
+        record = running(settings)
+        if record is not None:
+            return record
+        connection_path(settings).unlink(missing_ok=True)  # a record left by a server that did not stop cleanly
+        return _spawn(settings, timeout)
+
+
+def _spawn(settings: Settings, timeout: float) -> dict:
     env = {**os.environ, "STATE_DIR": str(settings.state_dir)}
     with open(log_path(settings), "ab") as out:
         process = subprocess.Popen(

@@ -156,11 +156,11 @@ def detach(session) -> None:
 
 def _close_catalog(session) -> None:
     """Each session opens its own Iceberg catalog (on the local profile, SQLite connections), which the
-    session never closes: closed here, or every task would leave its connections open in the server."""
-    from nyc_taxi.core.settings import get_settings
-
+    session never closes: closed here, or every task would leave its connections open in the server.
+    The lakehouse's catalog is the session's default one (``session_conf``)."""
     with contextlib.suppress(Exception):  # best effort: the server may be stopping
-        catalog = session._jsparkSession.sessionState().catalogManager().catalog(get_settings().catalog_name)
+        name = session.conf.get("spark.sql.defaultCatalog")
+        catalog = session._jsparkSession.sessionState().catalogManager().catalog(name)
         catalog.icebergCatalog().close()
 
 

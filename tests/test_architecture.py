@@ -104,15 +104,7 @@ def test_the_lineage_site_only_reads_and_only_the_command_line_uses_it():
     assert offences == []
 
 
-def test_no_import_cycles_at_module_level():
-    modules = _modules()
-    graph = defaultdict(set)
-    for module, path in modules.items():
-        for imported, top_level in _imports(path):
-            if top_level:
-                target = imported if imported in modules else imported.rsplit(".", 1)[0]
-                if target in modules and target != module:
-                    graph[module].add(target)
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
     cycles, state = [], {}
 
     def visit(node, trail):
@@ -124,10 +116,34 @@ def test_no_import_cycles_at_module_level():
                 visit(nxt, trail + [nxt])
         state[node] = "done"
 
-    for module in sorted(modules):
+    for module in sorted(graph):
         if module not in state:
             visit(module, [module])
-    assert cycles == []
+    return cycles
+
+
+def _import_graph(keep) -> dict[str, set[str]]:
+    """module -> the package's modules it imports, for the imports ``keep(module, target, top_level)`` keeps."""
+    modules = _modules()
+    graph = defaultdict(set)
+    for module, path in modules.items():
+        graph[module]  # every module is a node
+        for imported, top_level in _imports(path):
+            target = imported if imported in modules else imported.rsplit(".", 1)[0]
+            if target in modules and target != module and keep(module, target, top_level):
+                graph[module].add(target)
+    return graph
+
+
+def test_no_import_cycles_at_module_level():
+    assert _cycles(_import_graph(lambda module, target, top_level: top_level)) == []
+
+
+def test_no_import_cycle_inside_a_room_not_even_through_an_import_in_a_function():
+    """A room's modules form layers: an import deferred into a function is still a dependency, and two
+    modules that need each other are one idea split in two (or a third module hiding between them)."""
+    inside = _import_graph(lambda module, target, top_level: _room(module) == _room(target))
+    assert _cycles(inside) == []
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The fixture files reproduce the documented source formats (../shared/reference/source-data-formats.md)."""
+"""The fixture files reproduce the documented source formats (docs/sources.md)."""
 
 from __future__ import annotations
 

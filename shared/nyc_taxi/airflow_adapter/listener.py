@@ -25,8 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def _column_lineage(task_instance, succeeded: bool) -> None:
-    from datahub_airflow_plugin._config import get_lineage_config
-
+    from nyc_taxi.airflow_adapter.datahub_connection import plugin_emitter
     from nyc_taxi.airflow_adapter.operators import ReportsLineage
     from nyc_taxi.core.registry import pipeline
     from nyc_taxi.lineage.write.datahub import job_io_records, keep_job_io, kept_job_io
@@ -42,10 +41,9 @@ def _column_lineage(task_instance, succeeded: bool) -> None:
         records = kept_job_io(task.job)
     else:
         return
-    config = get_lineage_config()
-    if not records or not config.enabled:
+    emitter = plugin_emitter() if records else None
+    if emitter is None:
         return
-    emitter = config.make_emitter_hook().make_emitter()
     for record in records:
         emitter.emit(record)
     emitter.flush()

@@ -102,15 +102,13 @@ class ReportsLineage(BaseOperator):
     def _record_datahub_extras(self) -> None:
         """Schema and snapshot id of what was written, through the DataHub plugin's own connection
         (its local record file), in order with the plugin's records of this task."""
-        from datahub_airflow_plugin._config import get_lineage_config
-
+        from nyc_taxi.airflow_adapter.datahub_connection import plugin_emitter
         from nyc_taxi.lineage.write.datahub import write_records
 
         try:
-            config = get_lineage_config()
-            if not config.enabled:
+            emitter = plugin_emitter()
+            if emitter is None:
                 return
-            emitter = config.make_emitter_hook().make_emitter()
             for record in write_records(self.report, f"airflow:{self.job.qualified_name}"):
                 emitter.emit(record)
             emitter.flush()

@@ -17,11 +17,12 @@ import sys
 PROBE = """
 import json, sys, time
 started = time.perf_counter()
-import nyc_taxi.core.spark as spark_module
+import nyc_taxi.core.spark_jvm as spark_jvm
 from nyc_taxi.core import datasets as d
+from nyc_taxi.core.spark import get_spark
 from nyc_taxi.core.naming import spark_table
 
-variant, today = sys.argv[1], spark_module.session_conf
+variant, today = sys.argv[1], spark_jvm.session_conf
 
 def before(settings, java_options=(), small=False):
     conf = today(settings, java_options, small)
@@ -32,8 +33,8 @@ def before(settings, java_options=(), small=False):
     return conf
 
 if variant == "before":
-    spark_module.session_conf = before
-spark = spark_module.get_spark(small=variant == "small")
+    spark_jvm.session_conf = before
+spark = get_spark(small=variant == "small")
 session = time.perf_counter()
 spark.sql(f"SELECT count(*) FROM {spark_table(d.YELLOW_TAXI_RAW)}").collect()
 print(json.dumps({"session_s": session - started, "first_query_s": time.perf_counter() - session,

@@ -7,23 +7,17 @@ through here and starts no JVM.
 from __future__ import annotations
 
 from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.naming import iceberg_identifier
 from nyc_taxi.core.settings import Settings, get_settings
 
 
 def load_catalog(settings: Settings | None = None):
-    """pyiceberg catalog named like Spark's catalog, so both read the same SQLite rows locally."""
-    from pyiceberg.catalog import load_catalog as _load
-
-    settings = settings or get_settings()
-    lake = lakehouse(settings)
-    lake.prepare_catalog_file()
-    return _load(settings.catalog_name, **lake.pyiceberg_properties())
+    """The lakehouse's catalog through pyiceberg (the same catalog Spark uses)."""
+    return lakehouse(settings or get_settings()).pyiceberg_catalog()
 
 
 def load_table(table, settings: Settings | None = None):
     """A registry table through pyiceberg."""
-    from nyc_taxi.core.naming import iceberg_identifier
-
     settings = settings or get_settings()
     return load_catalog(settings).load_table(iceberg_identifier(table, settings))
 

@@ -113,6 +113,13 @@ class Lakehouse(ABC):
     @abstractmethod
     def pyiceberg_properties(self) -> dict[str, str]: ...
 
+    def pyiceberg_catalog(self):
+        """The catalog through pyiceberg, named like Spark's catalog, so both read the same catalog rows."""
+        from pyiceberg.catalog import load_catalog
+
+        self.prepare_catalog_file()
+        return load_catalog(self.settings.catalog_name, **self.pyiceberg_properties())
+
     def prepare_catalog_file(self) -> None:
         """Anything the catalog's own storage needs before pyiceberg connects."""
 
@@ -235,23 +242,19 @@ class LocalLakehouse(Lakehouse):
         with sqlite3.connect(self.settings.catalog_db_path) as db:
             ready = db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'iceberg_tables'").fetchone()[0]
         if not ready:
-            from nyc_taxi.core.catalog import load_catalog
-
-            load_catalog(self.settings)
+            self.pyiceberg_catalog()
 
     def describe(self) -> str:
         return self.root
 
     def create(self) -> list[str]:
-        from nyc_taxi.core.catalog import load_catalog
-
         done = []
         for path in (Path(self.warehouse), Path(self.landing), self.settings.lineage_dir):
             if not path.exists():
                 path.mkdir(parents=True)
                 done.append(f"created directory {path}")
         catalog_existed = self.settings.catalog_db_path.exists()
-        catalog = load_catalog(self.settings)  # creates the catalog tables in the SQLite file
+        catalog = self.pyiceberg_catalog()  # creates the catalog tables in the SQLite file
         if not catalog_existed:
             done.append(
                 f"created Iceberg SQL catalog {self.settings.catalog_name!r} at {self.settings.catalog_db_path}"

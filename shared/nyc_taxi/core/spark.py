@@ -1,112 +1,25 @@
 """The one SparkSession of a process: Iceberg extensions and the lakehouse's catalog.
 
-local[*] unless ``SPARK_MASTER`` (or ``spark.master`` in spark-defaults.conf) names a cluster.
-Iceberg's Spark runtime jar comes from the locked PyPI package ``snowpark-connect-deps-iceberg``
-(no Maven download); the local catalog's SQLite JDBC driver from Debian's libxerial-sqlite-jdbc-java.
-
-Start-up matters: every Airflow task and every Spark step of the flow is a fresh process. In local
-mode the jars go on the JVM's own class path, and the JVM maps a class-data-sharing archive of the
-classes a session loads (Java's AppCDS: Spark, Scala, Iceberg, the JDBC driver) instead of loading and
-verifying them again; `bash run setup` builds it (``python -m nyc_taxi.core.spark``) once per JVM and
-set of jars. Spark's web UI is off unless ``SPARK_UI=true``. `bash run bench ingest` measures each.
-With `bash run spark-server start`, a process attaches to one warm driver instead (``spark_server``).
+``get_spark()`` attaches to a warm Spark server when one runs for these settings (`bash run
+spark-server start`, ``spark_server``), and otherwise starts a JVM of the process's own
+(``spark_jvm``: configuration, class-data-sharing archive).
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import os
 import threading
-from pathlib import Path
 
-from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core import spark_server
+from nyc_taxi.core.naming import spark_table
 from nyc_taxi.core.settings import Settings, get_settings
-
-ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
+from nyc_taxi.core.spark_jvm import new_session
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _session = None
 _attached = False  # the session is a running Spark server's (core/spark_server.py), not this process's own
-
-
-def iceberg_runtime_jar() -> Path:
-    import importlib.util
-
-    spec = importlib.util.find_spec("snowpark_connect_deps_iceberg")
-    jar = Path(spec.origin).parent / "jars" / ICEBERG_RUNTIME_JAR if spec and spec.origin else Path(ICEBERG_RUNTIME_JAR)
-    if not jar.is_file():
-        raise FileNotFoundError(
-            f"{jar} is missing: run `bash run setup` (uv sync installs snowpark-connect-deps-iceberg==1.0.1)"
-        )
-    return jar
-
-
-def is_local(settings: Settings) -> bool:
-    return not settings.spark_master or settings.spark_master.startswith("local")
-
-
-def _jars(settings: Settings) -> list[str]:
-    return [str(iceberg_runtime_jar()), *lakehouse(settings).spark_jars()]
-
-
-def class_archive(jars: list[str]) -> Path:
-    """Where the class-data-sharing archive for this JVM, this Spark and these jars is (it may not exist).
-    Its name changes with any of them, so a stale archive is never used."""
-    import hashlib
-    import shutil
-    import sys
-
-    import pyspark
-
-    java_home = os.environ.get("JAVA_HOME")
-    java = Path(java_home, "bin", "java") if java_home else Path(shutil.which("java") or "java")
-    java = java.resolve() if java.exists() else java
-    libjvm = next(java.parent.parent.glob("lib/server/libjvm.so"), java)
-    parts = [pyspark.__version__, str(java), str(libjvm.stat().st_size) if libjvm.exists() else "?"]
-    parts += [f"{jar}:{Path(jar).stat().st_size}" for jar in jars if Path(jar).exists()]
-    digest = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
-    return Path(sys.prefix) / "spark-class-archive" / f"{digest}.jsa"
-
-
-# A JVM that compiles hot code with its quick tier only (C1) starts real work sooner: the flow's Spark
-# steps (a window of zone-hours, a few thousand forecasts) finish about a third sooner; a month of
-# trips (millions of rows) takes twice as long. Measured by `bash run bench ingest` and `bench flow`.
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
-
-
-def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: bool = False) -> dict[str, str]:
-    lake = lakehouse(settings)
-    jars, local = _jars(settings), is_local(settings)
-    options = ["-Duser.timezone=UTC", *lake.java_options(), *java_options, *([QUICK_JIT] if small else [])]
-    archive = class_archive(jars)
-    if local and archive.is_file() and not java_options:
-        options += [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off"]  # "cds" logs would go to task logs
-    java_opts = " ".join(options)
-    catalog = f"spark.sql.catalog.{settings.catalog_name}"
-    conf = {
-        "spark.app.name": "nyc-taxi",
-        # local: on the driver JVM's class path (so they are in the class archive); a cluster: shipped
-        "spark.driver.extraClassPath" if local else "spark.jars": (":" if local else ",").join(jars),
-        "spark.ui.enabled": str(settings.spark_ui).lower(),
-        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-        "spark.sql.defaultCatalog": settings.catalog_name,
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
-        "spark.driver.memory": settings.spark_driver_memory,
-        "spark.driver.extraJavaOptions": java_opts,
-        "spark.executor.extraJavaOptions": java_opts,
-        "spark.ui.showConsoleProgress": "false",
-        catalog: "org.apache.iceberg.spark.SparkCatalog",
-        f"{catalog}.warehouse": lake.warehouse,
-        **lake.spark_catalog_conf(catalog),
-    }
-    if settings.spark_extra_packages:
-        conf["spark.jars.packages"] = settings.spark_extra_packages
-    if settings.spark_master:
-        conf["spark.master"] = settings.spark_master
-    return conf
 
 
 def get_spark(settings: Settings | None = None, small: bool = False):
@@ -124,16 +37,14 @@ def get_spark(settings: Settings | None = None, small: bool = False):
         if _attached:
             atexit.register(stop_spark)  # let go of the server's session as the process ends
         else:
-            _session = _new_session(settings, small=small)
+            _session = new_session(settings, small=small)
         return _session
 
 
 def _server_session(settings: Settings):
     if not settings.spark_server:
         return None
-    from nyc_taxi.core.spark_server import attach
-
-    return attach(settings)
+    return spark_server.attach(settings)
 
 
 def start_spark(settings: Settings | None = None, small: bool = False) -> None:
@@ -151,27 +62,9 @@ def start_spark(settings: Settings | None = None, small: bool = False) -> None:
     threading.Thread(target=start, name="spark-start", daemon=True).start()
 
 
-def _new_session(settings: Settings, java_options: tuple[str, ...] = (), small: bool = False):
-    from pyspark.sql import SparkSession
-
-    # py4j logs every socket at INFO, into task logs and into closed streams at exit.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    lakehouse(settings).prepare_catalog()
-    if is_local(settings):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder
-    for key, value in session_conf(settings, java_options, small).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
-    return session
-
-
 def java_table(spark, table, settings: Settings):
     """A registry table through Iceberg's Java API in the session's JVM and catalog (the one Spark's own
     writes use), for the commits Spark SQL does not offer."""
-    from nyc_taxi.core.naming import spark_table
-
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
         spark._jsparkSession, spark_table(table, settings)
     )
@@ -182,85 +75,7 @@ def stop_spark() -> None:
     global _session
     with _lock:
         if _session is not None and _attached:
-            from nyc_taxi.core.spark_server import detach
-
-            detach(_session)
+            spark_server.detach(_session)
         elif _session is not None:
             _session.stop()
         _session = None
-
-
-# ---- the class-data-sharing archive ------------------------------------------------------------------
-
-# What a session of this project does, so that the archive holds the classes the real work loads:
-# an Iceberg table partitioned by day, inserts, a MERGE, time travel, metadata tables, parquet and CSV
-# files read with their _metadata, a DataFrame from Python rows written with writeTo.
-_WORKLOAD = [
-    "CREATE TABLE {t} (k STRING, ts TIMESTAMP_NTZ, v DOUBLE, n BIGINT) USING iceberg PARTITIONED BY (days(ts))"
-    " TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='copy-on-write')",
-    "INSERT INTO {t} SELECT CAST(id AS STRING), TIMESTAMP_NTZ'2024-01-01 00:00:00' + make_interval(0, 0, 0, 0, id),"
-    " id * 1.5, id FROM range(50)",
-    "MERGE INTO {t} t USING (SELECT CAST(id AS STRING) AS k, TIMESTAMP_NTZ'2024-01-02 00:00:00' AS ts, 2.0 AS v,"
-    " id AS n FROM range(40, 60)) s ON t.k = s.k WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *",
-    "SELECT count(*), sum(xxhash64(k, v, isnull(v))) FROM {t} WHERE ts >= TIMESTAMP_NTZ'2024-01-01 00:00:00'",
-    "SELECT date_trunc('HOUR', ts) AS h, count(ts) FROM {t} GROUP BY 1",
-    "SELECT snapshot_id FROM {t}.snapshots",
-    "SELECT count(*) FROM {t}.files",
-]
-
-
-def build_class_archive(settings: Settings | None = None) -> Path | None:
-    """Build the class-data-sharing archive for this JVM and these jars if it is missing (`bash run
-    setup`): a JVM runs a representative session and writes the classes it loaded at its exit."""
-    import subprocess
-    import sys
-    import tempfile
-
-    settings = settings or get_settings()
-    archive = class_archive(_jars(settings))
-    if archive.is_file():
-        return archive
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=archive.parent) as tmp:
-        dump = Path(tmp) / archive.name
-        env = {**os.environ, "STATE_DIR": str(Path(tmp) / "state"), "PROFILE": "local", "SPARK_MASTER": ""}
-        subprocess.run(
-            [sys.executable, "-m", "nyc_taxi.core.spark", "--exercise", str(dump)],
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-        if not dump.is_file():
-            return None
-        os.replace(dump, archive)
-    return archive
-
-
-def _exercise(dump: str) -> None:
-    import tempfile
-
-    settings = get_settings()
-    lakehouse(settings).create()
-    session = _new_session(settings, (f"-XX:ArchiveClassesAtExit={dump}", "-Xlog:cds*=off"))
-    table = f"{settings.catalog_name}.{settings.database}.class_archive_workload"
-    for statement in _WORKLOAD:
-        session.sql(statement.format(t=table)).collect()
-    with tempfile.TemporaryDirectory() as tmp:
-        frame = session.createDataFrame([("a", 1.0), ("b", None)], "k STRING, v DOUBLE")
-        frame.write.parquet(f"{tmp}/p")
-        frame.write.csv(f"{tmp}/c")
-        session.read.parquet(f"{tmp}/p").selectExpr("*", "_metadata.file_name", "_metadata.row_index").collect()
-        session.read.csv(f"{tmp}/c", schema="k STRING, v STRING", header=False, mode="FAILFAST").collect()
-        session.sql(f"SELECT k, ts, v, n FROM {table}").writeTo(table).overwritePartitions()
-    session.stop()  # the JVM writes the archive as it exits
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:2] == ["--exercise"]:
-        _exercise(sys.argv[2])
-    else:
-        built = build_class_archive()
-        print(f"class-data-sharing archive: {built}" if built else "no class-data-sharing archive (JVM without AppCDS)")

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.core.spark_jvm import new_session, session_conf
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,6 @@ def log_path(settings: Settings) -> Path:
 def fingerprint(settings: Settings) -> str:
     """The Spark configuration these settings give a session: a server serves only processes that would
     have started the same one (same catalog, warehouse, jars, memory)."""
-    from nyc_taxi.core.spark import session_conf
-
     return hashlib.sha256(json.dumps(session_conf(settings), sort_keys=True).encode()).hexdigest()
 
 
@@ -199,9 +198,7 @@ def _release_java_objects(gateway) -> None:
 def serve(settings: Settings) -> None:
     """Run the server in this process until SIGTERM or SIGINT: one warm session, announced in the
     connection file once it answers a query."""
-    from nyc_taxi.core.spark import _new_session
-
-    session = _new_session(settings)
+    session = new_session(settings)
     session.sql("SELECT 1").collect()
     gateway = session.sparkContext._gateway
     record = {

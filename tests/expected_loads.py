@@ -13,12 +13,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tlc_columns import TLC_TO_TARGET
 
+TLC_TO_TARGET_TYPES = dict(TLC_TO_TARGET.values())  # raw's column name -> its type
+
 # New York City's five counties in NOAA's numbering (state 30), written out from NOAA's county list
 NYC_COUNTY_CODES = {"30005", "30047", "30061", "30081", "30085"}
 
 
+# What identifies a trip (the row key's hash); the TLC publishes no trip id.
+TRIP_IDENTITY = ["vendor_id", "pickup_datetime", "dropoff_datetime", "pickup_location_id", "dropoff_location_id"]
+
+
 def expected_taxi_rows(path: Path) -> pa.Table:
-    """What raw must hold for one TLC file: renamed case-insensitively, cast, keyed by file and row."""
+    """What raw must hold for one TLC file: every trip, renamed case-insensitively and cast, from that file."""
     source = pq.read_table(path)
     columns = {
         TLC_TO_TARGET[name.lower()][0]: source[name].cast(TLC_TO_TARGET[name.lower()][1])
@@ -26,8 +32,7 @@ def expected_taxi_rows(path: Path) -> pa.Table:
     }
     if "cbd_congestion_fee" not in columns:
         columns["cbd_congestion_fee"] = pa.nulls(source.num_rows, pa.float64())
-    keys = pa.array([f"{path.name}:{i}" for i in range(source.num_rows)])
-    return pa.table({"row_key": keys, **columns}).sort_by("row_key")
+    return pa.table({"source_file": pa.array([path.name] * source.num_rows), **columns})
 
 
 def raw_rows_of(path: Path) -> pa.Table:
@@ -73,9 +78,31 @@ def table_actuals(rows: list[dict]) -> list[tuple[int, dt.datetime, int]]:
 
 
 def comparable(table: pa.Table) -> pa.Table:
-    """The row key and the TLC columns of a table, sorted by row key: a load and its expectation compare equal."""
-    names = ["row_key"] + [name for name, _ in TLC_TO_TARGET.values()]
-    return table.select(names).cast(pa.schema([(n, table.schema.field(n).type) for n in names])).sort_by("row_key")
+    """The source file and the TLC columns of every row, in one order: a load and its expectation compare
+    equal row for row (the same trips, each as often as the file has it). The keys are checked apart
+    (``check_trip_keys``)."""
+    names = ["source_file"] + [name for name, _ in TLC_TO_TARGET.values()]
+    schema = pa.schema([(n, pa.string() if n == "source_file" else TLC_TO_TARGET_TYPES[n]) for n in names])
+    return table.select(names).cast(schema).sort_by([(n, "ascending") for n in names])
+
+
+def check_trip_keys(table: pa.Table) -> None:
+    """Raw's row keys follow the trips: unique; ``<file>:<trip>:<n>`` where the trip part is the same for
+    trips that share the identity columns and differs otherwise, and n counts those trips 1, 2, ..."""
+    rows = table.select(["row_key", "source_file", *TRIP_IDENTITY]).to_pylist()
+    keys = [r["row_key"] for r in rows]
+    assert len(set(keys)) == len(keys), "row keys are not unique"
+    trips: dict[tuple, set[str]] = {}
+    occurrences: dict[tuple, list[int]] = {}
+    for row in rows:
+        file, trip, n = row["row_key"].split(":")
+        assert file == row["source_file"]
+        identity = (file, *(row[c] for c in TRIP_IDENTITY))
+        trips.setdefault(identity, set()).add(trip)
+        occurrences.setdefault(identity, []).append(int(n))
+    assert all(len(parts) == 1 for parts in trips.values()), "one trip, several hashes"
+    assert len({(i[0], *p) for i, p in trips.items()}) == len(trips), "two trips, one hash"
+    assert all(sorted(ns) == list(range(1, len(ns) + 1)) for ns in occurrences.values())
 
 
 def expected_weather(site: Path, year: int, month: int, status: str) -> dict[tuple[str, dt.date], dict]:

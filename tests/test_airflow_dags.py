@@ -281,22 +281,24 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
     )
 
 
-def test_republished_month_is_a_new_input_version_and_updates_changed_rows_in_place(dagbag, site, settings):
-    """TLC republishes a corrected file: the server's new ETag makes it a new version, fetched again;
-    rows updated, no duplicates; the lineage names both versions."""
+def test_republished_month_replaces_its_month_and_the_lineage_says_which_version_replaced_which(dagbag, site, settings):
+    """TLC republishes a corrected file with fewer trips: the server's new ETag makes it a new version,
+    fetched again; raw then holds exactly the new file (corrected trips changed, dropped trips removed,
+    one commit), and both lineage systems say which version replaced which and what changed."""
     first = add_taxi_month(site, 2024, 5, rows=4_000, seed=1)
     log = LineageLog(settings)
     assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-05")["merge_upsert_staging_into_raw_yellow"] == "success"
-    before = {"etag": f'"{hashlib.md5(first.read_bytes()).hexdigest()}"'}
+    before = {"etag": f'"{hashlib.md5(first.read_bytes()).hexdigest()}"', "sha": hashlib.sha256(first.read_bytes())}
     corrected = pq.read_table(first)
     fares = corrected["fare_amount"].to_numpy().copy()
     fares[::10] += 1.0  # every tenth trip corrected
     corrected = corrected.set_column(corrected.schema.get_field_index("fare_amount"), "fare_amount", pa.array(fares))
+    corrected = pa.concat_tables([corrected.slice(0, 2_000), corrected.slice(2_500)])  # 500 trips withdrawn
     pq.write_table(corrected, first)
-    after = {"etag": f'"{hashlib.md5(first.read_bytes()).hexdigest()}"'}
+    after = {"etag": f'"{hashlib.md5(first.read_bytes()).hexdigest()}"', "sha": hashlib.sha256(first.read_bytes())}
     assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-05")["merge_upsert_staging_into_raw_yellow"] == "success"
     got = raw_rows(registry.YELLOW_TAXI_RAW, source_file=first.name)
-    assert got.num_rows == 4_000
+    assert got.num_rows == 3_500
     assert comparable(got).equals(comparable(expected_taxi_rows(first)))
     versions = [
         e["inputs"][0]["facets"]["version"]["datasetVersion"]
@@ -304,6 +306,29 @@ def test_republished_month_is_a_new_input_version_and_updates_changed_rows_in_pl
         if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".download_published_files")
     ]
     assert versions == [f"{first.name}@etag:{before['etag']}", f"{first.name}@etag:{after['etag']}"]
+    # which version replaced which, and what changed: in Iceberg's commit, OpenLineage and DataHub
+    old, new = (f"{first.name}@sha256:{v['sha'].hexdigest()}" for v in (before, after))
+    changed = sum(1 for i in range(0, 4_000, 10) if not 2_000 <= i < 2_500)
+    summary = load_table(registry.YELLOW_TAXI_RAW).current_snapshot().summary
+    assert (summary["nyc-taxi.replaced-version"], summary["nyc-taxi.landed-version"]) == (old, new)
+    assert [summary[f"nyc-taxi.rows-{k}"] for k in ("added", "changed", "removed")] == ["0", str(changed), "500"]
+    merges = [
+        e
+        for e in log.openlineage()
+        if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".merge_upsert_staging_into_raw_yellow")
+    ]
+    facet = merges[-1]["outputs"][0]["outputFacets"]["rowChanges"]
+    assert (facet["added"], facet["changed"], facet["removed"]) == (0, changed, 500)
+    assert (facet["replacedSourceVersion"], facet["sourceVersion"]) == (old, new)
+    assert merges[-1]["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == changed
+    assert validation_errors(merges[-1]) == []
+    operations = [
+        r["aspect"]["json"]
+        for r in log.datahub()
+        if r.get("aspectName") == "operation" and r["aspect"]["json"].get("customProperties", {}).get("rows_removed")
+    ]
+    assert operations[-1]["numAffectedRows"] == changed + 500
+    assert operations[-1]["customProperties"]["replaced_source_version"] == old
 
 
 @pytest.mark.parametrize("month", ["2023-03", "2025-01"])

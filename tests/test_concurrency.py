@@ -31,7 +31,7 @@ from nyc_taxi.core import commits
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.jobs import INGEST_WEATHER_DATA, INGEST_YELLOW_TAXI_DATA, TRAINING_FLOW
 from nyc_taxi.core.naming import iceberg_identifier, spark_table
-from nyc_taxi.core.upserts import upsert_changes
+from nyc_taxi.core.upserts import RowChanges, upsert_changes
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 from nyc_taxi.forecast.steps import SQL as FORECAST_SQL
 
@@ -142,7 +142,9 @@ def test_a_merge_that_loses_a_race_is_recomputed_and_nothing_is_lost(spark, race
     assert any(word in lost[0] for word in ("concurrently modified", "conflicting files", "CommitFailedException")), (
         lost[0]
     )
-    assert result == len(ZONES) * HOURS  # every zone-hour changed once, counted by the attempt that committed
+    assert result == RowChanges(
+        changed=len(ZONES) * HOURS
+    )  # every zone-hour changed once, counted by the attempt that committed
     expected = [(z, START + dt.timedelta(hours=h), 2) for z in ZONES for h in range(HOURS)]
     expected += [(900 + i, START + dt.timedelta(hours=h), 7) for i in range(appended) for h in range(24)]
     assert _rows(spark, name) == sorted(expected)  # the MERGE's rows and every row the other writer appended, each once

@@ -216,3 +216,22 @@ def test_pyiceberg_appends_are_seen_by_spark(spark, tables):
     table.append(pa.Table.from_pylist([row], schema=table.schema().as_arrow()))
     got = spark.sql(f"SELECT county_code, date, tavg_c FROM {spark_table(weather)} WHERE year(date) = 1999").collect()
     assert [tuple(r) for r in got] == [("30061", dt.date(1999, 1, 2), 1.0)]
+
+
+def test_a_sql_merge_commits_the_summary_properties_it_was_given_and_only_that_commit(spark, tables):
+    """commit_properties reaches Iceberg's thread-local commit metadata (core/snapshots.py): the MERGE
+    run inside it carries the properties in its snapshot summary; a commit after it does not."""
+    from nyc_taxi.core.snapshots import commit_properties
+
+    raw = registry.YELLOW_TAXI_RAW
+    _frame(spark, [_trip("p1", dt.datetime(2024, 3, 1, 8, 0), 10.0)]).createOrReplaceTempView("props_batch")
+    merge = f"""
+        MERGE INTO {spark_table(raw)} t USING props_batch s ON t.row_key = s.row_key
+        WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"""
+    with commit_properties(spark, {"nyc-taxi.month": "2024-03", "nyc-taxi.rows-added": "1"}):
+        spark.sql(merge)
+    summary = tables.load_table(iceberg_identifier(raw)).current_snapshot().summary
+    assert (summary.get("nyc-taxi.month"), summary.get("nyc-taxi.rows-added")) == ("2024-03", "1")
+    _frame(spark, [_trip("p1", dt.datetime(2024, 3, 1, 8, 0), 11.0)]).createOrReplaceTempView("props_batch")
+    spark.sql(merge)
+    assert tables.load_table(iceberg_identifier(raw)).current_snapshot().summary.get("nyc-taxi.month") is None

@@ -1,6 +1,6 @@
 """Trips without a pickup time: kept in raw and counted, and a re-run of their month neither inserts them
-again nor commits anything; a republished month updates them in place. Raw's reads are limited to the
-batch's pickup days, so rows on no day must be looked for explicitly (ingest/taxi.py, _pickup_days)."""
+again nor commits anything; a republished month updates them in place. Their rows are on no pickup day:
+raw's reads of a file's rows must find them all the same (they are limited by source file, not by day)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from expected_loads import quality_counts, raw_rows_of
+from expected_loads import check_trip_keys, quality_counts, raw_rows_of
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id
@@ -53,6 +53,8 @@ def test_trips_without_a_pickup_time_are_loaded_once_and_updated_in_place(spark,
     assert _load() == expected
     raw = raw_rows_of(path)
     assert (raw.num_rows, raw["pickup_datetime"].null_count) == (ROWS, 40)
+    check_trip_keys(raw)
+    keys = set(raw["row_key"].to_pylist())
 
     # The same file again: raw already holds every row, those on no day included.
     before = current_snapshot_id(RAW, settings)
@@ -70,6 +72,6 @@ def test_trips_without_a_pickup_time_are_loaded_once_and_updated_in_place(spark,
     assert current_snapshot_id(RAW, settings) != before
     raw = raw_rows_of(path)
     assert (raw.num_rows, raw["pickup_datetime"].null_count) == (ROWS, 40)
-    keys = {f"{path.name}:{index}" for index in changed}
-    updated = raw.filter(pc.is_in(raw["row_key"], pa.array(sorted(keys))))
-    assert sorted(updated["fare_amount"].to_pylist()) == [1234.5, 2345.6]
+    assert set(raw["row_key"].to_pylist()) == keys  # the same trips: updated in place, under their keys
+    updated = raw.filter(pc.is_in(raw["fare_amount"], pa.array([1234.5, 2345.6])))
+    assert sorted(updated["pickup_datetime"].is_null().to_pylist()) == [False, True]

@@ -2,7 +2,7 @@
 
 Everything runs on 127.0.0.1 in a throw-away state directory: generated months served over HTTP
 (the real download code runs), the local Iceberg catalog, and DuckDB doing the same work
-(normalise, key, upsert with INSERT ... ON CONFLICT DO UPDATE on a primary key) on the same files.
+(normalise, key each trip, upsert with INSERT ... ON CONFLICT DO UPDATE on a primary key) on the same files.
 """
 
 from __future__ import annotations
@@ -31,12 +31,15 @@ def _duckdb_reference(path: Path, db) -> float:
     ]
     names = [c.name for c in d.LOAD_COLUMNS + d.YELLOW_TRIP_COLUMNS]
     updates = ", ".join(f"{n} = excluded.{n}" for n in names if n != "row_key")
+    trip = "vendor_id, pickup_datetime, dropoff_datetime, pickup_location_id, dropoff_location_id"
     start = time.perf_counter()
+    # the product's key: the file, a hash of what identifies a trip, its place among equal trips
     db.execute(f"""
         INSERT INTO raw
-        SELECT '{path.name}:' || file_row_number AS row_key, '{path.name}' AS source_file, now() AS ingested_at,
-               {", ".join(columns)}
-        FROM read_parquet('{path}', file_row_number = true)
+        SELECT '{path.name}:' || hash({trip}) || ':' || row_number() OVER (PARTITION BY {trip} ORDER BY file_row_number)
+                 AS row_key,
+               '{path.name}' AS source_file, now() AS ingested_at, * EXCLUDE (file_row_number)
+        FROM (SELECT {", ".join(columns)}, file_row_number FROM read_parquet('{path}', file_row_number = true))
         ON CONFLICT (row_key) DO UPDATE SET {updates}""")
     return time.perf_counter() - start
 

@@ -25,9 +25,18 @@ from nyc_taxi.core.spark import java_table
 APPENDED_FROM = "nyc-taxi.appended-from"  # snapshot summary property: the staged table and snapshot taken
 
 
-def append_staged_files(spark, staged: Table, snapshot_id: int, target: Table, base_id: int | None, settings: Settings):
+def append_staged_files(
+    spark,
+    staged: Table,
+    snapshot_id: int,
+    target: Table,
+    base_id: int | None,
+    settings: Settings,
+    summary: dict[str, str] | None = None,
+):
     """Append ``staged``'s data files at ``snapshot_id`` to ``target``, validated from ``base_id`` (the
-    target's snapshot the caller found holding none of the batch; None: the target was empty).
+    target's snapshot the caller found holding none of the batch; None: the target was empty), with
+    ``summary`` in the new snapshot's summary.
 
     Returns the number of rows appended, or None when the two tables' shapes differ (e.g. a staging
     table created before it was given its target's partitioning): the caller then writes the rows.
@@ -67,8 +76,10 @@ def append_staged_files(spark, staged: Table, snapshot_id: int, target: Table, b
             shared.append(copy)
         append.addFile(iceberg.DataFiles.builder(destination.spec()).copy(file).withPath(copy).build())
         rows += file.recordCount()
+    for key, value in {**(summary or {}), APPENDED_FROM: f"{staged.name}@{snapshot_id}"}.items():
+        append = append.set(key, value)
     try:
-        append.set(APPENDED_FROM, f"{staged.name}@{snapshot_id}").commit()
+        append.commit()
     except Exception as error:
         if lost_race(error):  # certainly not committed: the copies made for it would be orphans in the target
             for copy in shared:

@@ -113,7 +113,7 @@ YELLOW_TRIP_COLUMNS: tuple[Column, ...] = (
     Column("cbd_congestion_fee", "DOUBLE", "MTA congestion relief zone fee from 2025-01, USD; null before", source="cbd_congestion_fee"),
 )
 LOAD_COLUMNS: tuple[Column, ...] = (
-    Column("row_key", "STRING", "Deterministic key of the source row: same file row, same key", nullable=False),
+    Column("row_key", "STRING", "Key of the trip in its file: <file>:<hash of vendor, pickup and drop-off time and zone>:<n-th such trip in the file>", nullable=False),
     Column("source_file", "STRING", "Landed file the row came from", nullable=False),
     Column("ingested_at", "TIMESTAMP", "When the row was loaded (UTC instant)", nullable=False),
 )
@@ -134,22 +134,27 @@ TLC_YELLOW_TRIPDATA_LANDED = LandedFiles(
     published=TLC_YELLOW_TRIPDATA_PUBLISHED,
     file_name="yellow_tripdata_{year:04d}-{month:02d}.parquet",
 )
+# Each data file's exact bounds of source_file (Iceberg keeps the first 16 characters by default, the
+# same for every month's file name): a read of one file's trips in raw skips every other month's files.
+BY_SOURCE_FILE = {"write.metadata.metrics.column.source_file": "full"}
 YELLOW_TAXI_STAGING = Table(
     name="yellow_taxi_staging",
     description="One landed TLC month, cast to the target schema; replaced on every load",
     layer="staging",
     columns=LOAD_COLUMNS + YELLOW_TRIP_COLUMNS,
-    # Raw's shape (columns, partitioning, codec): a new month's files join raw as they are written
-    # here (core/appends.py), instead of being written a second time.
+    # Raw's shape (columns, partitioning, codec, metrics): a new month's files join raw as they are
+    # written here (core/appends.py), instead of being written a second time.
     partitioned_by=("days(pickup_datetime)",),
+    properties=BY_SOURCE_FILE,
 )
 YELLOW_TAXI_RAW = Table(
     name="yellow_taxi_raw",
-    description="All yellow taxi trips as the source has them, upserted month by month",
+    description="All yellow taxi trips as the source publishes them now: each month exactly its file's latest version",
     layer="raw",
     columns=LOAD_COLUMNS + YELLOW_TRIP_COLUMNS,
     partitioned_by=("days(pickup_datetime)",),
     primary_key=("row_key",),
+    properties=BY_SOURCE_FILE,
 )
 
 # ---- NOAA nClimGrid-Daily county weather --------------------------------------------------------
@@ -197,7 +202,7 @@ WEATHER_STAGING = Table(
 )
 WEATHER_RAW = Table(
     name="weather_raw",
-    description="Daily New York City county weather; final (scaled) values overwrite preliminary ones",
+    description="Daily New York City county weather as NOAA publishes it now; final (scaled) values overwrite preliminary ones",
     layer="raw",
     columns=WEATHER_COLUMNS,
     partitioned_by=("years(date)",),

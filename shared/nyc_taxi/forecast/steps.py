@@ -130,7 +130,7 @@ def compute_actuals(
             "merge_actuals",
             staging="computed_actuals",
             raw=spark_table(ACTUALS, settings),
-        )
+        ).written
     finally:
         computed.unpersist()
         counts.unpersist()

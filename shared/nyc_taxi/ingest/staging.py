@@ -16,6 +16,7 @@ from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.datasets import LandedFiles, Table
 from nyc_taxi.core.naming import spark_table
 from nyc_taxi.core.settings import Settings
+from nyc_taxi.core.snapshots import LANDED_VERSION
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.statistics import observing, record_counts
 from nyc_taxi.ingest import download
@@ -23,7 +24,6 @@ from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
 log = logging.getLogger(__name__)
-LANDED_VERSION = "nyc-taxi.landed-version"  # snapshot summary property of a staging snapshot
 
 
 def landed_file_version(landed: LandedFiles, locations: list[str], settings: Settings) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from pathlib import Path
 
@@ -16,12 +15,13 @@ from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.core.snapshots import LANDED_VERSION, MONTH, REPLACED_VERSION, commit_properties, held_version
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.statistics import recorded_counts
 from nyc_taxi.core.tables import pinned
-from nyc_taxi.core.upserts import merge_changes
+from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.ingest import download
-from nyc_taxi.ingest.common import day_ranges_predicate, month_bounds, month_label
+from nyc_taxi.ingest.common import month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
@@ -172,7 +172,9 @@ def _content_hash(alias: str) -> str:
 
 
 def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> StepReport:
-    """Upsert staging into raw on the row key; unchanged rows are not rewritten. Quality counted, nothing dropped."""
+    """Make raw hold exactly the staged version of the month's file: a new month joins as its staged
+    files; for a month raw holds, one commit writes its new and changed trips and removes the trips the
+    file no longer has. An unchanged month commits nothing. Quality counted, nothing dropped."""
     from nyc_taxi.core.spark import get_spark, start_spark
 
     settings = settings or get_settings()
@@ -180,11 +182,12 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     staged_snapshot = current_snapshot(STAGING, settings)
     staging_table = load_table(STAGING, settings) if staged_snapshot else None  # its metadata: files, counts
     staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
-    # Where the batch is, from staging's metadata (no scan): its files, and its pickup days (the bounds
-    # every read of raw is restricted to, so the cost stays flat as raw grows).
+    # The batch, from staging's metadata (no scan): its rows, the files they came from and their version.
+    # Every read of raw is limited to those files' rows (pruned by raw's source_file bounds).
     row_count = int(staged_snapshot.summary.get("total-records", 0)) if staged_snapshot else 0
-    raw_days = day_ranges_predicate("t.pickup_datetime", *_pickup_days(staging_table, staged_snapshot))
     source_files = ", ".join("'" + name.replace("'", "''") + "'" for name in staged_files(staged_snapshot)) or "NULL"
+    version = staged_snapshot.summary.get(LANDED_VERSION) if staged_snapshot else None
+    label = month_label(year, month)
     hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
     bounds = _month_values(year, month)
     counted: dict[bool, dict] = {}
@@ -208,24 +211,24 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         return counted[fingerprint]
 
     before = current_snapshot(RAW, settings)
+    replaced: list[str | None] = [None]  # the landed version raw held of the month, when this load replaces it
 
-    def write() -> int:
+    def write() -> RowChanges:
         """Decided on raw as it is now, so a retry after another writer's commit decides afresh."""
+        replaced[0] = None
         if row_count == 0:
-            return 0
+            return RowChanges()
         base = current_snapshot(RAW, settings)
+        summary = {MONTH: label, **({LANDED_VERSION: version} if version else {})}
         held = SQL.run(
-            spark,
-            "yellow_taxi_held",
-            raw=pinned(RAW, base, settings),
-            raw_days=raw_days,
-            source_files=source_files,
-            **hashes,
+            spark, "yellow_taxi_held", raw=pinned(RAW, base, settings), source_files=source_files, **hashes
         ).first()
         if held.row_count == 0:  # a new month: staging's files join raw as they are
             quality()  # counted before the commit: a task that fails after it would commit nothing on its retry
+            added = RowChanges(added=row_count)
+            summary |= added.as_summary()
             appended = append_staged_files(
-                spark, STAGING, staged_snapshot.snapshot_id, RAW, base and base.snapshot_id, settings
+                spark, STAGING, staged_snapshot.snapshot_id, RAW, base and base.snapshot_id, settings, summary
             )
             if appended is None:
                 log.warning(
@@ -234,25 +237,28 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
                     STAGING.name,
                     RAW.name,
                 )
-                SQL.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
+                with commit_properties(spark, summary):
+                    SQL.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
             elif appended != row_count:
                 raise RuntimeError(f"appended {appended} rows of a staged batch of {row_count}")
-            return row_count
+            return added
         staged = quality(fingerprint=True)
         if (staged["row_count"], staged["content"]) == (held.row_count, held.content):
-            return 0  # raw already holds exactly this batch: commit nothing
+            return RowChanges()  # raw already holds exactly this batch: commit nothing
+        replaced[0] = held_version(load_table(RAW, settings), label)
         return merge_changes(
             spark,
             SQL,
             "yellow_taxi_changes",
             "merge_yellow_taxi",
+            summary={**summary, **({REPLACED_VERSION: replaced[0]} if replaced[0] else {})},
             staging=staging,
             raw=raw,
-            raw_days=raw_days,
+            source_files=source_files,
             **hashes,
         )
 
-    changed = retry_on_conflict(f"loading {RAW.name}", write)
+    changes = retry_on_conflict(f"loading {RAW.name}", write)
     counts = counted.get(True) or quality()  # the counts already taken, whichever they were
     checks = [
         Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
@@ -262,6 +268,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     for check in checks:
         log.info("quality: %-26s %8d rows (kept as the source has them)", check.name, check.rows)
     after = current_snapshot(RAW, settings)
+    committed = _id(after) != _id(before)
     # a new month is appended, a changed one MERGEd: either way every column is staging's (the MERGE's lineage)
     columns = column_lineage(
         RAW,
@@ -271,52 +278,49 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
                 "yellow_taxi_changes",
                 reads={"staging": "staging", "raw": "target"},
                 makes="changes",
-                values={"raw_days": "TRUE", **hashes},
+                values={"source_files": "NULL", **hashes},
             ),
             Statement(
-                SQL, "merge_yellow_taxi", reads={"raw": "target", "changes": "changes"}, values={"raw_days": "TRUE"}
+                SQL, "merge_yellow_taxi", reads={"raw": "target", "changes": "changes"}, values={"source_files": "NULL"}
             ),
         ],
         {"staging": STAGING},
         settings,
     )
-    log.info("merged %d new or changed rows of %d staged into %s", changed, row_count, RAW.name)
+    log.info(
+        "%s: %d trips added, %d changed, %d removed of %d staged%s",
+        RAW.name,
+        changes.added,
+        changes.changed,
+        changes.removed,
+        row_count,
+        f" ({version} replaces {replaced[0]})" if replaced[0] else "",
+    )
     return StepReport(
         inputs=[DatasetUse(STAGING, version=_id(staged_snapshot), row_count=row_count, checks=checks)],
         outputs=[
-            DatasetUse(RAW, version=_id(after), row_count=changed, committed=_id(after) != _id(before), columns=columns)
+            DatasetUse(
+                RAW,
+                version=_id(after),
+                row_count=changes.written,
+                committed=committed,
+                columns=columns,
+                changes=changes if committed else None,
+                source_version=version if committed else None,
+                replaced_version=replaced[0] if committed else None,
+            )
         ],
         summary={
-            "month": month_label(year, month),
+            "month": label,
             "staged_rows": row_count,
-            "merged_rows": changed,
+            "merged_rows": changes.written,
+            "added_rows": changes.added,
+            "changed_rows": changes.changed,
+            "removed_rows": changes.removed,
+            **({"replaced_version": replaced[0]} if replaced[0] and committed else {}),
             **{c.name: c.rows for c in checks},
         },
     )
-
-
-def _pickup_days(table, snapshot) -> tuple[list[dt.date], bool]:
-    """The pickup days of the staged rows, from the bounds Iceberg keeps for each data file (exact days
-    when staging is partitioned by day, as it is; a superset otherwise), and whether some rows have no
-    pickup time (raw's copies of those are on no day: every read of raw must look for them too)."""
-    if snapshot is None:
-        return [], False
-    files = table.inspect.files(snapshot.snapshot_id)
-    days: set[dt.date] = set()
-    nulls = False
-    for file in files.select(["file_path", "readable_metrics"]).to_pylist():
-        path, pickup = file["file_path"], file["readable_metrics"]["pickup_datetime"]
-        low, high = pickup["lower_bound"], pickup["upper_bound"]
-        nulls = nulls or bool(pickup["null_value_count"])
-        if low is None:
-            if pickup["null_value_count"] != pickup["value_count"]:  # rows with a pickup time, but no bounds
-                raise RuntimeError(
-                    f"{path} has no pickup_datetime bounds in {STAGING.name}'s metadata (its metrics mode?): "
-                    "the batch's days cannot be known without them; nothing was written"
-                )
-            continue
-        days.update(low.date() + dt.timedelta(days=n) for n in range((high.date() - low.date()).days + 1))
-    return sorted(days), nulls
 
 
 def _id(snapshot) -> str | None:

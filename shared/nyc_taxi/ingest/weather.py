@@ -6,17 +6,18 @@ import logging
 from pathlib import Path
 
 from nyc_taxi.core import datasets as d
-from nyc_taxi.core.catalog import current_snapshot
+from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.core.snapshots import LANDED_VERSION, MONTH, REPLACED_VERSION, held_version
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.tables import pinned
-from nyc_taxi.core.upserts import upsert_changes
+from nyc_taxi.core.upserts import RowChanges, upsert_changes
 from nyc_taxi.ingest import download
-from nyc_taxi.ingest.common import month_label
+from nyc_taxi.ingest.common import month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
-from nyc_taxi.ingest.staging import landed_file_version, stage
+from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
 from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
@@ -173,6 +174,9 @@ def stage_landed_files(year: int, month: int, settings: Settings | None = None) 
 
 
 def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> StepReport:
+    """Make raw hold the staged month: in one commit, new and changed county-days written and the month's
+    county-days the staged files no longer have removed (a final value is never replaced, nor removed,
+    by a preliminary file). An unchanged month commits nothing."""
     from nyc_taxi.core.spark import get_spark, start_spark
 
     settings = settings or get_settings()
@@ -181,29 +185,77 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     spark = get_spark(settings, small=True)
     staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
     staged = int(staged_snapshot.summary.get("total-records", 0)) if staged_snapshot else 0
-    changed = upsert_changes(spark, SQL, "weather_changes", "merge_weather", staging=staging, raw=raw)
+    version = staged_snapshot.summary.get(LANDED_VERSION) if staged_snapshot else None
+    label = month_label(year, month)
+    start, end = month_bounds(year, month)
+    values = {"month_start": str(start), "next_month_start": str(end), "status": _staged_status(staged_snapshot)}
+    replaced = held_version(load_table(RAW, settings), label) if staged else None
+    summary = {MONTH: label, **({LANDED_VERSION: version} if version else {})}
+    if replaced and replaced != version:
+        summary[REPLACED_VERSION] = replaced
+    changes = (
+        upsert_changes(
+            spark, SQL, "weather_changes", "merge_weather", summary=summary, staging=staging, raw=raw, **values
+        )
+        if staged
+        else RowChanges()
+    )
     after = current_snapshot(RAW, settings)
-    log.info("merged %d new or changed of %d staged county-days into %s", changed, staged, RAW.name)
+    committed = snapshot_id(after) != snapshot_id(before)
+    log.info(
+        "%s: %d county-days added, %d changed, %d removed of %d staged",
+        RAW.name,
+        changes.added,
+        changes.changed,
+        changes.removed,
+        staged,
+    )
     columns = column_lineage(
         RAW,
         [
-            Statement(SQL, "weather_changes", reads={"staging": "staging", "raw": "target"}, makes="changes"),
+            Statement(
+                SQL, "weather_changes", reads={"staging": "staging", "raw": "target"}, makes="changes", values=values
+            ),
             Statement(SQL, "merge_weather", reads={"raw": "target", "changes": "changes"}),
         ],
         {"staging": STAGING},
         settings,
     )
-    snapshot_id = lambda s: str(s.snapshot_id) if s else None  # noqa: E731
+    replaced_now = summary.get(REPLACED_VERSION) if committed else None
     return StepReport(
         inputs=[DatasetUse(STAGING, version=snapshot_id(staged_snapshot), row_count=staged)],
         outputs=[
             DatasetUse(
                 RAW,
                 version=snapshot_id(after),
-                row_count=changed,
-                committed=snapshot_id(after) != snapshot_id(before),
+                row_count=changes.written,
+                committed=committed,
                 columns=columns,
+                changes=changes if committed else None,
+                source_version=version if committed else None,
+                replaced_version=replaced_now,
             )
         ],
-        summary={"month": month_label(year, month), "staged_rows": staged, "merged_rows": changed},
+        summary={
+            "month": label,
+            "staged_rows": staged,
+            "merged_rows": changes.written,
+            "added_rows": changes.added,
+            "changed_rows": changes.changed,
+            "removed_rows": changes.removed,
+            **({"replaced_version": replaced_now} if replaced_now else {}),
+        },
     )
+
+
+def _staged_status(snapshot) -> str:
+    """Whether staging holds final ('scaled') or preliminary files: their names say (…-cty-scaled.csv)."""
+    names = staged_files(snapshot)
+    statuses = {name.rsplit("-", 1)[-1].removesuffix(".csv") for name in names}
+    if len(statuses) != 1 or not statuses <= set(STATUSES):
+        raise BadSourceFile(f"staging holds {', '.join(names) or 'no files'}: not one month's files of one status")
+    return statuses.pop()
+
+
+def snapshot_id(snapshot) -> str | None:
+    return str(snapshot.snapshot_id) if snapshot else None

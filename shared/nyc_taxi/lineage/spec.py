@@ -1,4 +1,5 @@
-"""Validate OpenLineage events against the official JSON schemas (copied in openlineage-spec/).
+"""Validate OpenLineage events against the official JSON schemas (copied in openlineage-spec/) and the
+schemas of the project's own facets (facets/: what the spec has no facet for, e.g. rows removed).
 
 The core schema checks the event; every facet is checked against the schema its ``_schemaURL``
 names, so a facet we build wrongly fails here even though the core schema allows any facet.
@@ -11,6 +12,7 @@ import json
 from pathlib import Path
 
 SPEC_DIR = Path(__file__).parent / "openlineage-spec"
+OWN_FACETS_DIR = Path(__file__).parent / "facets"
 
 
 @functools.cache
@@ -18,7 +20,11 @@ def _registry():
     from referencing import Registry, Resource
 
     resources = []
-    for path in [SPEC_DIR / "OpenLineage.json", *sorted((SPEC_DIR / "facets").glob("*.json"))]:
+    for path in [
+        SPEC_DIR / "OpenLineage.json",
+        *sorted((SPEC_DIR / "facets").glob("*.json")),
+        *sorted(OWN_FACETS_DIR.glob("*.json")),
+    ]:
         schema = json.loads(path.read_text())
         resources.append((schema["$id"], Resource.from_contents(schema)))
     return Registry().with_resources(resources)

@@ -1,5 +1,6 @@
--- Computed hours that the actuals table lacks or holds with another count.
-SELECT s.*
+-- Computed hours that the actuals table lacks ('added') or holds with another count ('changed').
+SELECT s.*, CASE WHEN t.pickup_location_id IS NULL THEN 'added' ELSE 'changed' END AS change
 FROM ${staging} s
-LEFT ANTI JOIN ${raw} t
-  ON t.pickup_location_id = s.pickup_location_id AND t.pickup_hour = s.pickup_hour AND t.ride_count = s.ride_count
+LEFT JOIN ${raw} t
+  ON t.pickup_location_id = s.pickup_location_id AND t.pickup_hour = s.pickup_hour
+WHERE t.pickup_location_id IS NULL OR t.ride_count <> s.ride_count

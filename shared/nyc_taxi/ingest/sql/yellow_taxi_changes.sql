@@ -1,10 +1,13 @@
--- Staged rows that raw does not already hold with the same content: new rows and changed rows.
--- Only the raw rows of the batch's pickup days are read (${raw_days} is a partition-pruning
--- range predicate on t.pickup_datetime, with IS NULL if the batch has rows without a pickup time),
--- so the cost stays flat as raw grows.
-SELECT s.*
+-- What a staged file changes in raw, one row per trip: a staged trip raw lacks ('added'), one raw holds
+-- with other content ('changed'), and one of raw's trips from the batch's files (${source_files}) that
+-- the batch no longer has ('removed': the source republished the file without it). change_key is the
+-- trip's row key. Only raw's rows of the batch's files are read: Iceberg prunes raw's data files by
+-- their source_file bounds, so the cost stays flat as raw grows.
+SELECT s.*, coalesce(s.row_key, t.row_key) AS change_key,
+  CASE WHEN t.row_key IS NULL THEN 'added' WHEN s.row_key IS NULL THEN 'removed' ELSE 'changed' END AS change
 FROM ${staging} s
-LEFT ANTI JOIN (
-  SELECT row_key, ${content_hash} AS content_hash FROM ${raw} t WHERE ${raw_days}
+FULL OUTER JOIN (
+  SELECT row_key, ${content_hash} AS content_hash FROM ${raw} t WHERE t.source_file IN (${source_files})
 ) t
-ON t.row_key = s.row_key AND t.content_hash = ${staged_content_hash}
+ON t.row_key = s.row_key
+WHERE t.row_key IS NULL OR s.row_key IS NULL OR t.content_hash <> ${staged_content_hash}

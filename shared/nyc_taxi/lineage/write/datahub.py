@@ -80,6 +80,12 @@ def write_records(report: StepReport, actor: str, settings: Settings | None = No
             properties["snapshot_id"] = str(use.version)
         if use.committed is not None:
             properties["committed"] = str(use.committed).lower()
+        if use.changes is not None:
+            properties |= {f"rows_{kind}": str(getattr(use.changes, kind)) for kind in ("added", "changed", "removed")}
+        if use.source_version:
+            properties["source_version"] = use.source_version
+        if use.replaced_version:
+            properties["replaced_source_version"] = use.replaced_version
         records.append(
             MetadataChangeProposalWrapper(
                 entityUrn=identity(use.dataset, settings).datahub_urn,
@@ -87,7 +93,7 @@ def write_records(report: StepReport, actor: str, settings: Settings | None = No
                     timestampMillis=now,
                     lastUpdatedTimestamp=now,
                     operationType=use.operation,
-                    numAffectedRows=use.row_count,
+                    numAffectedRows=use.changes.total if use.changes is not None else use.row_count,
                     customProperties=properties,
                     sourceType=dhs.OperationSourceTypeClass.DATA_PROCESS,
                 ),

@@ -1,10 +1,12 @@
 """OpenLineage: a step's report as typed datasets with facets, and run events for integrations that
 build their own (the Metaflow adapter). Identities come from the registry's naming rules.
 
-Facets used, all from the OpenLineage spec: schema, symlinks, version (the Iceberg snapshot id, the
-file version, the model version), columnLineage; input/output statistics, data-quality metrics and
+Facets used from the OpenLineage spec: schema, symlinks, version (the Iceberg snapshot id, the file
+version, the model version), columnLineage; input/output statistics, data-quality metrics and
 assertions; subset (which files of a file dataset the run read or wrote); for runs parent,
-jobDependencies, nominalTime, errorMessage, tags; for jobs jobType, sourceCodeLocation, tags.
+jobDependencies, nominalTime, errorMessage, tags; for jobs jobType, sourceCodeLocation, tags. One facet
+of the project's own, where the spec has none (schema in ``lineage/facets/``): ``rowChanges``, the rows a
+commit added, changed and removed, and the source version it replaced.
 """
 
 from __future__ import annotations
@@ -23,6 +25,28 @@ from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
 from nyc_taxi.lineage.write.report import DatasetUse, StepReport, describe_error
 
 PRODUCER = "https://github.com/nyc-taxi-lineage/airflow-metaflow-lineage"
+OWN_FACETS = f"{PRODUCER}/blob/main/shared/nyc_taxi/lineage/facets"
+
+
+@functools.cache
+def _row_changes_facet():
+    """The ``rowChanges`` output facet's class (the client's attrs facet types are imported lazily)."""
+    import attr
+    from openlineage.client.facet_v2 import OutputDatasetFacet
+
+    @attr.define
+    class RowChangesOutputDatasetFacet(OutputDatasetFacet):
+        added: int = attr.field()
+        changed: int = attr.field()
+        removed: int = attr.field()
+        sourceVersion: str | None = attr.field(default=None)  # noqa: N815
+        replacedSourceVersion: str | None = attr.field(default=None)  # noqa: N815
+
+        @staticmethod
+        def _get_schema() -> str:
+            return f"{OWN_FACETS}/RowChangesOutputDatasetFacet.json#/$defs/RowChangesOutputDatasetFacet"
+
+    return RowChangesOutputDatasetFacet
 
 
 def run_uuid(*parts: str) -> str:
@@ -150,6 +174,14 @@ def output_dataset(use: DatasetUse, settings: Settings | None = None):
     if use.row_count is not None or use.size_bytes is not None:
         output_facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
             rowCount=use.row_count, size=use.size_bytes, fileCount=len(use.locations) or None
+        )
+    if use.changes is not None:
+        output_facets["rowChanges"] = _row_changes_facet()(
+            added=use.changes.added,
+            changed=use.changes.changed,
+            removed=use.changes.removed,
+            sourceVersion=use.source_version,
+            replacedSourceVersion=use.replaced_version,
         )
     if use.locations:
         output_facets["subset"] = base_subset_dataset.OutputSubsetOutputDatasetFacet(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nyc_taxi.core.datasets import Dataset
+from nyc_taxi.core.upserts import RowChanges
 
 # OpenLineage's column-lineage transformation subtypes we use (type DIRECT unless ``indirect``).
 Transformation = Literal["IDENTITY", "TRANSFORMATION", "AGGREGATION", "FILTER", "GROUP_BY", "CONDITIONAL", "JOIN"]
@@ -56,6 +57,11 @@ class DatasetUse:
     operation: str = "UPDATE"  # outputs: INSERT | UPDATE | CREATE (DataHub's operation types)
     committed: bool | None = None  # outputs: did this run commit a new version (False: nothing changed)
     columns: ColumnLineage = field(default_factory=dict)  # outputs: column lineage
+    # outputs: what the commit did to the table's rows, and which version of the source batch its rows
+    # now hold and which they replaced (a republished file)
+    changes: RowChanges | None = None
+    source_version: str | None = None
+    replaced_version: str | None = None
 
     @property
     def name(self) -> str:
@@ -106,6 +112,9 @@ def report_to_dict(report: StepReport) -> dict:
                 column: [[s.dataset.name, s.column, s.transformation, s.indirect, s.description] for s in sources]
                 for column, sources in u.columns.items()
             },
+            "changes": [u.changes.added, u.changes.changed, u.changes.removed] if u.changes else None,
+            "source_version": u.source_version,
+            "replaced_version": u.replaced_version,
         }
 
     return {
@@ -134,6 +143,9 @@ def report_from_dict(data: dict) -> StepReport:
                 column: tuple(ColumnSource(get(s[0]), *s[1:]) for s in sources)
                 for column, sources in u["columns"].items()
             },
+            changes=RowChanges(*u["changes"]) if u.get("changes") else None,
+            source_version=u.get("source_version"),
+            replaced_version=u.get("replaced_version"),
         )
 
     return StepReport(

@@ -31,11 +31,12 @@ from nyc_taxi.core import commits
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.jobs import INGEST_WEATHER_DATA, INGEST_YELLOW_TAXI_DATA, TRAINING_FLOW
 from nyc_taxi.core.naming import iceberg_identifier, spark_table
+from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.upserts import RowChanges, upsert_changes
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
-from nyc_taxi.forecast.steps import SQL as FORECAST_SQL
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults]
+RACE_SQL = SqlFolder(__file__)  # tests/sql/: a plain upsert of an actuals-shaped batch, the shared mechanism's subject
 ACTUALS = registry.YELLOW_RIDES_HOURLY_ACTUALS
 ZONES, HOURS = range(1, 121), 24 * 28  # 80k zone-hours: a MERGE that takes a while
 START = dt.datetime(2024, 2, 1)
@@ -123,7 +124,7 @@ def _merge_against_appender(spark, own, name, stop_after_first_loss: bool):
     try:
         while appender.commits == 0 and appender.error is None and appender.is_alive():
             stop.wait(0.05)  # the other writer is committing before the MERGE starts
-        result = upsert_changes(spark, FORECAST_SQL, "actuals_changes", "merge_actuals", staging="recomputed", raw=name)
+        result = upsert_changes(spark, RACE_SQL, "race_changes", "race_merge", staging="recomputed", raw=name)
     except Exception as error:
         result = error
     finally:

@@ -32,6 +32,10 @@ class Intervals:
             (dt.datetime.combine(d, dt.time()), dt.datetime.combine(d, dt.time()) + dt.timedelta(days=1)) for d in days
         )
 
+    @classmethod
+    def everything(cls) -> Intervals:
+        return cls(((dt.datetime.min, dt.datetime.max),))
+
     def __bool__(self) -> bool:
         return bool(self.spans)
 

@@ -24,6 +24,9 @@ class SqlFolder:
         return string.Template(self.path(name).read_text()).substitute({k: str(v) for k, v in values.items()})
 
     def run(self, spark, name: str, **values: object):
+        """The statement as a DataFrame (run at once if it writes). Spark's UI and event log name the queries
+        run from here on in this thread after the file, so each query can be traced to its SQL file."""
+        spark.sparkContext.setJobDescription(f"{self.folder.parent.name}/sql/{name}.sql")
         return spark.sql(self.render(name, **values))
 
     def aggregates(self, name: str, **values: object) -> dict[str, str]:

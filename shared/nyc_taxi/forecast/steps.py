@@ -4,20 +4,24 @@ report of what it read and wrote (``.report``), so the flow only calls functions
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from dataclasses import dataclass, field
 
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
+from nyc_taxi.core.intervals import Intervals
 from nyc_taxi.core.naming import spark_table
 from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.core.snapshots import data_changes
+from nyc_taxi.core.spark import java_table
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.tables import ensure_tables, pinned
-from nyc_taxi.core.upserts import upsert_changes
+from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.forecast import model as models
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
-from nyc_taxi.lineage.write.report import DatasetUse, StepReport
+from nyc_taxi.lineage.write.report import DatasetUse, Range, StepReport
 
 log = logging.getLogger(__name__)
 SQL = SqlFolder(__file__)
@@ -67,6 +71,11 @@ class Window:
         return cls(as_of - dt.timedelta(days=lookback_days), as_of, as_of + dt.timedelta(hours=horizon_hours))
 
     @property
+    def hours(self) -> tuple[dt.datetime, dt.datetime]:
+        """The window's hours, [start, end)."""
+        return self.start, self.end
+
+    @property
     def horizon(self) -> list[dt.datetime]:
         return [self.as_of + dt.timedelta(hours=h) for h in range(int((self.end - self.as_of).total_seconds() // 3600))]
 
@@ -82,12 +91,13 @@ def _version(snapshot) -> str | None:
     return str(snapshot.snapshot_id) if snapshot else None
 
 
-def _scan(table: d.Table, column: str, start, end, settings: Settings):
-    """Rows of ``table`` with ``start <= column < end`` at its current snapshot, and that snapshot."""
+def _scan(table: d.Table, column: str, start, end, settings: Settings, iceberg=None, snapshot=None):
+    """Rows of ``table`` with ``start <= column < end`` at ``snapshot`` (default: its current one), and that
+    snapshot."""
     from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
 
-    iceberg = load_table(table, settings)
-    snapshot = iceberg.current_snapshot()
+    iceberg = iceberg or load_table(table, settings)
+    snapshot = snapshot or iceberg.current_snapshot()
     if snapshot is None:
         return None, None
     rows = iceberg.scan(
@@ -97,45 +107,157 @@ def _scan(table: d.Table, column: str, start, end, settings: Settings):
     return rows, snapshot
 
 
+COMPUTED_FROM = "nyc-taxi.computed-from"  # the actuals table's property: what its rows were counted from
+RAW_SNAPSHOT = "nyc-taxi.raw-snapshot"  # an actuals commit's summary: the raw snapshot it counted from
+COUNTED_HOURS = "nyc-taxi.counted-hours"  # and the hours it counted there
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The hours the actuals table holds as raw's trips counted at one raw snapshot. Every run that counts
+    records it as a table property naming the actuals snapshot it describes: a commit to the table by
+    anything else voids it, and the next run counts its whole window again."""
+
+    actuals_snapshot: int | None
+    raw_snapshot: int
+    hours: Intervals
+
+    @classmethod
+    def of(cls, table) -> Coverage | None:
+        try:
+            record = json.loads(table.properties.get(COMPUTED_FROM) or "null")
+        except ValueError:
+            return None
+        current = table.current_snapshot()
+        if not record or record.get("actuals-snapshot") != (current.snapshot_id if current else None):
+            return None
+        return cls(record["actuals-snapshot"], record["raw-snapshot"], Intervals.parse(record["hours"]))
+
+    def record(self, spark, settings: Settings) -> None:
+        """A metadata-only commit (no snapshot), through Iceberg's Java API in the session's JVM."""
+        value = {
+            "actuals-snapshot": self.actuals_snapshot,
+            "raw-snapshot": self.raw_snapshot,
+            "hours": self.hours.text(),
+        }
+        java_table(spark, ACTUALS, settings).updateProperties().set(COMPUTED_FROM, json.dumps(value)).commit()
+
+    def still_counted(self, raw_table, raw_snapshot) -> Intervals:
+        """Its hours that raw has not changed since: less the days of every data file raw's later commits
+        added or deleted (Iceberg's manifests; no data read). None of them once the recorded snapshot
+        has been expired."""
+        if raw_snapshot is None:
+            return Intervals()
+        if self.raw_snapshot == raw_snapshot.snapshot_id:
+            return self.hours
+        changes = data_changes(raw_table, self.raw_snapshot, "pickup_datetime", raw_snapshot.snapshot_id)
+        if changes is None or not all(c.bounded for c in changes):
+            return Intervals()
+        return self.hours - Intervals.days(day for c in changes if c.low is not None for day in _days(c.low, c.high))
+
+
+def _days(low: dt.datetime, high: dt.datetime) -> list[dt.date]:
+    return [low.date() + dt.timedelta(days=n) for n in range((high.date() - low.date()).days + 1)]
+
+
+def _held_exactly(table, snapshot, window: Window) -> bool:
+    """Whether the table's rows of the window are already its actuals: every zone with a ride in it has a row
+    for every hour of it, and no other zone has any (pyiceberg: no Spark)."""
+    if snapshot is None:
+        return False
+    rows, _ = _scan(ACTUALS, "pickup_hour", window.start, window.end, None, iceberg=table, snapshot=snapshot)
+    if rows is None or rows.num_rows == 0:
+        return False
+    zones = rows.column("pickup_location_id").to_pylist()
+    active = {z for z, n in zip(zones, rows.column("ride_count").to_pylist(), strict=True) if n > 0}
+    hours = int((window.end - window.start).total_seconds() // 3600)
+    per_zone: dict[int, int] = {}
+    for zone in zones:
+        per_zone[zone] = per_zone.get(zone, 0) + 1
+    return set(per_zone) == active and all(n == hours for n in per_zone.values())
+
+
 def compute_actuals(
     as_of: dt.datetime, lookback_days: int, horizon_hours: int, settings: Settings | None = None
 ) -> StepReport:
-    """Hourly counts for the training window and the horizon (so a backtest can be evaluated)."""
-    from nyc_taxi.core.spark import get_spark, start_spark
-
+    """Hourly counts for the training window and the horizon (so a backtest can be evaluated): the window's
+    rows of the actuals table become exactly its zero-filled counts. Only the hours whose trips raw changed
+    since they were counted are counted again, reading only those days of raw; when raw changed nothing
+    in the window, no Spark starts and nothing is committed."""
     settings = settings or get_settings()
-    start_spark(settings, small=True)  # zone-hours: small data; the JVM starts during the catalog work
     ensure_tables([ACTUALS], settings)
     window = Window.of(as_of, lookback_days, horizon_hours)
-    raw_snapshot, before = current_snapshot(RAW, settings), current_snapshot(ACTUALS, settings)
-    spark = get_spark(settings, small=True)
+    hours = Intervals.of([(window.start, window.end)])
     bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
-    # hourly_actuals reads the counts twice (the active zones, the join): cached, raw is scanned once
-    counts = SQL.run(spark, "hourly_counts", raw=pinned(RAW, raw_snapshot, settings), **bounds).persist()
-    counts.createOrReplaceTempView("counts")
-    computed = SQL.run(spark, "hourly_actuals", counts="counts", **bounds).persist()
-    try:
-        rows = computed.count()
-        if rows == 0:
-            raise NoDataInWindow(
-                f"no yellow taxi trips in {RAW.name} between {window.start} and {window.end} "
-                f"(as_of_datetime {as_of.isoformat()}, lookback_days {lookback_days}): load those months with the "
-                "ingest_yellow_taxi_data DAG first, or choose an as_of_datetime inside the loaded data"
+
+    def attempt() -> tuple:
+        raw_table, actuals_table = load_table(RAW, settings), load_table(ACTUALS, settings)
+        raw_snapshot, before = raw_table.current_snapshot(), actuals_table.current_snapshot()
+        coverage = Coverage.of(actuals_table)
+        valid = coverage.still_counted(raw_table, raw_snapshot) if coverage else Intervals()
+        counted, kept = hours - valid, hours & valid
+        if not counted and _held_exactly(actuals_table, before, window):
+            return raw_snapshot, counted, None, RowChanges()
+        from nyc_taxi.core.spark import get_spark
+
+        spark = get_spark(settings, small=True)  # zone-hours: small data (a window's trips at most)
+        raw = pinned(RAW, raw_snapshot, settings)
+        counts = SQL.run(spark, "hourly_counts", raw=raw, counted=counted.predicate("pickup_datetime"))
+        if kept:
+            actuals = pinned(ACTUALS, before, settings)
+            counts = counts.unionByName(
+                SQL.run(spark, "kept_actuals", actuals=actuals, kept=kept.predicate("pickup_hour"))
             )
-        computed.createOrReplaceTempView("computed_actuals")
-        changed = upsert_changes(
-            spark,
-            SQL,
-            "actuals_changes",
-            "merge_actuals",
-            staging="computed_actuals",
-            raw=spark_table(ACTUALS, settings),
-        ).written
-    finally:
-        computed.unpersist()
-        counts.unpersist()
+        counts = counts.persist()  # hourly_actuals reads it twice (the active zones, the join): raw is read once
+        counts.createOrReplaceTempView("counts")
+        computed = SQL.run(spark, "hourly_actuals", counts="counts", **bounds).persist()
+        try:
+            rows = computed.count()
+            if rows == 0:
+                raise NoDataInWindow(
+                    f"no yellow taxi trips in {RAW.name} between {window.start} and {window.end} "
+                    f"(as_of_datetime {as_of.isoformat()}, lookback_days {lookback_days}): load those months with "
+                    "the ingest_yellow_taxi_data DAG first, or choose an as_of_datetime inside the loaded data"
+                )
+            computed.createOrReplaceTempView("computed_actuals")
+            changes = merge_changes(
+                spark,
+                SQL,
+                "actuals_changes",
+                "merge_actuals",
+                summary={RAW_SNAPSHOT: _version(raw_snapshot) or "", COUNTED_HOURS: counted.text()},
+                staging="computed_actuals",
+                raw=spark_table(ACTUALS, settings),
+                **bounds,
+            )
+        finally:
+            computed.unpersist()
+            counts.unpersist()
+        now = load_table(ACTUALS, settings).current_snapshot()
+        Coverage(now.snapshot_id if now else None, raw_snapshot.snapshot_id, valid | hours).record(spark, settings)
+        return raw_snapshot, counted, rows, changes
+
+    before = current_snapshot(ACTUALS, settings)
+    raw_snapshot, counted, rows, changes = retry_on_conflict(f"computing {ACTUALS.name}", attempt)
     after = current_snapshot(ACTUALS, settings)
-    log.info("%d zone-hours computed, %d new or changed in %s", rows, changed, ACTUALS.name)
+    if rows is None:
+        log.info(
+            "%s already holds the window as %s snapshot %s has it: nothing counted, nothing committed",
+            ACTUALS.name,
+            RAW.name,
+            _version(raw_snapshot),
+        )
+    else:
+        log.info(
+            "%d zone-hours, %d hours counted from %s: %d added, %d changed, %d removed in %s",
+            rows,
+            counted.hours,
+            RAW.name,
+            changes.added,
+            changes.changed,
+            changes.removed,
+            ACTUALS.name,
+        )
     any_window = {
         "window_start": "2000-01-01 00:00:00",
         "window_end": "2000-01-02 00:00:00",
@@ -144,26 +266,42 @@ def compute_actuals(
     columns = column_lineage(
         ACTUALS,
         [
-            Statement(SQL, "hourly_counts", reads={"raw": "raw"}, makes="counts", values=any_window),
+            Statement(SQL, "hourly_counts", reads={"raw": "raw"}, makes="counts", values={"counted": "TRUE"}),
+            # the counts kept from the table were counted from raw the same way: the lineage is raw's
             Statement(SQL, "hourly_actuals", reads={"counts": "counts"}, makes="computed", values=any_window),
-            Statement(SQL, "actuals_changes", reads={"staging": "computed", "raw": "target"}, makes="changes"),
-            Statement(SQL, "merge_actuals", reads={"raw": "target", "changes": "changes"}),
+            Statement(
+                SQL,
+                "actuals_changes",
+                reads={"staging": "computed", "raw": "target"},
+                makes="changes",
+                values=any_window,
+            ),
+            Statement(SQL, "merge_actuals", reads={"raw": "target", "changes": "changes"}, values=any_window),
         ],
         {"raw": RAW},
         settings,
     )
+    committed = _version(after) != _version(before)
     return StepReport(
-        inputs=[DatasetUse(RAW, version=_version(raw_snapshot))],
+        inputs=[DatasetUse(RAW, version=_version(raw_snapshot), range=Range.of("pickup_datetime", *window.hours))],
         outputs=[
             DatasetUse(
                 ACTUALS,
                 version=_version(after),
-                row_count=changed,
-                committed=_version(after) != _version(before),
+                range=Range.of("pickup_hour", *window.hours),
+                row_count=changes.written,
+                committed=committed,
                 columns=columns,
+                changes=changes if committed else None,
             )
         ],
-        summary={"zone_hours": rows, "changed": changed, **window.as_dict()},
+        summary={
+            "zone_hours": rows if rows is not None else 0,
+            "counted_hours": counted.hours,
+            "changed": changes.written,
+            "removed": changes.removed,
+            **window.as_dict(),
+        },
     )
 
 
@@ -183,7 +321,14 @@ def training_data(
     rows, snapshot = _scan(ACTUALS, "pickup_hour", window.start, as_of, settings)
     training = rows.select(["pickup_location_id", "pickup_hour", "ride_count"]).to_pylist() if rows is not None else []
     report = StepReport(
-        inputs=[DatasetUse(ACTUALS, version=_version(snapshot), row_count=len(training))],
+        inputs=[
+            DatasetUse(
+                ACTUALS,
+                version=_version(snapshot),
+                row_count=len(training),
+                range=Range.of("pickup_hour", window.start, as_of),
+            )
+        ],
         summary={"training_rows": len(training)},
     )
     prcp: dict[dt.date, float] = {}
@@ -195,12 +340,18 @@ def training_data(
 
 def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings):
     """Mean precipitation over New York City's counties per day, and what was read."""
-    rows, snapshot = _scan(WEATHER, "date", start.date(), end.date() + dt.timedelta(days=1), settings)
+    first, after = start.date(), end.date() + dt.timedelta(days=1)
+    rows, snapshot = _scan(WEATHER, "date", first, after, settings)
     per_day: dict[dt.date, list[float]] = {}
     for r in rows.select(["date", "prcp_mm"]).to_pylist() if rows is not None else []:
         if r["prcp_mm"] is not None:
             per_day.setdefault(r["date"], []).append(r["prcp_mm"])
-    read = DatasetUse(WEATHER, version=_version(snapshot), row_count=rows.num_rows if rows is not None else 0)
+    read = DatasetUse(
+        WEATHER,
+        version=_version(snapshot),
+        row_count=rows.num_rows if rows is not None else 0,
+        range=Range.of("date", first, after),
+    )
     return {day: sum(v) / len(v) for day, v in per_day.items()}, read
 
 
@@ -215,7 +366,8 @@ def train(data: TrainingData, model_name: str, version: str) -> Trained:
     """Fit the model on the training data; ``version`` names this fit (the training step's pathspec)."""
     kind = models.MODELS[model_name]
     fitted = kind.fit(data.rows, daily_prcp_mm=data.daily_prcp_mm)
-    uses = [DatasetUse(ACTUALS, version=data.report.inputs[0].version, row_count=len(data.rows))]
+    read = data.report.inputs[0]
+    uses = [DatasetUse(ACTUALS, version=read.version, row_count=len(data.rows), range=read.range)]
     uses += [u for u in data.report.inputs if u.dataset == WEATHER]
     report = StepReport(
         inputs=uses,
@@ -247,7 +399,8 @@ def predict(trained: Trained, data: TrainingData, as_of: dt.datetime, horizon_ho
 
 
 def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> StepReport:
-    """MERGE the forecasts into the forecast table, keyed by zone and hour."""
+    """MERGE the forecasts into the forecast table, keyed by zone and hour: only the forecasts that differ
+    from the table's are written (a run that forecasts what the table holds commits nothing)."""
     from nyc_taxi.core.spark import get_spark, start_spark
 
     settings = settings or get_settings()
@@ -260,26 +413,39 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
         (zone, hour, value, forecasts.model_name, forecasts.model_version, forecasts.as_of, now)
         for (zone, hour), value in sorted(forecasts.values.items())
     ]
+    hours = [hour for _, hour in forecasts.values] or [forecasts.as_of]
     schema = ", ".join(f"{c.name} {c.type}" for c in FORECAST.columns)
     spark.createDataFrame(rows, schema).createOrReplaceTempView("new_forecasts")
-    retry_on_conflict(
+    changes = retry_on_conflict(
         f"MERGE into {FORECAST.name}",
-        lambda: SQL.run(spark, "merge_forecasts", forecast=spark_table(FORECAST, settings), forecasts="new_forecasts"),
+        lambda: merge_changes(
+            spark,
+            SQL,
+            "forecast_changes",
+            "merge_forecasts",
+            staging="new_forecasts",
+            raw=spark_table(FORECAST, settings),
+            first_hour=min(hours),
+            after_last_hour=max(hours) + dt.timedelta(hours=1),
+        ),
     )
     after = current_snapshot(FORECAST, settings)
     kind = models.MODELS[forecasts.model_name]
+    committed = _version(after) != _version(before)
     return StepReport(
         inputs=[DatasetUse(MODEL, version=forecasts.model_version)],
         outputs=[
             DatasetUse(
                 FORECAST,
                 version=_version(after),
-                row_count=len(rows),
-                committed=_version(after) != _version(before),
+                row_count=changes.written,
+                committed=committed,
                 columns=kind.forecast_from(MODEL),
+                changes=changes if committed else None,
+                range=Range.of("forecast_hour", min(hours), max(hours) + dt.timedelta(hours=1)),
             )
         ],
-        summary={"forecast_rows": len(rows)},
+        summary={"forecast_rows": len(rows), "written": changes.written},
     )
 
 
@@ -309,7 +475,18 @@ def evaluate(forecasts: Forecasts, horizon_hours: int, settings: Settings | None
     }
     metrics = models.evaluate(forecasts.values, actual)
     evaluation = Evaluation(
-        metrics, actual, StepReport(inputs=[DatasetUse(ACTUALS, version=_version(snapshot), row_count=len(actual))])
+        metrics,
+        actual,
+        StepReport(
+            inputs=[
+                DatasetUse(
+                    ACTUALS,
+                    version=_version(snapshot),
+                    row_count=len(actual),
+                    range=Range.of("pickup_hour", window.as_of, window.end),
+                )
+            ]
+        ),
     )
     evaluation.report.summary = {"mae": evaluation.mae, "wape": evaluation.wape}
     return evaluation

@@ -37,6 +37,9 @@ class JobRun:
     inputs: dict[str, str | None] = field(default_factory=dict)  # dataset -> version
     outputs: dict[str, str | None] = field(default_factory=dict)
     locations: dict[str, list[str]] = field(default_factory=dict)  # dataset -> the files this run read or wrote
+    # dataset -> (column, start, end): the rows of a table this run read, and wrote (start <= column < end)
+    input_ranges: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    output_ranges: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)  # output dataset -> rows written
     quality: dict[str, dict] = field(default_factory=dict)  # dataset -> data-quality metrics and assertions reported
     parent: tuple[str, str] | None = None  # (job, run id)
@@ -131,9 +134,25 @@ def _apply(run: JobRun, event: dict, names: dict[tuple[str, str], str]) -> None:
             condition = extra.get("subset", {}).get("inputCondition" if side == "inputs" else "outputCondition", {})
             if condition.get("locations"):
                 run.locations[name] = condition["locations"]
+            elif (bounds := _range(condition)) is not None:
+                (run.input_ranges if side == "inputs" else run.output_ranges)[name] = bounds
             if side == "outputs" and (count := extra.get("outputStatistics", {}).get("rowCount")) is not None:
                 run.rows[name] = count
             _keep_quality(run, name, extra)
+
+
+def _range(condition: dict) -> tuple[str, str, str] | None:
+    """``start <= column < end`` from a subset facet's condition (two comparisons joined by AND)."""
+    if condition.get("type") != "binary" or condition.get("operator") != "AND":
+        return None
+    found = {}
+    for side in (condition.get("left", {}), condition.get("right", {})):
+        if side.get("type") == "compare" and side.get("left", {}).get("type") == "field":
+            found[side.get("comparison")] = (side["left"]["field"], side.get("right", {}).get("value"))
+    low, high = found.get("GREATER_EQUAL_THAN"), found.get("LESS_THAN")
+    if not (low and high and low[0] == high[0]):
+        return None
+    return low[0], low[1], high[1]
 
 
 def _keep_quality(run: JobRun, name: str, extra: dict) -> None:

@@ -140,7 +140,12 @@ def _dataset_urns(uses: list[DatasetUse], settings: Settings):
 
 
 def _versions(prefix: str, uses: list[DatasetUse]) -> dict[str, str]:
-    return {f"{prefix}.{u.name}": str(u.version) for u in uses if u.version is not None}
+    """The version of every dataset the run used, and the range of rows it read or wrote where not all."""
+    versions = {f"{prefix}.{u.name}": str(u.version) for u in uses if u.version is not None}
+    ranges = {
+        f"{prefix}.{u.name}.range": f"{u.range.start} <= {u.range.column} < {u.range.end}" for u in uses if u.range
+    }
+    return versions | ranges
 
 
 @dataclass

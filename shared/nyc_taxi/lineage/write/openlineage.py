@@ -3,7 +3,8 @@ build their own (the Metaflow adapter). Identities come from the registry's nami
 
 Facets used from the OpenLineage spec: schema, symlinks, version (the Iceberg snapshot id, the file
 version, the model version), columnLineage; input/output statistics, data-quality metrics and
-assertions; subset (which files of a file dataset the run read or wrote); for runs parent,
+assertions; subset (which files of a file dataset the run read or wrote, which range of a table's rows:
+``start <= column < end`` as two comparisons joined by AND); for runs parent,
 jobDependencies, nominalTime, errorMessage, tags; for jobs jobType, sourceCodeLocation, tags. One facet
 of the project's own, where the spec has none (schema in ``lineage/facets/``): ``rowChanges``, the rows a
 commit added, changed and removed, and the source version it replaced.
@@ -22,7 +23,7 @@ from nyc_taxi.core.datasets import Column
 from nyc_taxi.core.jobs import Job
 from nyc_taxi.core.naming import identity
 from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
-from nyc_taxi.lineage.write.report import DatasetUse, StepReport, describe_error
+from nyc_taxi.lineage.write.report import DatasetUse, Range, StepReport, describe_error
 
 PRODUCER = "https://github.com/nyc-taxi-lineage/airflow-metaflow-lineage"
 OWN_FACETS = f"{PRODUCER}/blob/main/shared/nyc_taxi/lineage/facets"
@@ -123,6 +124,22 @@ def _dataset_facets(use: DatasetUse, settings: Settings) -> dict[str, Any]:
     return facets
 
 
+def _range_condition(range_: Range):
+    """``start <= column < end`` as the subset facet's conditions: two comparisons joined by AND."""
+    from openlineage.client.facet_v2 import base_subset_dataset as subset
+
+    def compare(comparison: str, value: str):
+        return subset.CompareSubsetCondition(
+            left=subset.FieldBaseCompareExpression(field=range_.column),
+            right=subset.LiteralCompareExpression(value=value),
+            comparison=comparison,
+        )
+
+    return subset.BinarySubsetCondition(
+        left=compare("GREATER_EQUAL_THAN", range_.start), right=compare("LESS_THAN", range_.end), operator="AND"
+    )
+
+
 def input_dataset(use: DatasetUse, settings: Settings | None = None):
     from openlineage.client.event_v2 import InputDataset
     from openlineage.client.facet_v2 import (
@@ -156,6 +173,8 @@ def input_dataset(use: DatasetUse, settings: Settings | None = None):
         facets["subset"] = base_subset_dataset.InputSubsetInputDatasetFacet(
             inputCondition=base_subset_dataset.LocationSubsetCondition(locations=list(use.locations))
         )
+    elif use.range:
+        facets["subset"] = base_subset_dataset.InputSubsetInputDatasetFacet(inputCondition=_range_condition(use.range))
     return InputDataset(
         namespace=ident.ol_namespace, name=ident.ol_name, facets=_dataset_facets(use, settings), inputFacets=facets
     )
@@ -186,6 +205,10 @@ def output_dataset(use: DatasetUse, settings: Settings | None = None):
     if use.locations:
         output_facets["subset"] = base_subset_dataset.OutputSubsetOutputDatasetFacet(
             outputCondition=base_subset_dataset.LocationSubsetCondition(locations=list(use.locations))
+        )
+    elif use.range:
+        output_facets["subset"] = base_subset_dataset.OutputSubsetOutputDatasetFacet(
+            outputCondition=_range_condition(use.range)
         )
     return OutputDataset(namespace=ident.ol_namespace, name=ident.ol_name, facets=facets, outputFacets=output_facets)
 

@@ -44,6 +44,20 @@ class ColumnSource:
 ColumnLineage = dict[str, tuple[ColumnSource, ...]]  # output column -> what it is computed from
 
 
+@dataclass(frozen=True)
+class Range:
+    """The rows of a table a run read (or wrote): ``start <= column < end``, values as ISO text. What a later
+    commit must touch to change what the run read (staleness), and what reproducing the run reads again."""
+
+    column: str
+    start: str
+    end: str
+
+    @classmethod
+    def of(cls, column: str, start, end) -> Range:
+        return cls(column, start.isoformat(), end.isoformat())
+
+
 @dataclass
 class DatasetUse:
     """A dataset as one run saw it: the version it read or wrote and what was measured."""
@@ -62,6 +76,7 @@ class DatasetUse:
     changes: RowChanges | None = None
     source_version: str | None = None
     replaced_version: str | None = None
+    range: Range | None = None  # the rows read (inputs) or written (outputs), when not the whole table
 
     @property
     def name(self) -> str:
@@ -115,6 +130,7 @@ def report_to_dict(report: StepReport) -> dict:
             "changes": [u.changes.added, u.changes.changed, u.changes.removed] if u.changes else None,
             "source_version": u.source_version,
             "replaced_version": u.replaced_version,
+            "range": [u.range.column, u.range.start, u.range.end] if u.range else None,
         }
 
     return {
@@ -146,6 +162,7 @@ def report_from_dict(data: dict) -> StepReport:
             changes=RowChanges(*u["changes"]) if u.get("changes") else None,
             source_version=u.get("source_version"),
             replaced_version=u.get("replaced_version"),
+            range=Range(*u["range"]) if u.get("range") else None,
         )
 
     return StepReport(

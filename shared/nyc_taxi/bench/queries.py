@@ -1,0 +1,106 @@
+"""Where a Spark step's time goes, query by query, from Spark's own event log.
+
+The benchmarks run the flow with Spark's event log on (a ``spark-defaults.conf`` in a directory of their
+own, ``SPARK_CONF_DIR``: the product's settings are untouched) and read it back here: each SQL execution
+with its duration, the SQL file it came from (``SqlFolder.run`` names the queries after their file), what
+its Iceberg scans read after pruning (data files read and skipped, bytes, rows) and what its writes wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCAN_METRICS = {
+    "resultDataFiles": "files_read",
+    "skippedDataFiles": "files_skipped",
+    "totalFileSize": "bytes_read",
+    "number of output rows": "rows",
+}
+WRITE_METRICS = {"number of written files": "files_written", "written output": "bytes_written"}
+
+
+def spark_conf_dir(directory: Path, event_logs: Path) -> Path:
+    """A Spark configuration directory that turns the event log on, writing to ``event_logs``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    event_logs.mkdir(parents=True, exist_ok=True)
+    (directory / "spark-defaults.conf").write_text(
+        f"spark.eventLog.enabled true\nspark.eventLog.dir file://{event_logs}\n"
+    )
+    return directory
+
+
+@dataclass
+class Query:
+    description: str
+    seconds: float
+    scans: dict[str, int] = field(default_factory=dict)  # summed over the query's Iceberg scans
+    writes: dict[str, int] = field(default_factory=dict)
+    plan: str = ""
+
+    def line(self) -> str:
+        scan = (
+            f"read {self.scans.get('files_read', 0)} files ({self.scans.get('files_skipped', 0)} skipped), "
+            f"{self.scans.get('bytes_read', 0) / 2**20:.1f} MiB, {self.scans.get('rows', 0):,} rows"
+            if self.scans
+            else "no table scan"
+        )
+        write = (
+            f"; wrote {self.writes.get('files_written', 0)} files, {self.writes.get('bytes_written', 0) / 2**20:.2f} MiB"
+            if self.writes
+            else ""
+        )
+        return f"{self.seconds:7.2f} s  {self.description:44s} {scan}{write}"
+
+
+def _nodes(info: dict):
+    yield info
+    for child in info.get("children", []):
+        yield from _nodes(child)
+
+
+def read_event_log(path: Path, since_ms: float = 0) -> list[Query]:
+    """Every SQL execution of one application's event log that started after ``since_ms`` (epoch ms), in
+    the order they started (a running application's log holds what Spark has flushed so far)."""
+    starts, ends, plans, values = {}, {}, {}, {}
+    for line in path.read_text().splitlines():
+        event = json.loads(line)
+        kind = event.get("Event", "")
+        if kind.endswith("SparkListenerSQLExecutionStart"):
+            starts[event["executionId"]] = (event["time"], event.get("description", ""))
+            plans[event["executionId"]] = event.get("sparkPlanInfo", {})
+        elif kind.endswith("SparkListenerSQLAdaptiveExecutionUpdate"):
+            plans[event["executionId"]] = event.get("sparkPlanInfo", plans.get(event["executionId"], {}))
+        elif kind.endswith("SparkListenerSQLExecutionEnd"):
+            ends[event["executionId"]] = event["time"]
+        elif kind.endswith("SparkListenerDriverAccumUpdates"):
+            for accumulator, value in event.get("accumUpdates", []):
+                values[accumulator] = values.get(accumulator, 0) + int(value)
+        elif kind == "SparkListenerTaskEnd":
+            for accumulable in event.get("Task Info", {}).get("Accumulables", []):
+                update = accumulable.get("Update")
+                if isinstance(update, int | str) and str(update).lstrip("-").isdigit():
+                    values[accumulable["ID"]] = values.get(accumulable["ID"], 0) + int(update)
+    queries = []
+    for execution, (started, description) in sorted(starts.items(), key=lambda kv: kv[1][0]):
+        if execution not in ends or started < since_ms:
+            continue
+        query = Query(description.splitlines()[0] if description else "?", (ends[execution] - started) / 1000)
+        names = []
+        for node in _nodes(plans[execution]):
+            names.append(node.get("nodeName", ""))
+            wanted = SCAN_METRICS if node.get("nodeName", "").startswith("BatchScan") else WRITE_METRICS
+            target = query.scans if wanted is SCAN_METRICS else query.writes
+            for metric in node.get("metrics", []):
+                if metric["name"] in wanted:
+                    key = wanted[metric["name"]]
+                    target[key] = target.get(key, 0) + values.get(metric["accumulatorId"], 0)
+        query.plan = " > ".join(n for n in names[:4] if n)
+        queries.append(query)
+    return queries
+
+
+def event_logs(directory: Path) -> list[Path]:
+    """The applications' event logs in ``directory``, oldest first."""
+    return sorted((p for p in directory.iterdir() if p.is_file()), key=lambda p: p.stat().st_mtime)

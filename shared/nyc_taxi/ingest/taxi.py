@@ -193,21 +193,22 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     counted: dict[bool, dict] = {}
     spark = get_spark(settings)
 
+    # The counts the stage recorded for its snapshot as it wrote it (table metadata, no scan), if they fit.
+    recorded = (
+        recorded_counts(staging_table, staged_snapshot.snapshot_id, _quality_counts(year, month))
+        if staged_snapshot is not None
+        else None
+    )
+
     def quality(fingerprint: bool = False) -> dict:
         """The staged batch's quality counts, with the exact sum of its content hashes if asked (only
-        when raw holds rows of the batch: a new month is not hashed). The counts the stage recorded for
-        its snapshot as it wrote it, else one scan of staging."""
+        when raw holds rows of the batch: a new month is not hashed). The recorded counts, else one scan
+        of staging; the hash always needs the scan."""
         if fingerprint not in counted:
-            recorded = None
-            if not fingerprint and staged_snapshot is not None:
-                recorded = recorded_counts(staging_table, staged_snapshot.snapshot_id, _quality_counts(year, month))
             hashed = hashes["staged_content_hash"] if fingerprint else "0"
-            counted[fingerprint] = (
-                recorded
-                or SQL.run(spark, "yellow_taxi_quality", staging=staging, staged_content_hash=hashed, **bounds)
-                .first()
-                .asDict()
-            )
+            counted[fingerprint] = (None if fingerprint else recorded) or SQL.run(
+                spark, "yellow_taxi_quality", staging=staging, staged_content_hash=hashed, **bounds
+            ).first().asDict()
         return counted[fingerprint]
 
     before = current_snapshot(RAW, settings)
@@ -259,7 +260,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         )
 
     changes = retry_on_conflict(f"loading {RAW.name}", write)
-    counts = counted.get(True) or quality()  # the counts already taken, whichever they were
+    counts = recorded or counted.get(True) or quality()  # the recorded counts, else those already taken
     checks = [
         Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
         for name, count in counts.items()

@@ -12,10 +12,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SCAN_METRICS = {
-    "resultDataFiles": "files_read",
-    "skippedDataFiles": "files_skipped",
-    "totalFileSize": "bytes_read",
+SCAN_METRICS = {  # Iceberg's scan metrics, as Spark's event log names them
+    "number of file splits read": "splits_read",
+    "number of skipped data files": "files_skipped",
+    "total data file size (bytes)": "bytes_read",
     "number of output rows": "rows",
 }
 WRITE_METRICS = {"number of written files": "files_written", "written output": "bytes_written"}
@@ -41,7 +41,7 @@ class Query:
 
     def line(self) -> str:
         scan = (
-            f"read {self.scans.get('files_read', 0)} files ({self.scans.get('files_skipped', 0)} skipped), "
+            f"read {self.scans.get('splits_read', 0)} splits ({self.scans.get('files_skipped', 0)} files skipped), "
             f"{self.scans.get('bytes_read', 0) / 2**20:.1f} MiB, {self.scans.get('rows', 0):,} rows"
             if self.scans
             else "no table scan"
@@ -87,13 +87,14 @@ def read_event_log(path: Path, since_ms: float = 0) -> list[Query]:
         if execution not in ends or started < since_ms:
             continue
         query = Query(description.splitlines()[0] if description else "?", (ends[execution] - started) / 1000)
-        names = []
+        names, counted = [], set()  # a cached plan shows its scan once per reader: each accumulator once
         for node in _nodes(plans[execution]):
             names.append(node.get("nodeName", ""))
             wanted = SCAN_METRICS if node.get("nodeName", "").startswith("BatchScan") else WRITE_METRICS
             target = query.scans if wanted is SCAN_METRICS else query.writes
             for metric in node.get("metrics", []):
-                if metric["name"] in wanted:
+                if metric["name"] in wanted and metric["accumulatorId"] not in counted:
+                    counted.add(metric["accumulatorId"])
                     key = wanted[metric["name"]]
                     target[key] = target.get(key, 0) + values.get(metric["accumulatorId"], 0)
         query.plan = " > ".join(n for n in names[:4] if n)

@@ -8,13 +8,15 @@ import json
 import logging
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.intervals import Intervals
 from nyc_taxi.core.naming import spark_table
 from nyc_taxi.core.settings import Settings, get_settings
-from nyc_taxi.core.snapshots import data_changes
+from nyc_taxi.core.snapshots import commit_properties, data_changes
 from nyc_taxi.core.spark import java_table
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.tables import ensure_tables, pinned
@@ -160,6 +162,22 @@ def _days(low: dt.datetime, high: dt.datetime) -> list[dt.date]:
     return [low.date() + dt.timedelta(days=n) for n in range((high.date() - low.date()).days + 1)]
 
 
+def window_rows(table, snapshot, start, end, column: str = "pickup_hour") -> list[dict]:
+    """A table's rows with ``start <= column < end`` as of ``snapshot`` (pyiceberg table and snapshot)."""
+    rows, _ = _scan(None, column, start, end, None, iceberg=table, snapshot=snapshot)
+    return rows.to_pylist() if rows is not None else []
+
+
+def _holds_rows(table, snapshot, column: str, start, end) -> bool:
+    """Whether the table may hold rows with ``start <= column < end`` (its files' bounds, from the manifests)."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+
+    if snapshot is None:
+        return False
+    condition = And(GreaterThanOrEqual(column, start.isoformat()), LessThan(column, end.isoformat()))
+    return any(True for _ in table.scan(row_filter=condition, snapshot_id=snapshot.snapshot_id).plan_files())
+
+
 def _held_exactly(table, snapshot, window: Window) -> bool:
     """Whether the table's rows of the window are already its actuals: every zone with a ride in it has a row
     for every hour of it, and no other zone has any (pyiceberg: no Spark)."""
@@ -220,16 +238,28 @@ def compute_actuals(
                     "the ingest_yellow_taxi_data DAG first, or choose an as_of_datetime inside the loaded data"
                 )
             computed.createOrReplaceTempView("computed_actuals")
-            changes = merge_changes(
-                spark,
-                SQL,
-                "actuals_changes",
-                "merge_actuals",
-                summary={RAW_SNAPSHOT: _version(raw_snapshot) or "", COUNTED_HOURS: counted.text()},
-                staging="computed_actuals",
-                raw=spark_table(ACTUALS, settings),
-                **bounds,
-            )
+            summary = {RAW_SNAPSHOT: _version(raw_snapshot) or "", COUNTED_HOURS: counted.text()}
+            if not _holds_rows(actuals_table, before, "pickup_hour", *window.hours):
+                changes = RowChanges(added=rows)  # a new window: appended, no comparison needed
+                with commit_properties(spark, {**summary, **changes.as_summary()}):
+                    SQL.run(
+                        spark,
+                        "insert_actuals",
+                        staging="computed_actuals",
+                        raw=spark_table(ACTUALS, settings),
+                        **bounds,
+                    )
+            else:
+                changes = merge_changes(
+                    spark,
+                    SQL,
+                    "actuals_changes",
+                    "merge_actuals",
+                    summary=summary,
+                    staging="computed_actuals",
+                    raw=spark_table(ACTUALS, settings),
+                    **bounds,
+                )
         finally:
             computed.unpersist()
             counts.unpersist()
@@ -307,7 +337,7 @@ def compute_actuals(
 
 @dataclass
 class TrainingData:
-    rows: list[dict]
+    rows: pa.Table  # the window's actuals before the forecast origin: zone, hour, count
     daily_prcp_mm: dict[dt.date, float] = field(default_factory=dict)
     report: StepReport = field(default_factory=StepReport)
 
@@ -319,17 +349,18 @@ def training_data(
     settings = settings or get_settings()
     window = Window.of(as_of, lookback_days, horizon_hours)
     rows, snapshot = _scan(ACTUALS, "pickup_hour", window.start, as_of, settings)
-    training = rows.select(["pickup_location_id", "pickup_hour", "ride_count"]).to_pylist() if rows is not None else []
+    # columns, not Python rows: a Metaflow artifact, pickled once and read by the next steps
+    training = rows.select(list(models.TRAINING_COLUMNS)) if rows is not None else models.training_table({})
     report = StepReport(
         inputs=[
             DatasetUse(
                 ACTUALS,
                 version=_version(snapshot),
-                row_count=len(training),
+                row_count=training.num_rows,
                 range=Range.of("pickup_hour", window.start, as_of),
             )
         ],
-        summary={"training_rows": len(training)},
+        summary={"training_rows": training.num_rows},
     )
     prcp: dict[dt.date, float] = {}
     if models.MODELS[model_name].uses_weather:
@@ -338,10 +369,11 @@ def training_data(
     return TrainingData(training, prcp, report)
 
 
-def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings):
-    """Mean precipitation over New York City's counties per day, and what was read."""
+def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings, snapshot=None):
+    """Mean precipitation over New York City's counties per day, and what was read (``snapshot``: as of
+    that snapshot of weather_raw, default its current one)."""
     first, after = start.date(), end.date() + dt.timedelta(days=1)
-    rows, snapshot = _scan(WEATHER, "date", first, after, settings)
+    rows, snapshot = _scan(WEATHER, "date", first, after, settings, snapshot=snapshot)
     per_day: dict[dt.date, list[float]] = {}
     for r in rows.select(["date", "prcp_mm"]).to_pylist() if rows is not None else []:
         if r["prcp_mm"] is not None:
@@ -367,7 +399,7 @@ def train(data: TrainingData, model_name: str, version: str) -> Trained:
     kind = models.MODELS[model_name]
     fitted = kind.fit(data.rows, daily_prcp_mm=data.daily_prcp_mm)
     read = data.report.inputs[0]
-    uses = [DatasetUse(ACTUALS, version=read.version, row_count=len(data.rows), range=read.range)]
+    uses = [DatasetUse(ACTUALS, version=read.version, row_count=data.rows.num_rows, range=read.range)]
     uses += [u for u in data.report.inputs if u.dataset == WEATHER]
     report = StepReport(
         inputs=uses,
@@ -392,7 +424,7 @@ class Forecasts:
 
 def predict(trained: Trained, data: TrainingData, as_of: dt.datetime, horizon_hours: int) -> Forecasts:
     """A forecast for every zone seen in training and every hour of the horizon."""
-    zones = sorted({r["pickup_location_id"] for r in data.rows})
+    zones = sorted(set(data.rows.column("pickup_location_id").to_pylist()))
     values = trained.model.predict(zones, Window.of(as_of, 0, horizon_hours).horizon)
     report = StepReport(inputs=[DatasetUse(MODEL, version=trained.version)], summary={"forecasts": len(values)})
     return Forecasts(values, trained.model.name, trained.version, as_of, report)
@@ -416,19 +448,22 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
     hours = [hour for _, hour in forecasts.values] or [forecasts.as_of]
     schema = ", ".join(f"{c.name} {c.type}" for c in FORECAST.columns)
     spark.createDataFrame(rows, schema).createOrReplaceTempView("new_forecasts")
-    changes = retry_on_conflict(
-        f"MERGE into {FORECAST.name}",
-        lambda: merge_changes(
-            spark,
-            SQL,
-            "forecast_changes",
-            "merge_forecasts",
-            staging="new_forecasts",
-            raw=spark_table(FORECAST, settings),
-            first_hour=min(hours),
-            after_last_hour=max(hours) + dt.timedelta(hours=1),
-        ),
-    )
+    horizon = {"first_hour": min(hours), "after_last_hour": max(hours) + dt.timedelta(hours=1)}
+    target = spark_table(FORECAST, settings)
+
+    def write() -> RowChanges:
+        if not _holds_rows(
+            load_table(FORECAST, settings), current_snapshot(FORECAST, settings), "forecast_hour", *horizon.values()
+        ):
+            added = RowChanges(added=len(rows))  # a new horizon: appended, no comparison needed
+            with commit_properties(spark, added.as_summary()):
+                SQL.run(spark, "insert_forecasts", staging="new_forecasts", raw=target, **horizon)
+            return added
+        return merge_changes(
+            spark, SQL, "forecast_changes", "merge_forecasts", staging="new_forecasts", raw=target, **horizon
+        )
+
+    changes = retry_on_conflict(f"MERGE into {FORECAST.name}", write)
     after = current_snapshot(FORECAST, settings)
     kind = models.MODELS[forecasts.model_name]
     committed = _version(after) != _version(before)

@@ -26,6 +26,10 @@ from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
 pytestmark = [pytest.mark.airflow, pytest.mark.metaflow, pytest.mark.lineage]
 
 Y, W, T, F = "ingest_yellow_taxi_data", "ingest_weather_data", "train_forecast_model", "TrainForecastModelFlow"
+# The demo's history, by hand: two months loaded, the flow run seasonal then weather-adjusted; then the TLC
+# republishes January, and the re-run plan loads it again and runs both flow runs again (both read January).
+DEMO_MERGES = ["2024-01", "2024-02", "2024-01"]
+DEMO_FLOW_RUNS = ["seasonal_naive", "weather_adjusted", "seasonal_naive", "weather_adjusted"]
 # Written out by hand from the DAGs and the flow (not computed by product code): the whole graph as the
 # demo's last runs left it (the last flow run is the weather-adjusted one).
 EXPECTED_EDGES = {
@@ -134,7 +138,7 @@ def test_lineage_of_the_forecast_table_reaches_the_source_files_across_both_tool
     assert answer["downstream"] == []
     # as the seasonal-naive flow run left it, the forecast did not come from weather
     flow_runs = json.loads(_lineage_cli(demo, "--runs", F, "--json").stdout)
-    assert [r["parameters"]["model"] for r in flow_runs] == ["seasonal_naive", "weather_adjusted"]
+    assert [r["parameters"]["model"] for r in flow_runs] == DEMO_FLOW_RUNS
     first = f"{F}/{flow_runs[0]['label'].split('/')[-1]}"
     then = json.loads(_lineage_cli(demo, "yellow_rides_hourly_forecast", "--as-of", first, "--json").stdout)
     then_names = {n["name"] for n in then["nodes"].values()}
@@ -190,22 +194,24 @@ def test_record_files_are_valid_datahub_and_openlineage(demo):
     ]
     # every event the demo's runs emit, counted by hand: per DAG run its end (dag.test emits no DAG
     # START) and each task's START and COMPLETE; per flow run its START and COMPLETE and each step's
+    # (the re-run after January's republication adds one taxi DAG run and two training DAG runs)
     kinds = Counter((e["job"]["name"].split(".")[0], "." in e["job"]["name"], e["eventType"]) for e in events)
+    taxi, flows = 3, len(DEMO_FLOW_RUNS)
     assert kinds == Counter(
         {
-            (Y, False, "COMPLETE"): 2,
-            (Y, True, "START"): 2 * 4,
-            (Y, True, "COMPLETE"): 2 * 4,
+            (Y, False, "COMPLETE"): taxi,
+            (Y, True, "START"): taxi * 4,
+            (Y, True, "COMPLETE"): taxi * 4,
             (W, False, "COMPLETE"): 2,
             (W, True, "START"): 2 * 4,
             (W, True, "COMPLETE"): 2 * 4,
-            (T, False, "COMPLETE"): 2,
-            (T, True, "START"): 2,
-            (T, True, "COMPLETE"): 2,
-            (F, False, "START"): 2,
-            (F, False, "COMPLETE"): 2,
-            (F, True, "START"): 2 * 8,
-            (F, True, "COMPLETE"): 2 * 8,
+            (T, False, "COMPLETE"): flows,
+            (T, True, "START"): flows,
+            (T, True, "COMPLETE"): flows,
+            (F, False, "START"): flows,
+            (F, False, "COMPLETE"): flows,
+            (F, True, "START"): flows * 8,
+            (F, True, "COMPLETE"): flows * 8,
         }
     )
     assert [e for e in events if validation_errors(e)] == []
@@ -248,8 +254,8 @@ def test_run_history_names_real_snapshots(demo):
     settings = demo[0]
     merge = f"{Y}.merge_upsert_staging_into_raw_yellow"
     runs = json.loads(_lineage_cli(demo, "--runs", merge, "--json").stdout)
-    assert [r["state"] for r in runs] == ["success", "success"]
-    assert [r["parameters"]["month"] for r in runs] == ["2024-01", "2024-02"]
+    assert [r["state"] for r in runs] == ["success"] * len(DEMO_MERGES)
+    assert [r["parameters"]["month"] for r in runs] == DEMO_MERGES
     table = load_table(registry.YELLOW_TAXI_RAW, settings)
     written = [int(r["outputs"]["yellow_taxi_raw"]) for r in runs]
     assert written[-1] == table.current_snapshot().snapshot_id
@@ -260,10 +266,11 @@ def test_run_history_names_real_snapshots(demo):
 
 
 def _flow_runs(demo) -> list[str]:
-    """The demo's flow runs, oldest first, as users name them: ``TrainForecastModelFlow/<run id>``."""
+    """The demo's first two flow runs (seasonal, weather-adjusted), as users name them:
+    ``TrainForecastModelFlow/<run id>``; the re-run after the republication repeats them."""
     runs = json.loads(_lineage_cli(demo, "--runs", F, "--json").stdout)
-    assert [r["parameters"]["model"] for r in runs] == ["seasonal_naive", "weather_adjusted"]
-    return [f"{F}/{r['label'].split('/')[-1]}" for r in runs]
+    assert [r["parameters"]["model"] for r in runs] == DEMO_FLOW_RUNS
+    return [f"{F}/{r['label'].split('/')[-1]}" for r in runs[:2]]
 
 
 def test_diff_of_the_two_flow_runs_is_exactly_the_weather(demo):
@@ -293,7 +300,7 @@ def test_datahub_keeps_what_each_step_run_really_read_and_its_job_version(demo):
 
     settings = demo[0]
     runs = {r.label: r for r in Runs.read(settings) if r.job == f"{F}.prepare_training_data"}
-    assert len(runs) == 2
+    assert len(runs) == len(DEMO_FLOW_RUNS)
     seen = {}
     with LineageStore(settings).open() as lite:
         for urn in lite.list_ids():
@@ -305,12 +312,12 @@ def test_datahub_keeps_what_each_step_run_really_read_and_its_job_version(demo):
                 inputs = aspects.get("dataProcessInstanceInput", {}).get("inputs", [])
                 seen[properties["metaflow_pathspec"]] = (sorted(inputs), properties.get("job_version"))
     urn = {name: identity(registry.DATASETS[name], settings).datahub_urn for name in registry.DATASETS}
-    assert len(seen) == 2
+    assert len(seen) == len(DEMO_FLOW_RUNS)
     for pathspec, (inputs, version) in seen.items():
         run = runs[pathspec]
         assert inputs == sorted(urn[name] for name in run.inputs)
         assert version == run.job_version
-    assert sorted(len(inputs) for inputs, _ in seen.values()) == [1, 2]  # + weather_raw
+    assert sorted(len(inputs) for inputs, _ in seen.values()) == [1, 1, 2, 2]  # + weather_raw
 
 
 def test_the_flow_runs_are_children_of_the_airflow_task_that_started_them(demo):
@@ -323,7 +330,7 @@ def test_the_flow_runs_are_children_of_the_airflow_task_that_started_them(demo):
     events = read_events(settings)
     task_runs = {e["run"]["runId"]: e for e in events if e["job"]["name"] == f"{T}.run_training_flow"}
     flow_starts = [e for e in events if e["job"]["name"] == F and e["eventType"] == "START"]
-    assert len(flow_starts) == 2 and len(task_runs) == 2
+    assert len(flow_starts) == len(task_runs) == len(DEMO_FLOW_RUNS)
     for event in flow_starts:
         parent = event["run"]["facets"]["parent"]
         assert (parent["job"]["namespace"], parent["job"]["name"]) == (
@@ -344,7 +351,7 @@ def test_the_flow_runs_are_children_of_the_airflow_task_that_started_them(demo):
     flow_urn = f"urn:li:dataFlow:(metaflow,{F},PROD)"
     flow_runs = [r for r in relations.values() if r.get("parentTemplate") == flow_urn]
     task_urn = f"urn:li:dataJob:(urn:li:dataFlow:(airflow,{T},PROD),run_training_flow)"
-    assert len(flow_runs) == 2
+    assert len(flow_runs) == len(DEMO_FLOW_RUNS)
     for flow_run in flow_runs:
         assert relations[flow_run["parentInstance"]]["parentTemplate"] == task_urn  # the plugin's own record
 
@@ -365,13 +372,16 @@ def _read(run: dict, dataset: str) -> dict:
 
 
 def _raw_read_by_the_forecast(trace: dict) -> dict:
-    """forecast ← write_forecasts run ← model ← training run ← actuals ← compute_actuals run ← raw (the
-    first flow run's branch: the second one's reads the same actuals version, traced once)."""
-    [write] = _writers(trace, f"{F}.write_forecasts_to_table")[:1]
-    [train] = _writers(_read(write, "yellow_rides_forecast_model"), f"{F}.train_forecasting_model")
-    [actuals] = _writers(_read(train, "yellow_rides_hourly_actuals"), f"{F}.compute_actuals")
-    assert [r["job"] for r in actuals["started_by"]] == [F, f"{T}.run_training_flow", T]  # Airflow started it
-    return _read(actuals, "yellow_taxi_raw")
+    """forecast ← write_forecasts run ← model ← training run ← actuals ← compute_actuals run ← raw, along
+    the latest flow run whose branch the trace walks (a run that read an actuals version an earlier run
+    read too finds it traced once, where it was first met)."""
+    for write in reversed(_writers(trace, f"{F}.write_forecasts_to_table")):
+        [train] = _writers(_read(write, "yellow_rides_forecast_model"), f"{F}.train_forecasting_model")
+        actuals = _writers(_read(train, "yellow_rides_hourly_actuals"), f"{F}.compute_actuals")
+        if actuals:
+            assert [r["job"] for r in actuals[-1]["started_by"]] == [F, f"{T}.run_training_flow", T]  # Airflow's
+            return _read(actuals[-1], "yellow_taxi_raw")
+    raise AssertionError("no branch of the trace reaches yellow_taxi_raw")
 
 
 def test_trace_of_the_forecast_names_the_exact_versions(demo):
@@ -383,9 +393,13 @@ def test_trace_of_the_forecast_names_the_exact_versions(demo):
     compute_actuals = [r for r in Runs.read(settings) if r.job == f"{F}.compute_actuals"][-1]
     assert raw["version"] == str(current_snapshot_id(registry.YELLOW_TAXI_RAW, settings))
     assert raw["version"] == compute_actuals.inputs["yellow_taxi_raw"]
+    # raw's own trace walks each merge back to its source (in the forecast's, the branch of the runs
+    # before January's republication met the first two merges first)
+    raw = _trace(demo, "yellow_taxi_raw")
+    assert raw["version"] == str(current_snapshot_id(registry.YELLOW_TAXI_RAW, settings))
     merges = _writers(raw, f"{Y}.merge_upsert_staging_into_raw_yellow")
-    assert [m["parameters"]["month"] for m in merges] == ["2024-01", "2024-02"] and raw["commits"] == 2
-    for merge, month in zip(merges, ("2024-01", "2024-02"), strict=True):
+    assert [m["parameters"]["month"] for m in merges] == DEMO_MERGES and raw["commits"] == len(DEMO_MERGES)
+    for merge, month in zip(merges, DEMO_MERGES, strict=True):
         staging = _read(merge, "yellow_taxi_staging")
         [stage] = _writers(staging, f"{Y}.stage_landed_files")
         [download] = _writers(_read(stage, "tlc_yellow_tripdata_landed"), f"{Y}.download_published_files")
@@ -441,9 +455,10 @@ class TestAfterTheDemo:
         runs = json.loads(_lineage_cli(demo, "--runs", download, "--json").stdout)
         [failed] = [r for r in runs if r["state"] == "failure"]
         assert "yellow_tripdata_2024-03.parquet" in failed["error"]
-        assert failed["changed_since_last_good"]["parameter month"] == ["2024-02", "2024-03"]
+        last_good = DEMO_MERGES[-1]  # January, republished
+        assert failed["changed_since_last_good"]["parameter month"] == [last_good, "2024-03"]
         text = _lineage_cli(demo, "--runs", download).stdout
-        assert "changed since the last good run: parameter month: 2024-02 → 2024-03" in text
+        assert f"changed since the last good run: parameter month: {last_good} → 2024-03" in text
         # a failed run is a run of the job, not a new version of what it does: DataHub keeps its columns
         landed = json.loads(_lineage_cli(demo, "tlc_yellow_tripdata_landed.VendorID", "--json").stdout)
         assert _origins(landed) == {("tlc_yellow_tripdata_published", "VendorID")}
@@ -456,19 +471,17 @@ class TestAfterTheDemo:
         assert raw_now != raw_then
         again = _raw_read_by_the_forecast(_trace(demo, "yellow_rides_hourly_forecast"))
         assert again["version"] == raw_then
-        assert [m["parameters"]["month"] for m in _writers(again, f"{Y}.merge_upsert_staging_into_raw_yellow")] == [
-            "2024-01",
-            "2024-02",
-        ]
+        assert [m["parameters"]["month"] for m in _writers(again, f"{Y}.merge_upsert_staging_into_raw_yellow")] == (
+            DEMO_MERGES
+        )
         today = _trace(demo, "yellow_taxi_raw")
         assert today["version"] == raw_now
         assert [m["parameters"]["month"] for m in _writers(today, f"{Y}.merge_upsert_staging_into_raw_yellow")] == [
-            "2024-01",
-            "2024-02",
+            *DEMO_MERGES,
             "2024-04",
         ]
         old = _trace(demo, f"yellow_taxi_raw@{raw_then}")
-        assert len(_writers(old, f"{Y}.merge_upsert_staging_into_raw_yellow")) == 2
+        assert len(_writers(old, f"{Y}.merge_upsert_staging_into_raw_yellow")) == len(DEMO_MERGES)
 
 
 @contextlib.contextmanager

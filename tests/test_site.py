@@ -295,10 +295,10 @@ def test_search_finds_a_table_whose_page_names_both_tools_and_leads_upstream_to_
     assert around.locator(".badge.k-airflow").count() and around.locator(".badge.k-metaflow").count()
     _shot(page, screenshots / "site-dataset.png", settings)
 
-    # upstream, through both merges, to the TLC file each month's load downloaded
+    # upstream, through every merge, to the TLC file each load downloaded (January twice: it was republished)
     trace = page.locator("#trace")
     published = trace.locator("a.version-link", has_text="tlc_yellow_tripdata_published")
-    assert published.count() == 2  # the current snapshot holds both months
+    assert published.count() == 3  # the current snapshot holds both months, January's second version
     target = published.last.get_attribute("href").split("#")[1]
     published.last.click()
     page.wait_for_url("**/datasets/tlc_yellow_tripdata_published.html#*")
@@ -310,7 +310,7 @@ def test_search_finds_a_table_whose_page_names_both_tools_and_leads_upstream_to_
         if r.job == "ingest_yellow_taxi_data.download_published_files" and r.state == "success"
     ]
     assert row.locator("code").first.get_attribute("title") == downloaded[-1]
-    assert "/trip-data/yellow_tripdata_2024-02.parquet" in row.inner_text()
+    assert "/trip-data/yellow_tripdata_2024-01.parquet" in row.inner_text()  # the last load: January again
     assert page.problems == []
 
 

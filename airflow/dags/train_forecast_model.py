@@ -7,7 +7,8 @@ run as its parent and this DAG run as its root, in OpenLineage and in DataHub: t
 to Metaflow is in the lineage.
 
 Without `as_of_datetime` the forecast starts right after the month the triggering merge loaded;
-trigger with `{"as_of_datetime": "2024-02-15T00:00", "model": "weather_adjusted"}` for a backtest.
+trigger with `{"as_of_datetime": "2024-02-15T00:00", "model": "weather_adjusted"}` for a backtest
+(and `lookback_days`, `predict_horizon_hours`: what `bash run lineage --stale --rerun` passes on).
 """
 
 import pendulum
@@ -34,7 +35,12 @@ def flow_parameters(context) -> dict[str, str]:
             raise ValueError("no as_of_datetime given and no merge triggered this run: say which hour to forecast from")
         year, month = map(int, max(months).split("-"))
         as_of = f"{year + month // 12:04d}-{month % 12 + 1:02d}-01T00:00"
-    return {"as_of_datetime": as_of, "model": params["model"], "lookback_days": str(params["lookback_days"])}
+    return {
+        "as_of_datetime": as_of,
+        "model": params["model"],
+        "lookback_days": str(params["lookback_days"]),
+        "predict_horizon_hours": str(params["predict_horizon_hours"]),
+    }
 
 
 with DAG(
@@ -54,6 +60,7 @@ with DAG(
         ),
         "model": Param("seasonal_naive", enum=["seasonal_naive", "weather_adjusted"]),
         "lookback_days": Param(28, type="integer", minimum=7),
+        "predict_horizon_hours": Param(24, type="integer", minimum=1, maximum=336),
     },
     tags=["metaflow", "forecast"],
     doc_md=__doc__,

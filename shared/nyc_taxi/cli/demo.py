@@ -3,9 +3,12 @@
 Serves fixture months on 127.0.0.1 (the real download code runs), runs both ingestion DAGs for two
 taxi months and their weather, then the train_forecast_model DAG twice: its task starts
 TrainForecastModelFlow (seasonal naive, then weather-adjusted) as a child run. All DAG runs go through
-Airflow's dag.test() in one process. Then it prints what the lineage can answer: the cross-tool
-graph of the forecast table, the exact versions behind the forecast, how the lineage changed between
-the two flow runs, and where a forecast column comes from.
+Airflow's dag.test() in one process (the local profile has no scheduler running: the Asset event a merge
+emits is recorded, and the training DAG is started here, with the parameters a backtest needs). Then it
+prints what the lineage can answer: the cross-tool graph of the forecast table, the exact versions
+behind the forecast, how the lineage changed between the two flow runs, and where a forecast column
+comes from. Last, the TLC republishes January: what is stale, the re-run that fixes it, and a run
+reproduced from the versions its lineage recorded.
 """
 
 from __future__ import annotations
@@ -84,21 +87,20 @@ def main(argv: list[str] | None = None) -> None:
         add_taxi_month(site, year, month, rows=ROWS, seed=month)
         add_weather_month(site, year, month, seed=month)
     with FixtureServer(site) as url, _warm_spark(settings, not args.own_jvms):
-        env = {**os.environ, "TLC_BASE_URL": url, "NOAA_BASE_URL": url, **airflow_environment(settings)}
+        os.environ.update({"TLC_BASE_URL": url, "NOAA_BASE_URL": url})  # the sources, for every run and check
         if args.own_jvms:
-            env["SPARK_SERVER"] = "false"
+            os.environ["SPARK_SERVER"] = "false"
+        get_settings.cache_clear()
+        settings = get_settings()
+        env = {**os.environ, **airflow_environment(settings)}
         prepare_directories(settings)
         _say("Airflow: both ingestion DAGs per month, then train_forecast_model starting the flow twice")
         _run([sys.executable, "-m", "airflow", "db", "migrate"], env, "airflow db migrate")
         done = _run([sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *_dag_runs()], env, "the DAG runs")
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
-            run = json.loads(line)
-            print(f"      {run['dag_id']} {run['conf']}: {run['state']} ({run['seconds']:.0f} s)")
-    os.environ.update({"TLC_BASE_URL": url, "NOAA_BASE_URL": url})  # the sources as the runs named them
-    get_settings.cache_clear()
-    settings = get_settings()
-    _explain(settings, args.images)
+        _print_runs(done.stdout)
+        _explain(settings, args.images)
+        stale = _act(settings, site)
+    _site(settings, args.images, stale)
 
 
 @contextlib.contextmanager
@@ -119,15 +121,60 @@ def _warm_spark(settings, wanted: bool):
         spark_server.stop(settings)
 
 
+def _print_runs(output: str) -> None:
+    for line in output.splitlines():
+        if line.startswith("{"):
+            run = json.loads(line)
+            print(f"      {run['dag_id']} {run['conf']}: {run['state']} ({run['seconds']:.0f} s)")
+
+
+def _act(settings, site: Path):
+    """The TLC republishes January (fares corrected, trips withdrawn): what is stale, the re-run that fixes
+    it, and the new seasonal run reproduced from its lineage. The last staleness report (for the site)."""
+    import pyarrow.parquet as pq
+
+    from nyc_taxi.cli.reproduce import reproduce
+    from nyc_taxi.cli.stale import rerun, stale
+    from nyc_taxi.fixtures import tlc
+    from nyc_taxi.fixtures.site import taxi_path
+    from nyc_taxi.lineage.read.runs import Runs
+    from nyc_taxi.lineage.read.stale import render
+
+    year, month = MONTHS[0]
+    path = taxi_path(site, year, month)
+    trips = pq.read_table(path)
+    fares = trips["fare_amount"].to_numpy().copy()
+    fares[::50] += 1.0
+    corrected = trips.set_column(trips.schema.get_field_index("fare_amount"), "fare_amount", [fares])
+    tlc.write_yellow_month(corrected.slice(0, ROWS - 500), path)
+    _say(
+        f"the TLC republishes {path.name} (fares corrected, 500 trips withdrawn): what is stale (bash run lineage --stale)"
+    )
+    report = stale(settings)
+    print(_indent(render(report)))
+    _say("the re-run plan, carried out through Airflow and Metaflow (bash run lineage --stale --rerun)")
+    started = time.perf_counter()
+    for result in rerun(report, settings):
+        print(f"      {result['dag_id']} {result['conf']}: {result['state']} ({result['seconds']:.0f} s)")
+    print(f"    re-run: ok ({time.perf_counter() - started:.0f} s)")
+    after = stale(settings)
+    print(_indent(render(after)))
+    flow_runs = [r for r in Runs.read(settings).of_job(TRAINING_FLOW.name) if r.parameters.get("model") == MODELS[0]]
+    target = f"{TRAINING_FLOW.name}/{flow_runs[-1].label.split('/')[-1]}"
+    _say(
+        f"the re-run's forecast, recomputed from the versions its lineage recorded (bash run lineage --reproduce {target})"
+    )
+    reproduce(target, settings)  # prints the answer and keeps it for the site
+    return after
+
+
 def _explain(settings, images: Path | None) -> None:
     from nyc_taxi.lineage.read import render
     from nyc_taxi.lineage.read.columns import render as render_columns
     from nyc_taxi.lineage.read.columns import upstream_of
     from nyc_taxi.lineage.read.evolution import diff, render_diff
     from nyc_taxi.lineage.read.lite import load_graph
-    from nyc_taxi.lineage.read.picture import write_picture
     from nyc_taxi.lineage.read.runs import Runs
-    from nyc_taxi.lineage.read.site.build import build_site
     from nyc_taxi.lineage.read.trace import render as render_trace
     from nyc_taxi.lineage.read.trace import trace
     from nyc_taxi.lineage.write.datahub_pipeline import ingest_catalog
@@ -158,15 +205,22 @@ def _explain(settings, images: Path | None) -> None:
     _say(f"where a forecast column comes from (bash run lineage {column})")
     print(_indent(render_columns(upstream_of(column, settings))))
 
-    _svg, page = write_picture(graph, images or settings.lineage_dir / "picture")
+
+def _site(settings, images: Path | None, stale) -> None:
+    from nyc_taxi.lineage.read.lite import load_graph
+    from nyc_taxi.lineage.read.picture import write_picture
+    from nyc_taxi.lineage.read.site.build import build_site
+
+    _svg, page = write_picture(load_graph(settings), images or settings.lineage_dir / "picture")
     _say("the lineage site (bash run lineage --site): a page per dataset, job and run; versions, columns, evolution")
-    site = build_site(settings)
+    site = build_site(settings, stale=stale)
     _say("where to look next")
     print(f"    the lineage site: {site.as_uri()}   (or: bash run lineage serve)")
     print(f"    the whole graph: {page}")
     print(
         "    bash run lineage yellow_taxi_raw     # any dataset or job, --json, --runs <job>, --trace, --as-of, --diff"
     )
+    print("    bash run lineage --stale             # what a source change made stale; --rerun: fix it")
     print("    bash run airflow standalone          # the DAG runs in the Airflow UI (http://localhost:8080)")
     print("    bash run training-flow card get evaluate evaluation.html   # forecast vs actual, as a page")
     print("    DATAHUB_GMS_URL=http://localhost:8080 bash run lineage-replay  # the same records in a real DataHub")

@@ -11,6 +11,10 @@ bash run lineage --graph [--out DIR]             the whole graph as SVG + HTML
 bash run lineage --site [--out DIR]              the lineage site: a page per dataset, job and run (file://)
 bash run lineage serve [--port N] [--out DIR]    the site on 127.0.0.1, rebuilt when new records arrive
 bash run lineage --runs ingest_yellow_taxi_data.merge_upsert_staging_into_raw_yellow
+bash run lineage --stale [--json]                what is stale now (sources asked), and the re-run plan
+bash run lineage --stale --rerun                 carry the plan out through Airflow and Metaflow
+bash run lineage --reproduce TrainForecastModelFlow/<run id>   recompute a run's outputs from its recorded
+                 inputs and compare (also yellow_rides_hourly_forecast@<snapshot>, yellow_taxi_raw@<snapshot>)
 """
 
 from __future__ import annotations
@@ -61,14 +65,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", metavar="TARGET", help="the versions and runs behind a dataset version or a run")
     parser.add_argument("--as-of", metavar="WHEN", help="the graph as it stood at a time (UTC) or after a run")
     parser.add_argument("--diff", nargs=2, metavar=("RUN_A", "RUN_B"), help="what changed between two runs")
+    parser.add_argument("--stale", action="store_true", help="what is stale now, with the reason and the re-run plan")
+    parser.add_argument("--rerun", action="store_true", help="with --stale: run the plan (Airflow, Metaflow)")
+    parser.add_argument(
+        "--reproduce", metavar="TARGET", help="recompute a run's outputs from the versions it read, and compare"
+    )
+    parser.add_argument("--at-this-commit", action="store_true", help=argparse.SUPPRESS)  # --reproduce, inside
     args = parser.parse_args(argv)
     settings = get_settings()
     record_leftovers(settings)  # a Metaflow step's lineage whose recorder was killed
 
+    if args.reproduce:
+        from nyc_taxi.cli.reproduce import main_here, reproduce
+
+        return main_here(args.reproduce, settings) if args.at_this_commit else reproduce(args.reproduce, settings)
+    if args.rerun and not args.stale:
+        parser.error("--rerun carries out the plan of --stale: give both")
+    if args.stale:
+        return stale(settings, args.json, args.rerun)
     if args.site:
+        from nyc_taxi.cli.stale import stale as check_stale
         from nyc_taxi.lineage.read.site.build import build_site, default_dir
 
-        index = build_site(settings, args.out or default_dir(settings))
+        index = build_site(settings, args.out or default_dir(settings), stale=check_stale(settings))
         print(json.dumps({"site": str(index)}) if args.json else f"wrote the lineage site: {index}")
         return 0
     try:
@@ -138,6 +157,28 @@ def main(argv: list[str] | None = None) -> int:
         print(render.summary(graph))
         print("ask about one: bash run lineage yellow_taxi_raw   (or --graph, --runs JOB, --json)")
     return 0
+
+
+def stale(settings, as_json: bool, rerun: bool) -> int:
+    """`--stale [--rerun]`: the report; with --rerun the plan carried out, then the report again."""
+    from nyc_taxi.cli.stale import rerun as run_plan
+    from nyc_taxi.cli.stale import stale as check
+    from nyc_taxi.lineage.read.stale import render
+
+    report = check(settings)
+    print(json.dumps(report.as_dict(), indent=2) if as_json else render(report))
+    if not rerun or not report.plan:
+        return 0
+    try:
+        results = run_plan(report, settings)
+    except RuntimeError as why:
+        print(f"error: {why}", file=sys.stderr)
+        return 1
+    for result in results:
+        print(f"ran {result['dag_id']} {json.dumps(result['conf'])}: {result['state']} ({result['seconds']:.0f} s)")
+    after = check(settings)
+    print(json.dumps(after.as_dict(), indent=2) if as_json else render(after))
+    return 0 if not after.items else 1
 
 
 if __name__ == "__main__":

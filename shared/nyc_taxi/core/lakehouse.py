@@ -11,6 +11,7 @@ and remove it. Everything else asks it instead of looking at the profile.
 
 from __future__ import annotations
 
+import datetime as dt
 import errno
 import functools
 import json
@@ -86,6 +87,10 @@ class Lakehouse(ABC):
     def spark_path(self, location: str) -> str:
         """How Spark reads a file of the lake."""
         return location
+
+    @abstractmethod
+    def listing(self, folder: str) -> list[tuple[str, dt.datetime]]:
+        """The files under ``folder`` (a location), each with when it was last modified (UTC)."""
 
     def write_json(self, location: str, value: dict) -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -179,6 +184,12 @@ class LocalLakehouse(Lakehouse):
 
     def remove(self, location: str) -> None:
         Path(_local_path(location)).unlink(missing_ok=True)
+
+    def listing(self, folder: str) -> list[tuple[str, dt.datetime]]:
+        root = Path(_local_path(folder))
+        return [
+            (p.as_posix(), dt.datetime.fromtimestamp(p.stat().st_mtime, dt.UTC)) for p in root.rglob("*") if p.is_file()
+        ]
 
     def share(self, location: str, target: str) -> bool:
         source, copy = Path(_local_path(location)), Path(_local_path(target))
@@ -316,6 +327,15 @@ class AwsLakehouse(Lakehouse):
     def remove(self, location: str) -> None:
         bucket, key = aws.split_s3(location)
         self._s3().delete_object(Bucket=bucket, Key=key)
+
+    def listing(self, folder: str) -> list[tuple[str, dt.datetime]]:
+        bucket, prefix = aws.split_s3(folder)
+        found = []
+        for page in (
+            self._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
+        ):
+            found += [(f"s3://{bucket}/{o['Key']}", o["LastModified"]) for o in page.get("Contents", [])]
+        return found
 
     def share(self, location: str, target: str) -> bool:
         if self.exists(target):

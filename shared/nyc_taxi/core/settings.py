@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     lineage_ship_seconds: float = Field(3.0, description="Time a task or step may spend shipping lineage at its end.")
     lineage_request_timeout: float = Field(2.0, description="Timeout of one request to a lineage server.")
 
+    landed_version_retention_days: int = Field(
+        30, description="How long a landed file's version that the source replaced is kept (to reproduce loads)."
+    )
+
     # Spark: local[*] unless SPARK_MASTER (or spark-defaults.conf) names a cluster.
     spark_master: str | None = None
     spark_driver_memory: str = "4g"

@@ -5,6 +5,10 @@ Each landed file has a small record beside it (``<file>.source.json``): the URL,
 and Last-Modified, the size and the sha256 of the bytes. The next download asks the server for the
 file only if it changed (If-None-Match / If-Modified-Since, as browsers and CDNs do): an unchanged
 file is not fetched again, a republished one is, and lineage records which version each run used.
+
+A version the source replaced is kept, with its record, under ``versions/<sha256>/<file>`` beside the
+landed file, for ``LANDED_VERSION_RETENTION_DAYS`` (30 by default; older ones are removed at the file's
+next download): reproducing a load of it (`bash run lineage --reproduce`) reads it there.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nyc_taxi.core.datasets import PublishedFiles
+from nyc_taxi.core.datasets import LandedFiles, PublishedFiles
 from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.naming import landed_folder
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 from nyc_taxi.lineage.write.report import ColumnLineage, ColumnSource
@@ -78,6 +83,56 @@ def landed_version(location: str, settings: Settings) -> FileVersion | None:
         return None
     known = lake.read_json(sidecar(location))
     return FileVersion(**known) if known else None
+
+
+def retained_location(location: str, sha256: str) -> str:
+    """Where a replaced version of a landed file is kept (the same file name, so it stages the same)."""
+    folder, _, name = location.rpartition("/")
+    return f"{folder}/versions/{sha256}/{name}"
+
+
+def _retain(location: str, known: FileVersion, settings: Settings) -> None:
+    """Keep the landed version about to be replaced, and drop the kept ones past the retention."""
+    import datetime as dt
+
+    lake = lakehouse(settings)
+    kept = retained_location(location, known.sha256)
+    lake.share(location, kept)
+    lake.write_json(sidecar(kept), asdict(known))
+    folder, _, name = location.rpartition("/")
+    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=settings.landed_version_retention_days)
+    for old, modified in lake.listing(f"{folder}/versions"):
+        if old.endswith("/" + name) and modified < cutoff:
+            lake.remove(old)
+            lake.remove(sidecar(old))
+
+
+def retained(landed: LandedFiles, name: str, version: str, settings: Settings) -> str | None:
+    """The landed file ``name`` in ``version`` (``sha256:…``): the landed file itself while it is that
+    version, else its retained copy; None when it is kept no more."""
+    location = f"{lakehouse(settings).location(landed_folder(landed))}/{name}"
+    sha = version.removeprefix("sha256:")
+    current = landed_version(location, settings)
+    if current is not None and current.sha256 == sha:
+        return location
+    kept = retained_location(location, sha)
+    return kept if lakehouse(settings).exists(kept) else None
+
+
+def head(url: str, timeout: float = 10.0) -> str | None:
+    """The version the server publishes at ``url`` now, as ``published_version`` names it (a HEAD request:
+    nothing downloaded); None when the server names none (neither ETag nor Last-Modified)."""
+    request = urllib.request.Request(url, method="HEAD", headers={"User-Agent": USER_AGENT})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            headers = response.headers
+    except urllib.error.HTTPError as error:
+        if error.code in (403, 404):
+            raise NotPublishedYet(f"{url} answered HTTP {error.code}") from None
+        raise
+    size = int(headers.get("Content-Length") or 0)
+    version = FileVersion(url, size, "", headers.get("ETag"), headers.get("Last-Modified"))
+    return version.published_version if (version.etag or version.last_modified) else None
 
 
 def _sha256(path: Path) -> str:
@@ -151,6 +206,8 @@ def fetch(
             log.info("not modified since it landed (%s): %s", known.published_version, location)
             return Landed(location, known, fetched=False)
         validate(path, url)
+        if known is not None:
+            _retain(location, known, settings)
         lake.publish(path, location)
     lake.write_json(sidecar(location), asdict(fetched))
     log.info("landed %s (%d bytes, %s) at %s", url, fetched.size, fetched.published_version, location)

@@ -118,23 +118,26 @@ def download_published_file(year: int, month: int, settings: Settings | None = N
     )
 
 
+def _landed_view(spark, locations: list[str], settings: Settings) -> str:
+    """The landed file(s) as a view: with each row's file name and position, and the columns a year's
+    files lack as NULL."""
+    lake = lakehouse(settings)
+    frame = spark.read.parquet(*(lake.spark_path(location) for location in locations)).selectExpr(
+        "*", "_metadata.file_name AS source_file", "_metadata.row_index AS source_row_index"
+    )
+    present = {name.lower() for name in frame.columns}
+    for column in d.YELLOW_TRIP_COLUMNS:  # a column a year's files lack is NULL
+        if column.source.lower() not in present:
+            frame = frame.selectExpr("*", f"CAST(NULL AS {column.type}) AS {column.source}")
+    frame.createOrReplaceTempView("landed_yellow_taxi")
+    return "landed_yellow_taxi"
+
+
 def stage_landed_file(year: int, month: int, settings: Settings | None = None) -> StepReport:
     """Replace staging with the landed month cast to the target schema (unless it already holds it)."""
     settings = settings or get_settings()
     location = landed_location(LANDED, year, month, settings)
     version = landed_file_version(LANDED, [location], settings)
-
-    def landed_view(spark) -> str:
-        frame = spark.read.parquet(lakehouse(settings).spark_path(location)).selectExpr(
-            "*", "_metadata.file_name AS source_file", "_metadata.row_index AS source_row_index"
-        )
-        present = {name.lower() for name in frame.columns}
-        for column in d.YELLOW_TRIP_COLUMNS:  # a column a year's files lack is NULL
-            if column.source.lower() not in present:
-                frame = frame.selectExpr("*", f"CAST(NULL AS {column.type}) AS {column.source}")
-        frame.createOrReplaceTempView("landed_yellow_taxi")
-        return "landed_yellow_taxi"
-
     return stage(
         SQL,
         "stage_yellow_taxi",
@@ -142,11 +145,31 @@ def stage_landed_file(year: int, month: int, settings: Settings | None = None) -
         LANDED,
         version,
         [location],
-        landed_view,
+        lambda spark: _landed_view(spark, [location], settings),
         settings,
         summary={"month": month_label(year, month), "file": Path(location).name},
         counted=_quality_counts(year, month),  # counted as staging is written: the merge need not scan it
     )
+
+
+def staged_rows(spark, locations: list[str], settings: Settings):
+    """What staging the landed files gives, as a DataFrame (no table written): what reproducing a merge compares."""
+    return SQL.run(spark, "stage_yellow_taxi", landed=_landed_view(spark, locations, settings))
+
+
+def batch_filter(locations: list[str]) -> str:
+    """Raw's rows of the landed files' batch."""
+    return "source_file IN (" + ", ".join("'" + Path(loc).name.replace("'", "''") + "'" for loc in locations) + ")"
+
+
+def published_version(year: int, month: int, settings: Settings | None = None) -> str | None:
+    """The version the TLC publishes of the month now, as the download records it (a HEAD request; None when
+    the server names none); NotPublishedYet when it publishes no such file."""
+    settings = settings or get_settings()
+    url = published_url(PUBLISHED, year, month, settings)
+    version = download.head(url)
+    name = Path(landed_location(LANDED, year, month, settings)).name
+    return f"{name}@{version}" if version else None
 
 
 def _month_values(year: int, month: int) -> dict[str, str]:

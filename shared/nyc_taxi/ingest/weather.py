@@ -136,19 +136,25 @@ def download_published_files(year: int, month: int, settings: Settings | None = 
     )
 
 
+def _landed_view(spark, locations: list[str], settings: Settings) -> str:
+    """The month's four county files as one view of 37 string columns."""
+    schema = ", ".join(f"{name} STRING" for name in FIELDS)
+    frame = spark.read.csv(
+        [lakehouse(settings).spark_path(loc) for loc in locations], schema=schema, header=False, mode="FAILFAST"
+    )
+    frame.createOrReplaceTempView("landed_county_files")
+    return "landed_county_files"
+
+
+def _stage_values(status: str) -> dict[str, str]:
+    return {"county_codes": ", ".join(f"'{code}'" for code in NYC_COUNTIES), "status": status}
+
+
 def stage_landed_files(year: int, month: int, settings: Settings | None = None) -> StepReport:
     settings = settings or get_settings()
     status = _landed_status(year, month, settings)
     locations = _locations(year, month, status, settings)
     version = landed_file_version(LANDED, locations, settings)
-
-    def landed_view(spark) -> str:
-        schema = ", ".join(f"{name} STRING" for name in FIELDS)
-        frame = spark.read.csv(
-            [lakehouse(settings).spark_path(loc) for loc in locations], schema=schema, header=False, mode="FAILFAST"
-        )
-        frame.createOrReplaceTempView("landed_county_files")
-        return "landed_county_files"
 
     def no_rows() -> Exception:
         return BadSourceFile(
@@ -163,14 +169,46 @@ def stage_landed_files(year: int, month: int, settings: Settings | None = None) 
         LANDED,
         version,
         locations,
-        landed_view,
+        lambda spark: _landed_view(spark, locations, settings),
         settings,
         summary={"month": month_label(year, month), "status": status},
         empty=no_rows,
         small=True,  # the five NYC counties of every US county's rows: a few hundred county-days a month
-        county_codes=", ".join(f"'{code}'" for code in NYC_COUNTIES),
-        status=status,
+        **_stage_values(status),
     )
+
+
+def staged_rows(spark, locations: list[str], settings: Settings):
+    """What staging the landed files gives, as a DataFrame (no table written): what reproducing a merge compares."""
+    status = _file_status([Path(loc).name for loc in locations])
+    return SQL.run(spark, "stage_weather", landed=_landed_view(spark, locations, settings), **_stage_values(status))
+
+
+def batch_filter(locations: list[str]) -> str:
+    """Raw's rows of the month the files hold (``prcp-YYYYMM-cty-….csv``)."""
+    stamp = Path(locations[0]).name.split("-")[1]
+    start, end = month_bounds(int(stamp[:4]), int(stamp[4:]))
+    return f"date >= DATE'{start}' AND date < DATE'{end}'"
+
+
+def published_version(year: int, month: int, settings: Settings | None = None) -> str | None:
+    """The version NOAA publishes of the month now, as the download records it: the four final files if
+    published, else the preliminary ones (HEAD requests); NotPublishedYet when neither is."""
+    settings = settings or get_settings()
+    for status in STATUSES:
+        versions = []
+        try:
+            for var in VARIABLES:
+                url = published_url(PUBLISHED, year, month, settings, var=var, status=status)
+                name = Path(landed_location(LANDED, year, month, settings, var=var, status=status)).name
+                version = download.head(url)
+                if version is None:
+                    return None
+                versions.append(f"{name}@{version}")
+        except NotPublishedYet:
+            continue
+        return ", ".join(sorted(versions))
+    raise NotPublishedYet(f"NOAA publishes no county files for {month_label(year, month)}")
 
 
 def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> StepReport:
@@ -250,7 +288,10 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
 
 def _staged_status(snapshot) -> str:
     """Whether staging holds final ('scaled') or preliminary files: their names say (…-cty-scaled.csv)."""
-    names = staged_files(snapshot)
+    return _file_status(staged_files(snapshot))
+
+
+def _file_status(names: list[str]) -> str:
     statuses = {name.rsplit("-", 1)[-1].removesuffix(".csv") for name in names}
     if len(statuses) != 1 or not statuses <= set(STATUSES):
         raise BadSourceFile(f"staging holds {', '.join(names) or 'no files'}: not one month's files of one status")

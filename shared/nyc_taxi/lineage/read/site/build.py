@@ -35,11 +35,19 @@ from nyc_taxi.lineage.read.site.markup import (
     run_path,
 )
 from nyc_taxi.lineage.read.site.pages import Page, Pages, node_path
+from nyc_taxi.lineage.read.stale import StaleReport
 
 HERE = Path(__file__).parent
 ASSETS = HERE / "assets"
 TEMPLATE = HERE / "templates" / "page.html"
-OWNED = ("index.html", "evolution.html", "catalog.html", "graph.svg", "data.js")  # what a rebuild replaces
+OWNED = (
+    "index.html",
+    "evolution.html",
+    "catalog.html",
+    "stale.html",
+    "graph.svg",
+    "data.js",
+)  # what a rebuild replaces
 OWNED_DIRS = ("assets", "datasets", "jobs", "runs", "cards")
 XML_PROLOGUE = '<?xml version="1.0" encoding="UTF-8" standalone="no"?>\n'
 
@@ -48,9 +56,10 @@ def default_dir(settings: Settings) -> Path:
     return settings.lineage_dir / "site"
 
 
-def build_site(settings: Settings, out_dir: Path | None = None) -> Path:
-    """Read the records and write the site into ``out_dir``; the path of its index.html."""
-    return write_site(collect(settings), out_dir or default_dir(settings))
+def build_site(settings: Settings, out_dir: Path | None = None, stale: StaleReport | None = None) -> Path:
+    """Read the records and write the site into ``out_dir``; the path of its index.html. ``stale``: the
+    staleness report to show (default: from the records and the tables, no source asked)."""
+    return write_site(collect(settings, stale), out_dir or default_dir(settings))
 
 
 def write_site(data: SiteData, out_dir: Path) -> Path:
@@ -113,6 +122,15 @@ def _pipeline_neighbourhood(graph: LineageGraph, pipeline: str) -> LineageGraph:
     return around
 
 
+def stale_nodes(data: SiteData) -> dict[str, str]:
+    """Dataset name -> why its current version is stale (a stale landed month, raw month, or run's output)."""
+    found: dict[str, list[str]] = {}
+    for item in data.stale.items:
+        for name in [item.dataset] if item.dataset else list(item.outputs):
+            found.setdefault(name, []).append(f"{item.name}: {item.reason}")
+    return {name: "\n".join(reasons) for name, reasons in found.items()}
+
+
 def draw(data: SiteData) -> dict[str, str]:
     """Every picture of the site, by key: ``graph``, ``evolution``, ``mini:<name>``, ``column:<dataset>.<column>``."""
     graph = data.graph
@@ -124,7 +142,7 @@ def draw(data: SiteData) -> dict[str, str]:
         return "../" + dataset_path(name)
 
     dots = {
-        "graph": drawing.lineage(graph, page_of=node_path),
+        "graph": drawing.lineage(graph, page_of=node_path, stale=stale_nodes(data)),
         "evolution": drawing.lineage(data.evolution.union, page_of=node_path, with_state=False, prefix="ev-"),
     }
     for node in graph.nodes.values():

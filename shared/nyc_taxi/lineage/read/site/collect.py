@@ -20,7 +20,10 @@ from nyc_taxi.lineage.read.columns import ColumnStep, field_lineage_in, upstream
 from nyc_taxi.lineage.read.evolution import graph_of
 from nyc_taxi.lineage.read.graph import Edge, LineageGraph, Node
 from nyc_taxi.lineage.read.lite import dataset_node
+from nyc_taxi.lineage.read.reproductions import recorded as recorded_reproductions
 from nyc_taxi.lineage.read.runs import JobRun, Runs, job_runs
+from nyc_taxi.lineage.read.stale import StaleReport
+from nyc_taxi.lineage.read.stale import check as check_stale
 from nyc_taxi.lineage.read.trace import Tracer
 
 
@@ -111,6 +114,8 @@ class SiteData:
     current_traces: dict[str, dict] = field(default_factory=dict)  # dataset -> the trace of its current version
     forecast: ForecastVsActual | None = None
     cards: dict[str, Path] = field(default_factory=dict)  # run id -> the Metaflow card that run produced
+    stale: StaleReport = field(default_factory=StaleReport)  # what is stale now, and the re-run plan
+    reproductions: dict[str, dict] = field(default_factory=dict)  # run id -> the latest --reproduce answer
 
 
 # ---- datasets ------------------------------------------------------------------------------------
@@ -340,8 +345,10 @@ def _forecast_vs_actual(settings: Settings) -> ForecastVsActual | None:
 # ---- all of it ------------------------------------------------------------------------------------
 
 
-def collect(settings: Settings) -> SiteData:
-    """Load new records into DataHub Lite, then read everything the site shows."""
+def collect(settings: Settings, stale: StaleReport | None = None) -> SiteData:
+    """Load new records into DataHub Lite, then read everything the site shows. ``stale``: the staleness
+    report to show (`bash run lineage --site` asks the sources); without one, what the records and the
+    tables' metadata say (no source is asked)."""
     from nyc_taxi.lineage.read.lite import graph_from_lite
     from nyc_taxi.lineage.read.store import LineageStore
 
@@ -367,4 +374,6 @@ def collect(settings: Settings) -> SiteData:
         evolution=_evolution(runs, settings),
         forecast=_forecast_vs_actual(settings),
         cards=_cards(runs, settings),
+        stale=stale if stale is not None else check_stale(settings, runs=runs),
+        reproductions=recorded_reproductions(settings),
     )

@@ -20,8 +20,10 @@ from nyc_taxi.lineage.read.picture import EDGE_STYLE, SHAPES, STYLE, node_id, pi
 FONT = "Helvetica"
 STATE_COLOURS = {"success": "#1a7f37", "failure": "#cf222e", "running": "#0969da", "skipped": "#6e7781"}
 STATE_MARKS = {"success": "✓", "failure": "✗", "running": "…", "skipped": "–"}
+STALE_COLOUR = "#bc4c00"
 
 __all__ = [
+    "STALE_COLOUR",
     "STATE_COLOURS",
     "STYLE",
     "column_graph",
@@ -57,16 +59,21 @@ def _label(node: Node, with_state: bool) -> str:
     return f"<<b>{html.escape(_short_name(node))}</b><br/>{second}>"
 
 
-def _node_attrs(node: Node, page: str | None, with_state: bool, prefix: str) -> dict:
+def _node_attrs(node: Node, page: str | None, with_state: bool, prefix: str, stale: str | None = None) -> dict:
+    label = _label(node, with_state)
+    if stale:  # a badge under the name: what it holds was computed from versions since superseded
+        label = label[:-1] + f"<br/><font point-size='10' color='{STALE_COLOUR}'><b>⚠ stale</b></font>>"
     attrs = {
-        "label": _label(node, with_state),
+        "label": label,
         "shape": SHAPES.get(node.kind, "box"),
         "fillcolor": STYLE.get(node.tool, "#ffffff"),
-        "tooltip": node.urn,
+        "tooltip": node.urn + (f"\nstale: {stale}" if stale else ""),
         "id": prefix + node_id(node.urn),
     }
     if with_state and node.last_run:  # the last run's state, at a glance: the border
         attrs.update(color=STATE_COLOURS.get(node.last_run.status, "#333333"), penwidth="2")
+    if stale:
+        attrs["class"] = "stale"
     if page:
         attrs["URL"] = page
     return attrs
@@ -81,11 +88,15 @@ def lineage(
     title: str | None = None,
     compact: bool = False,
     rankdir: str = "TB",
+    stale: dict[str, str] | None = None,
 ):
     """The graph in Graphviz: jobs in a box per DAG or flow, datasets and models between them. Top to
     bottom by default: the whole graph is then about as wide as a screen, where left to right it is
-    twice as wide (the chains from source file to forecast are long, the graph is narrow)."""
+    twice as wide (the chains from source file to forecast are long, the graph is narrow). ``stale``: node
+    name -> why it is stale, for a badge."""
     import graphviz
+
+    stale = stale or {}
 
     dot = graphviz.Digraph(
         "lineage",
@@ -114,12 +125,16 @@ def lineage(
         nodes = sorted(nodes, key=lambda n: n.name)
         if pipeline is None:
             for node in nodes:
-                dot.node(node_id(node.urn), **_node_attrs(node, page_of(node), with_state, prefix))
+                dot.node(
+                    node_id(node.urn), **_node_attrs(node, page_of(node), with_state, prefix, stale.get(node.name))
+                )
             continue
         with dot.subgraph(name=f"cluster_{pipeline}") as box:
             box.attr(**pipeline_box(nodes[0].tool, pipeline, FONT), id=prefix + "box_" + re.sub(r"\W", "_", pipeline))
             for node in nodes:
-                box.node(node_id(node.urn), **_node_attrs(node, page_of(node), with_state, prefix))
+                box.node(
+                    node_id(node.urn), **_node_attrs(node, page_of(node), with_state, prefix, stale.get(node.name))
+                )
     for edge in sorted(graph.edges, key=lambda e: e.as_list()):
         style = EDGE_STYLE.get(edge.kind, {})
         dot.edge(

@@ -1,10 +1,11 @@
-"""The site's pages as HTML bodies: the graph, the evolution, the catalog, a page per dataset, per job
-(task, step, DAG, flow) and per run. Layout and behaviour are in ``assets/`` (one stylesheet, one
+"""The site's pages as HTML bodies: the graph, the evolution, the catalog, what is stale and the re-run plan,
+a page per dataset, per job (task, step, DAG, flow) and per run. Layout and behaviour are in ``assets/`` (one stylesheet, one
 script); the pictures come in already drawn (``drawing``), so this module only arranges facts.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from nyc_taxi.core.datasets import PublishedFiles, Table
@@ -109,7 +110,7 @@ class Pages:
         self.node_by_name = {n.name: n for n in self.graph.nodes.values()}
 
     def all(self) -> list[Page]:
-        pages = [self.graph_page(), self.evolution_page(), self.catalog_page()]
+        pages = [self.graph_page(), self.evolution_page(), self.catalog_page(), self.stale_page()]
         pages += [self.dataset_page(facts) for facts in self.data.datasets.values()]
         pages += [self.job_page(job) for job in self.data.jobs.values()]
         pages += [self.run_page(run) for run in self.data.runs]
@@ -164,6 +165,61 @@ class Pages:
             f'<p class="legend">{tools}· last run: {states}· <span class="dash"></span> task/step order '
             '· <span class="dash starts"></span> starts another tool</p>'
         )
+
+    # ---- what is stale ---------------------------------------------------------------------------
+    def stale_page(self) -> Page:
+        report = self.data.stale
+        root = ""
+        if not report.items:
+            body = (
+                "<h1>Stale</h1><p class='lead'>Nothing is stale: every output was computed from what its inputs "
+                "hold now.</p>"
+            )
+        else:
+            rows = [
+                [badge("stale", "stale") + " " + esc(i.kind), self._stale_what(i, root), esc(i.reason)]
+                for i in report.items
+            ]
+            plan = "".join(
+                f"<li><code>{esc(p.dag)}</code> <code>{esc(json.dumps(p.conf, sort_keys=True))}</code> for {esc(p.because)}"
+                + (f" — <b>cannot run</b>: {esc(p.blocked)}" if p.blocked else "")
+                + "</li>"
+                for p in report.plan
+            )
+            body = (
+                "<h1>Stale</h1><p class='lead'>Outputs computed from versions that have since been superseded in "
+                "what they read, transitively, from the records both tools wrote and the tables' own metadata "
+                "(<code>bash run lineage --stale</code>).</p>"
+                + table(["", "what", "why"], rows, "stale")
+                + section(
+                    "The re-run plan, in order",
+                    f"<ol>{plan}</ol><p>Carried out by <code>bash run lineage --stale --rerun</code>: the same DAGs and "
+                    "flow, through Airflow and Metaflow, with lineage as usual.</p>",
+                    "plan",
+                )
+            )
+        if not report.checked_sources:
+            body += "<p class='warning'>The sources were not asked (or not reachable): only what was recorded was compared.</p>"
+        return Page("stale.html", "Stale", body, "stale")
+
+    def _stale_what(self, item, root: str) -> str:
+        if item.run_id and item.run_id in self.data.runs.by_id:
+            what = _run_link(self.data.runs.by_id[item.run_id], root, item.name)
+        elif item.dataset:
+            what = link(root + dataset_path(item.dataset), item.name)
+        else:
+            what = esc(item.name)
+        if item.outputs:
+            what += "<br>wrote " + ", ".join(link(root + dataset_path(n), n) for n in sorted(item.outputs))
+        return what
+
+    def _stale_section(self, items, root: str) -> str:
+        if not items:
+            return ""
+        rows = "".join(
+            f"<li>{badge('stale', 'stale')} {self._stale_what(i, root)}: {esc(i.reason)}</li>" for i in items
+        )
+        return section("Stale", f"<ul>{rows}</ul><p>{link(root + 'stale.html', 'the re-run plan')}</p>", "stale")
 
     # ---- evolution -------------------------------------------------------------------------------
     def evolution_page(self) -> Page:
@@ -239,7 +295,8 @@ side by side: edges only in the second are <span class="added">added</span>, edg
             head += '<p class="warning">Not in the registry: a name only the records know.</p>'
         else:
             head += f'<p class="lead">{esc(declared.description)}</p>'
-        parts = [head, self._identity(facts), self._last_write(node)]
+        parts = [head, self._stale_section(self.data.stale.of_dataset(node.name), root)]
+        parts += [self._identity(facts), self._last_write(node)]
         parts.append(section("Upstream and downstream", self._around(node.name, root), "around"))
         if node.name in self.data.current_traces:
             trace = _trace_version(self.data.current_traces[node.name], root, verb="")
@@ -555,7 +612,22 @@ side by side: edges only in the second are <span class="added">added</span>, edg
             facts.append(("runs in it", "<br>".join(_run_link(c, root) + " " + _state(c.state) for c in children)))
         if run.run_id in self.data.cards:
             facts.append(("card", link(root + card_path(run.run_id), "the Metaflow card of this run")))
-        parts = [head, pairs(facts)]
+        flow_run = runs.by_id.get(run.parent[1]) if run.parent else None
+        stale = [
+            i for i in (self.data.stale.of_run(run.run_id), flow_run and self.data.stale.of_run(flow_run.run_id)) if i
+        ]
+        parts = [head, self._stale_section(stale, root), pairs(facts)]
+        if answer := self.data.reproductions.get(run.run_id):
+            status = answer["status"]
+            parts.append(
+                section(
+                    "Reproduced from its lineage",
+                    f"<p>{badge(status, 'reproduce-' + status)} {moment(answer.get('at'))} with the code of "
+                    f"{esc(answer.get('code', '?'))} (<code>bash run lineage --reproduce</code>)</p>"
+                    f"<pre>{esc(answer.get('text', ''))}</pre>",
+                    "reproduce",
+                )
+            )
         if run.error:
             parts.append(section("Error", f"<pre>{esc(run.error.strip()[:4000])}</pre>", "error"))
         inputs_outputs = table(

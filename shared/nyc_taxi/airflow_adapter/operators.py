@@ -67,6 +67,17 @@ class ReportsLineage(BaseOperator):
     job: Job
     report: StepReport | None = None  # what the last run read and wrote
 
+    def pre_execute(self, context):
+        """The task's work runs at a lower CPU priority than Airflow itself (and so do the Spark JVM and the
+        flow it starts, which inherit it): on a small machine the API server and the scheduler stay
+        responsive while a month loads (TASK_NICENESS; measured: docs/performance.md)."""
+        from nyc_taxi.core.settings import get_settings
+
+        niceness = get_settings().task_niceness
+        if os.getpriority(os.PRIO_PROCESS, 0) < niceness:  # a level, not a step: tasks sharing a process
+            os.setpriority(os.PRIO_PROCESS, 0, niceness)  # (dag.test()) do not add theirs up
+        return super().pre_execute(context)
+
     def _lineage(self, inputs: list[DatasetUse], outputs: list[DatasetUse]) -> OperatorLineage:
         """Datasets plus the code version (git commit and DAG file), so runs can be compared."""
         from nyc_taxi.lineage.write.openlineage import input_dataset, output_dataset, source_code_location

@@ -76,6 +76,10 @@ class Settings(BaseSettings):
         30, description="How long a landed file's version that the source replaced is kept (to reproduce loads)."
     )
 
+    task_niceness: int = Field(
+        10, description="How much lower an Airflow task's CPU priority is than Airflow's own processes (0: the same)."
+    )
+
     # Spark: local[*] unless SPARK_MASTER (or spark-defaults.conf) names a cluster.
     spark_master: str | None = None
     spark_driver_memory: str = "4g"

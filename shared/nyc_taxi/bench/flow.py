@@ -130,10 +130,13 @@ class Lake:
     def flow(self, lookback_days: int, own_jvms: bool) -> dict:
         """One flow run with its origin in the newest month: wall seconds, seconds per step, its queries."""
         from nyc_taxi.bench.queries import event_logs, read_event_log
+        from nyc_taxi.core.catalog import current_snapshot_id
+        from nyc_taxi.core.datasets import YELLOW_RIDES_HOURLY_ACTUALS
         from nyc_taxi.core.jobs import TRAINING_FLOW
         from nyc_taxi.core.settings import REPO_ROOT
 
         env = {**self.env, "SPARK_SERVER": "false" if own_jvms else "true"}
+        actuals_before = current_snapshot_id(YELLOW_RIDES_HOURLY_ACTUALS, self.settings)
         logs_before = set(event_logs(self.logs))
         began_ms = time.time() * 1000
         t = time.perf_counter()
@@ -164,7 +167,7 @@ class Lake:
             "wall_s": wall,
             "steps_s": step_seconds(output, env),
             "queries": queries,
-            "nothing_counted": "nothing counted, nothing committed" in output,
+            "actuals_committed": current_snapshot_id(YELLOW_RIDES_HOURLY_ACTUALS, self.settings) != actuals_before,
         }
 
 
@@ -224,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
         ("flow after one new month, a JVM per step, s  (target <= 12)", cold["wall_s"]),
         ("compute_actuals after one new month, warm server, s  (target <= 2)", warm["steps_s"]["compute_actuals"]),
         ("compute_actuals on unchanged raw, warm server, s  (target <= 1)", unchanged["steps_s"]["compute_actuals"]),
-        ("  ... and it counted nothing and committed nothing (1 = yes)", float(unchanged["nothing_counted"])),
+        ("  ... and committed nothing to the actuals (1 = yes)", float(not unchanged["actuals_committed"])),
         ("flow on unchanged raw, warm server, s", unchanged["wall_s"]),
         ("flow on unchanged raw, a JVM per step, s", runs["unchanged raw, a JVM per step"]["wall_s"]),
         (f"flow after one new month on a lake of {args.months}, warm server, s", last["wall_s"]),

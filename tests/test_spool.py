@@ -156,3 +156,15 @@ def _processes() -> list[str]:
     return subprocess.run(
         ["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True, check=True
     ).stdout.splitlines()
+
+
+def test_a_line_still_being_written_is_not_read_yet_and_is_whole_once_written(tmp_path):
+    # OpenLineage's file transport appends without a lock: a reader can meet the half of a line
+    path = tmp_path / "airflow_events.jsonl"
+    first, second = {"eventType": "START", "n": 1}, {"eventType": "COMPLETE", "n": 2, "pad": "x" * 10_000}
+    line = json.dumps(second) + "\n"
+    path.write_text(json.dumps(first) + "\n" + line[:4096])
+    assert read_openlineage_file(path) == [first]
+    with path.open("a") as out:
+        out.write(line[4096:])
+    assert read_openlineage_file(path) == [first, second]

@@ -19,6 +19,7 @@ from nyc_taxi.core.datasets import DATASETS
 from nyc_taxi.core.naming import identity
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.lineage.write.destinations import openlineage_events_dir
+from nyc_taxi.lineage.write.outbox import read_openlineage_file
 
 FINAL = {"COMPLETE": "success", "FAIL": "failure", "ABORT": "aborted"}
 
@@ -71,7 +72,7 @@ def read_events(settings: Settings | None = None) -> list[dict]:
     settings = settings or get_settings()
     events = []
     for path in event_files(settings):
-        events += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        events += read_openlineage_file(path)
     return sorted(events, key=lambda e: e["eventTime"])
 
 

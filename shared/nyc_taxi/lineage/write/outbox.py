@@ -77,9 +77,13 @@ def read_datahub_records(settings: Settings, tool: str) -> list[dict]:
 
 
 def read_openlineage_file(path: Path) -> list[dict]:
+    """The complete events of a JSON-lines file. A writer in another process (OpenLineage's file
+    transport appends without a lock) may be in the middle of its last line: that one is not there yet."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    complete = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in complete.splitlines() if line.strip()]
 
 
 class Outbox:

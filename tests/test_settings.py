@@ -38,11 +38,18 @@ def test_dotenv_file_is_read(tmp_path, real_source_defaults):
 
 def test_unknown_profile_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("PROFILE", "gcp")
-    with pytest.raises(ValidationError, match="(?s)profile.*'local' or 'aws'"):
+    with pytest.raises(ValidationError, match="(?s)profile.*'local', 'aws' or 'team'"):
         Settings(_env_file=None)
 
 
 def test_secrets_are_not_printed(tmp_path):
-    s = Settings(_env_file=None, state_dir=tmp_path, datahub_token="very-secret-token")
-    assert "very-secret-token" not in repr(s) and "very-secret-token" not in str(s.model_dump())
+    s = Settings(
+        _env_file=None,
+        state_dir=tmp_path,
+        datahub_token="very-secret-token",
+        postgres_url="postgresql://team:very-secret-db@db.internal:5432",
+        redis_url="redis://:very-secret-broker@cache.internal:6379/0",
+    )
+    for secret in ("very-secret-token", "very-secret-db", "very-secret-broker"):
+        assert secret not in repr(s) and secret not in str(s.model_dump())
     assert s.datahub_token.get_secret_value() == "very-secret-token"

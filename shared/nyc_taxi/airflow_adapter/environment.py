@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
 from nyc_taxi.lineage.write.destinations import datahub_file, openlineage_file
 
@@ -32,13 +33,15 @@ def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         # A 2-core machine: few task processes at a time, one Spark JVM each.
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__API__HOST": "127.0.0.1",  # the UI/API listens on this machine only
+        **lakehouse(settings).airflow_services(),
+        # the UI and the execution API that task processes report to, on this machine only
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(settings.airflow_port),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{settings.airflow_port}/execution/",
         # Simple auth manager: user admin; Airflow generates its password into
         # $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated (never a fixed one).
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",

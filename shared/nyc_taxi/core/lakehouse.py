@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from nyc_taxi.core import aws
+from nyc_taxi.core import aws, team
 from nyc_taxi.core.settings import Settings, get_settings
 
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
@@ -130,6 +130,18 @@ class Lakehouse(ABC):
 
     def prepare_catalog(self) -> None:
         """Anything the catalog needs before Spark connects."""
+
+    def spark_master(self) -> str | None:
+        """The Spark cluster the profile's sessions run on when SPARK_MASTER does not say (None: local)."""
+        return None
+
+    def airflow_services(self) -> dict[str, str]:
+        """Airflow's settings for its metadata database and executor: SQLite under Airflow's home
+        (development only, as Airflow says) and the LocalExecutor."""
+        return {
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.settings.airflow_home / 'airflow.db'}",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        }
 
     # ---- infrastructure --------------------------------------------------------------------
     @abstractmethod
@@ -264,16 +276,20 @@ class LocalLakehouse(Lakehouse):
             if not path.exists():
                 path.mkdir(parents=True)
                 done.append(f"created directory {path}")
-        catalog_existed = self.settings.catalog_db_path.exists()
-        catalog = self.pyiceberg_catalog()  # creates the catalog tables in the SQLite file
+        catalog_existed = self._catalog_exists()
+        catalog = self.pyiceberg_catalog()  # creates the catalog's tables
         if not catalog_existed:
-            done.append(
-                f"created Iceberg SQL catalog {self.settings.catalog_name!r} at {self.settings.catalog_db_path}"
-            )
+            done.append(f"created Iceberg SQL catalog {self.settings.catalog_name!r} in {self._catalog_place()}")
         if (self.settings.database,) not in catalog.list_namespaces():
             catalog.create_namespace(self.settings.database, {"comment": DATABASE_COMMENT})
             done.append(f"created namespace {self.settings.database!r}")
         return done
+
+    def _catalog_exists(self) -> bool:
+        return self.settings.catalog_db_path.exists()
+
+    def _catalog_place(self) -> str:
+        return str(self.settings.catalog_db_path)
 
     def destroy(self) -> list[str]:
         done = []
@@ -281,6 +297,86 @@ class LocalLakehouse(Lakehouse):
             if path.exists():
                 shutil.rmtree(path)
                 done.append(f"removed {path}")
+        return done
+
+
+class TeamLakehouse(LocalLakehouse):
+    """The team profile: the Iceberg JDBC catalog on PostgreSQL (Spark and pyiceberg share its tables,
+    many writers commit at once without SQLite's file lock) and a Spark standalone cluster
+    (``nyc_taxi.core.team``). The files stay where the local profile keeps them (one machine: the
+    driver, executors and Airflow's workers share the disk), so every dataset keeps its name."""
+
+    profile = "team"
+    catalog_database = "lakehouse"
+
+    def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
+        url, user, password = team.Postgres(self.settings).jdbc(self.catalog_database)
+        return {
+            f"{prefix}.type": "jdbc",
+            f"{prefix}.uri": url,
+            f"{prefix}.jdbc.user": user,
+            f"{prefix}.jdbc.password": password,  # Spark redacts *password* keys in its UI and event log
+            f"{prefix}.jdbc.schema-version": "V1",
+            f"{prefix}.cache-enabled": "false",
+        }
+
+    def spark_jars(self) -> list[str]:
+        if not team.POSTGRES_JDBC_JAR.is_file():
+            raise FileNotFoundError(
+                f"{team.POSTGRES_JDBC_JAR} is missing: run `bash run setup` (Debian package libpostgresql-jdbc-java)"
+            )
+        return [str(team.POSTGRES_JDBC_JAR)]
+
+    def java_options(self) -> list[str]:
+        return []
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        return {
+            "type": "sql",
+            "uri": team.Postgres(self.settings).url(self.catalog_database),
+            "warehouse": f"file://{self.warehouse}",
+        }
+
+    def prepare_catalog_file(self) -> None:
+        pass
+
+    def prepare_catalog(self) -> None:
+        pass  # Spark's JDBC catalog creates its tables in PostgreSQL if they are missing
+
+    def spark_master(self) -> str | None:
+        return team.SparkCluster(self.settings).master()
+
+    def airflow_services(self) -> dict[str, str]:
+        # URLs with passwords are read from 0600 files when Airflow needs them: no password is in an
+        # environment, and `airflow config list` shows the commands, not the URLs
+        postgres, redis = team.Postgres(self.settings), team.Redis(self.settings)
+        return {
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD": f"cat {postgres.airflow_url_file}",
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+            "AIRFLOW__CELERY__BROKER_URL_CMD": f"cat {redis.broker_url_file}",
+            "AIRFLOW__CELERY__RESULT_BACKEND_CMD": f"cat {postgres.celery_results_url_file}",
+        }
+
+    def _catalog_exists(self) -> bool:
+        return team.Postgres(self.settings).has_table(self.catalog_database, "iceberg_tables")
+
+    def _catalog_place(self) -> str:
+        return f"PostgreSQL database {self.catalog_database!r}"
+
+    def describe(self) -> str:
+        return f"{self.root} and the Iceberg catalog in PostgreSQL"
+
+    def destroy(self) -> list[str]:
+        done = []
+        catalog = self.pyiceberg_catalog()
+        for namespace in catalog.list_namespaces():
+            for table in catalog.list_tables(namespace):
+                catalog.drop_table(table)
+            catalog.drop_namespace(namespace)
+            done.append(f"dropped namespace {'.'.join(namespace)!r} from the catalog")
+        if Path(self.root).exists():
+            shutil.rmtree(self.root)
+            done.append(f"removed {self.root}")
         return done
 
 
@@ -455,7 +551,7 @@ class AwsLakehouse(Lakehouse):
         return done
 
 
-PROFILES: dict[str, type[Lakehouse]] = {"local": LocalLakehouse, "aws": AwsLakehouse}
+PROFILES: dict[str, type[Lakehouse]] = {"local": LocalLakehouse, "aws": AwsLakehouse, "team": TeamLakehouse}
 
 
 @functools.cache

@@ -26,7 +26,11 @@ class Settings(BaseSettings):
         env_file=REPO_ROOT / ".env", env_file_encoding="utf-8", extra="ignore", frozen=True
     )
 
-    profile: Literal["local", "aws"] = Field("local", description="Which lakehouse to use.")
+    profile: Literal["local", "aws", "team"] = Field(
+        "local",
+        description="Which lakehouse to use: local files and SQLite; S3 and Glue; or a team's services "
+        "(PostgreSQL for Airflow and the Iceberg catalog, a Spark cluster: `bash run team up`).",
+    )
     state_dir: Path = Field(
         REPO_ROOT / ".state",
         description="Local state: warehouse, catalog, lineage files, Airflow and Metaflow homes.",
@@ -47,6 +51,12 @@ class Settings(BaseSettings):
     )
     s3_bucket: str | None = Field(None, description="Defaults to airflow-metaflow-<hash of the account id>.")
     aws_endpoint_url: str | None = Field(None, description="S3/Glue/STS endpoint override (a moto server in tests).")
+
+    # team profile: a PostgreSQL the team runs (postgresql://user:password@host:port); unset, `bash run
+    # team up` starts one under the state directory with a generated password
+    postgres_url: SecretStr | None = None
+    # and a Redis (redis://:password@host:port/0) as the Celery executor's broker
+    redis_url: SecretStr | None = None
 
     # Where the source data comes from: the real public sites by default.
     tlc_base_url: str = TLC_BASE_URL
@@ -76,6 +86,9 @@ class Settings(BaseSettings):
         30, description="How long a landed file's version that the source replaced is kept (to reproduce loads)."
     )
 
+    airflow_port: int = Field(
+        8080, description="Airflow's API server (the UI and the tasks' execution API), on 127.0.0.1."
+    )
     task_niceness: int = Field(
         10, description="How much lower an Airflow task's CPU priority is than Airflow's own processes (0: the same)."
     )
@@ -99,6 +112,8 @@ class Settings(BaseSettings):
         "aws_profile",
         "s3_bucket",
         "aws_endpoint_url",
+        "postgres_url",
+        "redis_url",
         "datahub_platform_instance",
         "datahub_gms_url",
         "openlineage_url",

@@ -37,8 +37,14 @@ def iceberg_runtime_jar() -> Path:
     return jar
 
 
+def master(settings: Settings) -> str | None:
+    """Where sessions run: SPARK_MASTER, else the profile's cluster, else (None) local[*]."""
+    return settings.spark_master or lakehouse(settings).spark_master()
+
+
 def is_local(settings: Settings) -> bool:
-    return not settings.spark_master or settings.spark_master.startswith("local")
+    url = master(settings)
+    return not url or url.startswith("local")
 
 
 def _jars(settings: Settings) -> list[str]:
@@ -81,8 +87,9 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
     catalog = f"spark.sql.catalog.{settings.catalog_name}"
     conf = {
         "spark.app.name": "nyc-taxi",
-        # local: on the driver JVM's class path (so they are in the class archive); a cluster: shipped
-        "spark.driver.extraClassPath" if local else "spark.jars": (":" if local else ",").join(jars),
+        # on the driver JVM's class path (in the class archive; the driver runs in this process in every
+        # mode used here, and classes Python looks up by name must be on its own loader)
+        "spark.driver.extraClassPath": ":".join(jars),
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.defaultCatalog": settings.catalog_name,
@@ -96,10 +103,12 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
         f"{catalog}.warehouse": lake.warehouse,
         **lake.spark_catalog_conf(catalog),
     }
+    if not local:
+        conf["spark.jars"] = ",".join(jars)  # a cluster's executors get them from the driver
     if settings.spark_extra_packages:
         conf["spark.jars.packages"] = settings.spark_extra_packages
-    if settings.spark_master:
-        conf["spark.master"] = settings.spark_master
+    if url := master(settings):
+        conf["spark.master"] = url
     return conf
 
 

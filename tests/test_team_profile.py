@@ -1,0 +1,198 @@
+"""The team profile, run for real on this machine: `bash run team up` starts PostgreSQL (Airflow's
+metadata database and the Iceberg JDBC catalog), Redis, a Spark standalone cluster and Airflow on the
+CeleryExecutor with two workers, each a process of its own. DAG runs are triggered through the REST API
+as the UI's Trigger button does; the merge's asset event makes the scheduler start the training DAG,
+whose flow runs its Spark steps on the cluster. The tables equal an independent computation from the
+fixture files; nothing listens beyond 127.0.0.1; the generated passwords are in no log."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from expected_loads import comparable, expected_taxi_rows, expected_weather
+
+from nyc_taxi.airflow_adapter.environment import airflow_environment
+from nyc_taxi.core import datasets as registry
+from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team]
+
+MONTH = (2024, 7)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _team(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.team", *args], env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+@pytest.fixture(scope="module")
+def team(site, tmp_path_factory):
+    """The team profile's deployment, brought up once for this module under a state directory of its
+    own, and down (its PostgreSQL data removed) afterwards: (settings, environment)."""
+    from nyc_taxi.core.settings import Settings
+
+    state = tmp_path_factory.mktemp("team-state")
+    # the session's local-profile Airflow settings stay out: the team profile derives its own
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env |= {"PROFILE": "team", "STATE_DIR": str(state), "AIRFLOW_PORT": str(_free_port()), "SPARK_SERVER": "false"}
+    up = _team(env, "up")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        created = subprocess.run(
+            [sys.executable, "-m", "nyc_taxi.cli.infra", "create"], env=env, capture_output=True, text=True
+        )
+        assert created.returncode == 0, created.stderr
+        yield Settings(profile="team", state_dir=state, airflow_port=int(env["AIRFLOW_PORT"])), env
+    finally:
+        down = _team(env, "down", "--delete-data")
+        print(down.stdout, down.stderr)
+
+
+def _request(url: str, token: str | None = None, body: dict | None = None) -> dict:
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {token}"} if token else {})
+    data = json.dumps(body).encode() if body is not None else None
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers, data=data), timeout=30) as answer:
+        return json.load(answer)
+
+
+def _wait_for(fetch, done, seconds: float):
+    """Poll until done(answer); an answer that is slow to come (a busy machine) is "not yet"."""
+    deadline, answer = time.monotonic() + seconds, None
+    while time.monotonic() < deadline:
+        try:
+            answer = fetch()
+        except OSError:
+            answer = None
+        if answer is not None and done(answer):
+            return answer
+        time.sleep(3)
+    return answer
+
+
+def _component_pids(settings) -> dict[str, int]:
+    from nyc_taxi.core import team
+
+    pids = dict(team.read_record(team.team_dir(settings) / "airflow.json"))
+    pids["spark"] = team.read_record(team.SparkCluster(settings).record)["pids"]
+    pids["redis"] = team.read_record(team.Redis(settings).record)["pid"]
+    postmaster = team.Postgres(settings).data_dir / "data" / "postmaster.pid"
+    pids["postgres"] = int(postmaster.read_text().split()[0])
+    return pids
+
+
+def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluster(team, site):
+    from nyc_taxi.core import team as services
+    from nyc_taxi.core.catalog import load_table
+
+    settings, _ = team
+    base = f"http://127.0.0.1:{settings.airflow_port}"
+    taxi_file = add_taxi_month(site, *MONTH, rows=20_000, seed=71)
+    add_weather_month(site, *MONTH, seed=71)
+    password = json.loads((settings.airflow_home / "simple_auth_manager_passwords.json.generated").read_text())
+    token = _request(f"{base}/auth/token", body={"username": "admin", "password": password["admin"]})["access_token"]
+
+    # both ingestion DAGs at once, as two clicks on Trigger would
+    month = f"{MONTH[0]:04d}-{MONTH[1]:02d}"
+    triggered = {
+        dag: _request(f"{base}/api/v2/dags/{dag}/dagRuns", token, {"logical_date": None, "conf": {"month": month}})
+        for dag in ("ingest_yellow_taxi_data", "ingest_weather_data")
+    }
+    for dag, run in triggered.items():
+        url = f"{base}/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}"
+        done = _wait_for(lambda url=url: _request(url, token), lambda r: r["state"] in ("success", "failed"), 900)
+        assert done and done["state"] == "success", (dag, done)
+
+    def training():
+        runs = _request(f"{base}/api/v2/dags/train_forecast_model/dagRuns?order_by=-run_after", token)["dag_runs"]
+        return [r for r in runs if r["run_type"] == "asset_triggered"]
+
+    runs = _wait_for(training, lambda found: found and found[0]["state"] in ("success", "failed"), 900)
+    assert runs and len(runs) == 1 and runs[0]["state"] == "success", runs
+
+    # the tables, read through pyiceberg from the PostgreSQL catalog, equal an independent reading
+    raw = load_table(registry.YELLOW_TAXI_RAW, settings).scan().to_arrow()
+    assert raw.num_rows == 20_000 and comparable(raw).equals(comparable(expected_taxi_rows(taxi_file)))
+    rows = load_table(registry.WEATHER_RAW, settings).scan().to_arrow().to_pylist()
+    weather = {(r["county_code"], r["date"]): r for r in rows}
+    expected = expected_weather(site, *MONTH, "scaled")
+    assert len(weather) == len(rows) and weather.keys() == expected.keys()
+    assert all({k: weather[key][k] for k in expected[key]} == expected[key] for key in expected)
+    forecasts = load_table(registry.YELLOW_RIDES_HOURLY_FORECAST, settings).scan().to_arrow()
+    as_of = dt.datetime(MONTH[0], MONTH[1] + 1, 1)  # the month after the one the merge loaded
+    assert forecasts.num_rows > 0 and set(forecasts.column("as_of_datetime").to_pylist()) == {as_of}
+
+    # every Spark session ran on the cluster: one application per Spark task and step, all finished
+    applications = services.SparkCluster(settings).applications()
+    assert len(applications) >= 4 and all(a["state"] == "FINISHED" for a in applications), applications
+    # both Celery workers ran tasks
+    logs = settings.airflow_home / "logs" / "components"
+    for worker in ("worker-1", "worker-2"):
+        assert "succeeded" in (logs / f"{worker}.log").read_text(), worker
+
+
+def test_nothing_listens_beyond_127_0_0_1_and_no_password_is_in_a_log(team, listening_sockets):
+    from nyc_taxi.core import team as services
+
+    settings, env = team
+    pids = _component_pids(settings)
+    flat = [p for value in pids.values() for p in (value if isinstance(value, list) else [value])]
+    listeners = listening_sockets(*flat)
+    assert len(listeners) >= 5 and {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
+
+    secrets = [
+        services.read_record(services.Postgres(settings).record)["password"],
+        services.read_record(services.Redis(settings).record)["password"],
+    ]
+    config = subprocess.run(
+        [sys.executable, "-m", "airflow", "config", "list"],
+        env={**env, **airflow_environment(settings)},
+        capture_output=True,
+        text=True,
+    )
+    assert config.returncode == 0 and "sql_alchemy_conn" in config.stdout
+    places = {"airflow config list": config.stdout + config.stderr}
+    secret_files = {
+        services.Postgres(settings).record,
+        services.Postgres(settings).airflow_url_file,
+        services.Postgres(settings).celery_results_url_file,
+        services.Redis(settings).record,
+        services.Redis(settings).broker_url_file,
+        services.Redis(settings).directory / "redis.conf",
+    }
+    for path in Path(settings.state_dir).rglob("*"):
+        if path.is_file() and path not in secret_files and path.stat().st_size < 50_000_000:
+            places[str(path)] = path.read_bytes().decode(errors="replace")
+    for path in services.Postgres(settings).data_dir.glob("*.log"):
+        places[str(path)] = path.read_text(errors="replace")
+    for secret in secrets:
+        assert not [place for place, text in places.items() if secret in text]
+    for path in secret_files:
+        assert path.stat().st_mode & 0o077 == 0, path
+
+
+def test_up_again_changes_nothing_and_status_names_every_service(team):
+    settings, env = team
+    before = _component_pids(settings)
+    again = _team(env, "up")
+    assert again.returncode == 0, again.stderr
+    assert _component_pids(settings) == before
+    status = _team(env, "status").stdout
+    for service in ("PostgreSQL: running", "Redis: running", "Spark: master running", "Airflow: 6 of 6"):
+        assert service in status, status

@@ -52,6 +52,13 @@ def team(site, tmp_path_factory):
     # the session's local-profile Airflow settings stay out: the team profile derives its own
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env |= {"PROFILE": "team", "STATE_DIR": str(state), "AIRFLOW_PORT": str(_free_port()), "SPARK_SERVER": "false"}
+    # a deployment's own choices, shorter than Airflow's defaults (300 s each) so a lost worker's task
+    # is failed and retried within the test's patience
+    env |= {
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+        "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
+    }
     up = _team(env, "up")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -63,6 +70,23 @@ def team(site, tmp_path_factory):
     finally:
         down = _team(env, "down", "--delete-data")
         print(down.stdout, down.stderr)
+
+
+def _token(settings) -> str:
+    base = f"http://127.0.0.1:{settings.airflow_port}"
+    password = json.loads((settings.airflow_home / "simple_auth_manager_passwords.json.generated").read_text())
+    return _request(f"{base}/auth/token", body={"username": "admin", "password": password["admin"]})["access_token"]
+
+
+def _trigger(settings, token: str, dag: str, month: str) -> str:
+    base = f"http://127.0.0.1:{settings.airflow_port}"
+    body = {"logical_date": None, "conf": {"month": month}}
+    return _request(f"{base}/api/v2/dags/{dag}/dagRuns", token, body)["dag_run_id"]
+
+
+def _finished(settings, token: str, dag: str, run_id: str, seconds: float = 900) -> dict:
+    url = f"http://127.0.0.1:{settings.airflow_port}/api/v2/dags/{dag}/dagRuns/{run_id}"
+    return _wait_for(lambda: _request(url, token), lambda r: r["state"] in ("success", "failed"), seconds)
 
 
 def _request(url: str, token: str | None = None, body: dict | None = None) -> dict:
@@ -105,18 +129,15 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
     base = f"http://127.0.0.1:{settings.airflow_port}"
     taxi_file = add_taxi_month(site, *MONTH, rows=20_000, seed=71)
     add_weather_month(site, *MONTH, seed=71)
-    password = json.loads((settings.airflow_home / "simple_auth_manager_passwords.json.generated").read_text())
-    token = _request(f"{base}/auth/token", body={"username": "admin", "password": password["admin"]})["access_token"]
+    token = _token(settings)
 
     # both ingestion DAGs at once, as two clicks on Trigger would
     month = f"{MONTH[0]:04d}-{MONTH[1]:02d}"
     triggered = {
-        dag: _request(f"{base}/api/v2/dags/{dag}/dagRuns", token, {"logical_date": None, "conf": {"month": month}})
-        for dag in ("ingest_yellow_taxi_data", "ingest_weather_data")
+        dag: _trigger(settings, token, dag, month) for dag in ("ingest_yellow_taxi_data", "ingest_weather_data")
     }
-    for dag, run in triggered.items():
-        url = f"{base}/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}"
-        done = _wait_for(lambda url=url: _request(url, token), lambda r: r["state"] in ("success", "failed"), 900)
+    for dag, run_id in triggered.items():
+        done = _finished(settings, token, dag, run_id)
         assert done and done["state"] == "success", (dag, done)
 
     def training():
@@ -141,10 +162,12 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
     # every Spark session ran on the cluster: one application per Spark task and step, all finished
     applications = services.SparkCluster(settings).applications()
     assert len(applications) >= 4 and all(a["state"] == "FINISHED" for a in applications), applications
-    # both Celery workers ran tasks
+    # both Celery workers ran tasks, and no catalog commit had to wait for another writer
     logs = settings.airflow_home / "logs" / "components"
     for worker in ("worker-1", "worker-2"):
         assert "succeeded" in (logs / f"{worker}.log").read_text(), worker
+    task_logs = [p.read_text() for p in (settings.airflow_home / "logs").glob("dag_id=*/**/*.log")]
+    assert len(task_logs) >= 9 and not [text for text in task_logs if "lost a race with another writer" in text]
 
 
 def test_nothing_listens_beyond_127_0_0_1_and_no_password_is_in_a_log(team, listening_sockets):
@@ -196,3 +219,79 @@ def test_up_again_changes_nothing_and_status_names_every_service(team):
     status = _team(env, "status").stdout
     for service in ("PostgreSQL: running", "Redis: running", "Spark: master running", "Airflow: 6 of 6"):
         assert service in status, status
+
+
+def test_every_dataset_keeps_its_name_datahubs_iceberg_source_on_postgres_included(team):
+    """The same identities as on the local profile: the registry's names, the lineage the deployment's
+    tasks wrote, and what DataHub's own Iceberg source reads from the PostgreSQL catalog."""
+    from nyc_taxi.core.naming import identity
+    from nyc_taxi.core.settings import Settings
+    from nyc_taxi.lineage.write.datahub_pipeline import ingest_catalog
+    from nyc_taxi.lineage.write.destinations import openlineage_file
+    from nyc_taxi.lineage.write.outbox import read_datahub_file, read_openlineage_file
+
+    settings, _ = team
+    local = Settings(profile="local", state_dir=settings.state_dir / "elsewhere")
+    for dataset in registry.DATASETS.values():
+        assert identity(dataset, settings) == identity(dataset, local), dataset.name
+
+    records = read_datahub_file(ingest_catalog(settings))
+    tables = {r["entityUrn"] for r in records if r["entityUrn"].startswith("urn:li:dataset:")}
+    assert tables == {identity(t, local).datahub_urn for t in registry.TABLES.values()}
+
+    events = read_openlineage_file(openlineage_file(settings, "airflow"))
+    merge = [
+        e
+        for e in events
+        if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".merge_upsert_staging_into_raw_yellow")
+    ]
+    raw = identity(registry.YELLOW_TAXI_RAW, local)
+    assert merge and all((o["namespace"], o["name"]) == (raw.ol_namespace, raw.ol_name) for o in merge[0]["outputs"])
+
+
+def test_a_celery_worker_killed_in_the_middle_of_a_merge_is_retried_on_the_other_and_the_month_loads_once(team, site):
+    """A worker lost with its task (SIGKILL to its whole process tree, as a machine that goes away):
+    the task stops heart-beating, Airflow fails that try and retries it on the other worker; the
+    month is in raw exactly once. `team up` then starts the lost worker again."""
+    import psutil
+
+    from nyc_taxi.core import team as services
+    from nyc_taxi.core.catalog import load_table
+
+    settings, env = team
+    base = f"http://127.0.0.1:{settings.airflow_port}"
+    taxi_file = add_taxi_month(site, 2024, 9, rows=100_000, seed=91)
+    token = _token(settings)
+    run_id = _trigger(settings, token, "ingest_yellow_taxi_data", "2024-09")
+    merge = f"{base}/api/v2/dags/ingest_yellow_taxi_data/dagRuns/{run_id}/taskInstances/merge_upsert_staging_into_raw_yellow"
+    cluster = services.SparkCluster(settings)
+
+    def merging():
+        ti = _request(merge, token)
+        active = [a for a in cluster.applications() if a["state"] == "RUNNING"]
+        return ti if ti["state"] == "running" and ti.get("pid") and active else None
+
+    ti = _wait_for(merging, lambda found: found is not None, 600)
+    assert ti, _request(merge, token)
+    workers = {n: p for n, p in _component_pids(settings).items() if n.startswith("worker-")}
+    victim = next(n for n, p in workers.items() if ti["pid"] in {c.pid for c in psutil.Process(p).children(True)})
+    time.sleep(2)  # its Spark application is running the merge
+    tree = [psutil.Process(workers[victim]), *psutil.Process(workers[victim]).children(True)]
+    for process in tree:
+        process.kill()
+    psutil.wait_procs(tree, timeout=30)
+
+    done = _finished(settings, token, "ingest_yellow_taxi_data", run_id)
+    assert done and done["state"] == "success", done
+    retried = _request(merge, token)
+    assert retried["state"] == "success" and retried["try_number"] == 2, retried
+    (survivor,) = set(workers) - {victim}
+    survivor_log = (settings.airflow_home / "logs" / "components" / f"{survivor}.log").read_text()
+    assert survivor_log.count("received") >= 1
+
+    raw = load_table(registry.YELLOW_TAXI_RAW, settings).scan(row_filter=f"source_file == '{taxi_file.name}'")
+    assert comparable(raw.to_arrow()).equals(comparable(expected_taxi_rows(taxi_file)))
+
+    again = _team(env, "up")
+    assert again.returncode == 0, again.stderr
+    assert "Airflow: 6 of 6" in _team(env, "status").stdout

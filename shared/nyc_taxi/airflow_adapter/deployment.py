@@ -15,8 +15,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
 from nyc_taxi.core import team
@@ -61,6 +63,66 @@ def health(settings: Settings) -> dict | None:
 def _healthy(settings: Settings) -> bool:
     answer = health(settings) or {}
     return all(answer.get(part, {}).get("status") == "healthy" for part in ("scheduler", "triggerer", "dag_processor"))
+
+
+def running(settings: Settings) -> bool:
+    """Whether this state directory's deployment runs (its API server answers)."""
+    record = team.read_record(_record(settings)) or {}
+    return team.alive(record.get("api-server", 0)) and health(settings) is not None
+
+
+class Api:
+    """Airflow's REST API as the UI uses it, as the deployment's admin user (the password Airflow
+    generated into its home): trigger a run, read its state, wait for it."""
+
+    def __init__(self, settings: Settings):
+        self.settings, self.base = settings, base_url(settings)
+        passwords = settings.airflow_home / "simple_auth_manager_passwords.json.generated"
+        admin = json.loads(passwords.read_text())["admin"]
+        self.token = self.call("/auth/token", {"username": "admin", "password": admin})["access_token"]
+
+    def call(self, path: str, body: dict | None = None) -> dict:
+        headers = {"Content-Type": "application/json"}
+        if getattr(self, "token", None):
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{self.base}{path}", headers=headers, data=data)
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return json.load(answer)
+
+    def trigger(self, dag_id: str, conf: dict) -> str:
+        """A run now, with ``conf``: what the UI's Trigger button does."""
+        return self.call(f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+
+    def run(self, dag_id: str, run_id: str) -> dict:
+        return self.call(f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}")
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        answer = self.call(f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances")
+        return {ti["task_id"]: ti["state"] for ti in answer["task_instances"]}
+
+    def active_runs(self, dag_id: str = "~") -> list[dict]:
+        return self.call(f"/api/v2/dags/{dag_id}/dagRuns?state=queued&state=running")["dag_runs"]
+
+    def wait(self, ready, seconds: float = 3600):
+        """Poll until ``ready()`` gives an answer; a slow or refused answer (a busy machine) is "not yet"."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                answer = ready()
+            except OSError:
+                answer = None
+            if answer:
+                return answer
+            time.sleep(2)
+        raise TimeoutError(f"Airflow at {self.base}: still waiting after {seconds:.0f} s")
+
+    def finished(self, dag_id: str, run_id: str) -> dict:
+        return self.wait(lambda: (r := self.run(dag_id, run_id))["state"] in ("success", "failed") and r)
+
+    def idle(self, dag_id: str = "~") -> None:
+        """Until no run of the DAG (``~``: of any DAG) is queued or running."""
+        self.wait(lambda: not self.active_runs(dag_id))
 
 
 def _environment(settings: Settings) -> dict[str, str]:

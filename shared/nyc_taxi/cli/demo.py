@@ -2,9 +2,11 @@
 
 Serves fixture months on 127.0.0.1 (the real download code runs), runs both ingestion DAGs for two
 taxi months and their weather, then the train_forecast_model DAG twice: its task starts
-TrainForecastModelFlow (seasonal naive, then weather-adjusted) as a child run. All DAG runs go through
-Airflow's dag.test() in one process (the local profile has no scheduler running: the Asset event a merge
-emits is recorded, and the training DAG is started here, with the parameters a backtest needs). Then it
+TrainForecastModelFlow (seasonal naive, then weather-adjusted) as a child run. On the local profile all
+DAG runs go through Airflow's dag.test() in one process (no scheduler runs: the Asset event a merge
+emits is recorded, and the training DAG is started here, with the parameters a backtest needs). With
+PROFILE=team they are triggered through the REST API of the team deployment, whose scheduler runs them
+on Celery workers and starts train_forecast_model itself from each merge's asset event. Then it
 prints what the lineage can answer: the cross-tool graph of the forecast table, the exact versions
 behind the forecast, how the lineage changed between the two flow runs, and where a forecast column
 comes from. Last, the TLC republishes January: what is stale, the re-run that fixes it, and a run
@@ -94,13 +96,51 @@ def main(argv: list[str] | None = None) -> None:
         settings = get_settings()
         env = {**os.environ, **airflow_environment(settings)}
         prepare_directories(settings)
-        _say("Airflow: both ingestion DAGs per month, then train_forecast_model starting the flow twice")
-        _run([sys.executable, "-m", "airflow", "db", "migrate"], env, "airflow db migrate")
-        done = _run([sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *_dag_runs()], env, "the DAG runs")
-        _print_runs(done.stdout)
-        _explain(settings, args.images)
-        stale = _act(settings, site)
+        with _deployment(settings):
+            _say("Airflow: both ingestion DAGs per month, then train_forecast_model starting the flow twice")
+            _run([sys.executable, "-m", "airflow", "db", "migrate"], env, "airflow db migrate")
+            done = _run([sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *_dag_runs()], env, "the DAG runs")
+            _print_runs(done.stdout)
+            _print_asset_triggered(settings)
+            _explain(settings, args.images)
+            stale = _act(settings, site)
     _site(settings, args.images, stale)
+
+
+@contextlib.contextmanager
+def _deployment(settings):
+    """On the team profile, the DAG runs go through Airflow's scheduler and Celery workers: the services
+    come up if they are not, and Airflow (re)starts with its sources on this demo's fixture server; Airflow
+    stops at the end, when that server goes (the services run on). On the local profile, nothing to do:
+    the runs are dag.test() in one process."""
+    if not lakehouse(settings).airflow_deployment:
+        yield
+        return
+    from nyc_taxi.airflow_adapter import deployment
+    from nyc_taxi.core import team
+
+    _say("the team deployment (bash run team up): its services, and Airflow with its sources on the fixture server")
+    deployment.down(settings)
+    for line in team.up(settings) + deployment.up(settings):
+        print(f"    {line}", flush=True)
+    try:
+        yield
+    finally:
+        deployment.down(settings)
+        print(
+            "\n    Airflow stopped with the fixture server (PostgreSQL, Redis and Spark run on: bash run team status)"
+        )
+
+
+def _print_asset_triggered(settings) -> None:
+    """The training runs the scheduler started itself, from the merges' asset events (team profile)."""
+    if not lakehouse(settings).airflow_deployment:
+        return
+    from nyc_taxi.airflow_adapter.deployment import Api
+
+    runs = Api(settings).call(f"/api/v2/dags/{TRAIN_FORECAST_MODEL.name}/dagRuns?run_type=asset_triggered")["dag_runs"]
+    for run in runs:
+        print(f"      {TRAIN_FORECAST_MODEL.name} started by the scheduler from an asset event: {run['state']}")
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ DATABASE_COMMENT = "NYC taxi demand forecasting"
 
 class Lakehouse(ABC):
     profile: str
+    airflow_deployment = False  # Airflow runs as a deployment (scheduler, workers) the profile starts
 
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -308,6 +309,7 @@ class TeamLakehouse(LocalLakehouse):
 
     profile = "team"
     catalog_database = "lakehouse"
+    airflow_deployment = True
 
     def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
         url, user, password = team.Postgres(self.settings).jdbc(self.catalog_database)

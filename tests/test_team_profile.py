@@ -231,7 +231,7 @@ def test_every_dataset_keeps_its_name_datahubs_iceberg_source_on_postgres_includ
     from nyc_taxi.lineage.write.outbox import read_datahub_file, read_openlineage_file
 
     settings, _ = team
-    local = Settings(profile="local", state_dir=settings.state_dir / "elsewhere")
+    local = Settings(profile="local", state_dir=settings.state_dir)  # the same lake under the local profile
     for dataset in registry.DATASETS.values():
         assert identity(dataset, settings) == identity(dataset, local), dataset.name
 

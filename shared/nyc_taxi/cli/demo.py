@@ -79,6 +79,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = get_settings()
 
+    if lakehouse(settings).airflow_deployment:
+        from nyc_taxi.core import team
+
+        _say("the team profile's services (bash run team up)")
+        for line in team.up(settings):
+            print(f"    {line}", flush=True)
     _say(f"lakehouse ({settings.profile} profile) under {settings.state_dir}")
     for line in lakehouse(settings).create():
         print(f"    {line}")
@@ -109,19 +115,18 @@ def main(argv: list[str] | None = None) -> None:
 
 @contextlib.contextmanager
 def _deployment(settings):
-    """On the team profile, the DAG runs go through Airflow's scheduler and Celery workers: the services
-    come up if they are not, and Airflow (re)starts with its sources on this demo's fixture server; Airflow
-    stops at the end, when that server goes (the services run on). On the local profile, nothing to do:
-    the runs are dag.test() in one process."""
+    """On the team profile, the DAG runs go through Airflow's scheduler and Celery workers: Airflow
+    (re)starts with its sources on this demo's fixture server, and stops at the end, when that server
+    goes (the services run on). On the local profile, nothing to do: the runs are dag.test() in one
+    process."""
     if not lakehouse(settings).airflow_deployment:
         yield
         return
     from nyc_taxi.airflow_adapter import deployment
-    from nyc_taxi.core import team
 
-    _say("the team deployment (bash run team up): its services, and Airflow with its sources on the fixture server")
+    _say("the team deployment's Airflow, its sources on the fixture server (scheduler, Celery workers)")
     deployment.down(settings)
-    for line in team.up(settings) + deployment.up(settings):
+    for line in deployment.up(settings):
         print(f"    {line}", flush=True)
     try:
         yield
@@ -261,7 +266,12 @@ def _site(settings, images: Path | None, stale) -> None:
         "    bash run lineage yellow_taxi_raw     # any dataset or job, --json, --runs <job>, --trace, --as-of, --diff"
     )
     print("    bash run lineage --stale             # what a source change made stale; --rerun: fix it")
-    print("    bash run airflow standalone          # the DAG runs in the Airflow UI (http://localhost:8080)")
+    if lakehouse(settings).airflow_deployment:
+        print(
+            f"    bash run team up                     # Airflow again, on the real sources (http://127.0.0.1:{settings.airflow_port})"
+        )
+    else:
+        print("    bash run airflow standalone          # the DAG runs in the Airflow UI (http://localhost:8080)")
     print("    bash run training-flow card get evaluate evaluation.html   # forecast vs actual, as a page")
     print("    DATAHUB_GMS_URL=http://localhost:8080 bash run lineage-replay  # the same records in a real DataHub")
 

@@ -21,6 +21,7 @@ from expected_loads import comparable, expected_taxi_rows, expected_weather
 
 from nyc_taxi.airflow_adapter.environment import airflow_environment
 from nyc_taxi.core import datasets as registry
+from nyc_taxi.core import processes
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team]
@@ -113,9 +114,9 @@ def _wait_for(fetch, done, seconds: float):
 def _component_pids(settings) -> dict[str, int]:
     from nyc_taxi.core import team
 
-    pids = dict(team.read_record(team.team_dir(settings) / "airflow.json"))
-    pids["spark"] = team.read_record(team.SparkCluster(settings).record)["pids"]
-    pids["redis"] = team.read_record(team.Redis(settings).record)["pid"]
+    pids = dict(processes.read_record(team.team_dir(settings) / "airflow.json"))
+    pids["spark"] = processes.read_record(team.SparkCluster(settings).record)["pids"]
+    pids["redis"] = processes.read_record(team.Redis(settings).record)["pid"]
     postmaster = team.Postgres(settings).data_dir / "data" / "postmaster.pid"
     pids["postgres"] = int(postmaster.read_text().split()[0])
     return pids
@@ -180,8 +181,8 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_is_in_a_log(team, list
     assert len(listeners) >= 5 and {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
 
     secrets = [
-        services.read_record(services.Postgres(settings).record)["password"],
-        services.read_record(services.Redis(settings).record)["password"],
+        processes.read_record(services.Postgres(settings).record)["password"],
+        processes.read_record(services.Redis(settings).record)["password"],
     ]
     config = subprocess.run(
         [sys.executable, "-m", "airflow", "config", "list"],

@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
-from nyc_taxi.core import team
+from nyc_taxi.core import processes, team
 from nyc_taxi.core.settings import Settings
 
 WORKERS = 2
@@ -67,8 +67,8 @@ def _healthy(settings: Settings) -> bool:
 
 def running(settings: Settings) -> bool:
     """Whether this state directory's deployment runs (its API server answers)."""
-    record = team.read_record(_record(settings)) or {}
-    return team.alive(record.get("api-server", 0)) and health(settings) is not None
+    record = processes.read_record(_record(settings)) or {}
+    return processes.alive(record.get("api-server", 0)) and health(settings) is not None
 
 
 class Api:
@@ -130,32 +130,32 @@ def _environment(settings: Settings) -> dict[str, str]:
 
 
 def up(settings: Settings) -> list[str]:
-    record = team.read_record(_record(settings)) or {}
-    running = {name: pid for name, pid in record.items() if team.alive(pid)}
+    record = processes.read_record(_record(settings)) or {}
+    running = {name: pid for name, pid in record.items() if processes.alive(pid)}
     if running.keys() == COMPONENTS.keys():
         return [f"Airflow: running on {base_url(settings)} ({len(running)} processes)"]
-    if team.listening(settings.airflow_port) and "api-server" not in running:
-        raise team.ServiceError(f"127.0.0.1:{settings.airflow_port} is taken: set AIRFLOW_PORT to a free port")
+    if processes.listening(settings.airflow_port) and "api-server" not in running:
+        raise processes.ServiceError(f"127.0.0.1:{settings.airflow_port} is taken: set AIRFLOW_PORT to a free port")
     prepare_directories(settings)
     env = _environment(settings)
     migrated = subprocess.run(
         [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=600
     )
     if migrated.returncode != 0:
-        raise team.ServiceError(f"airflow db migrate failed: {migrated.stderr.strip()[-2000:]}")
+        raise processes.ServiceError(f"airflow db migrate failed: {migrated.stderr.strip()[-2000:]}")
     for name, args in COMPONENTS.items():
         if name not in running:
-            running[name] = team.spawn([sys.executable, "-m", "airflow", *args], env, _log(settings, name))
-            team.write_private(_record(settings), running)
-    team.wait_until(
-        lambda: _healthy(settings) or any(not team.alive(pid) for pid in running.values()),
+            running[name] = processes.spawn([sys.executable, "-m", "airflow", *args], env, _log(settings, name))
+            processes.write_private(_record(settings), running)
+    processes.wait_until(
+        lambda: _healthy(settings) or any(not processes.alive(pid) for pid in running.values()),
         300,
         "Airflow (scheduler, triggerer, DAG processor)",
     )
-    dead = [name for name, pid in running.items() if not team.alive(pid)]
+    dead = [name for name, pid in running.items() if not processes.alive(pid)]
     if dead:
         tail = _log(settings, dead[0]).read_text(errors="replace")[-2500:]
-        raise team.ServiceError(f"Airflow's {', '.join(dead)} exited; {_log(settings, dead[0])} ends:\n{tail}")
+        raise processes.ServiceError(f"Airflow's {', '.join(dead)} exited; {_log(settings, dead[0])} ends:\n{tail}")
     return [
         f"Airflow: API server and UI on {base_url(settings)}, scheduler, DAG processor, triggerer, "
         f"{WORKERS} Celery workers (logs under {_log(settings, 'x').parent})"
@@ -163,19 +163,19 @@ def up(settings: Settings) -> list[str]:
 
 
 def down(settings: Settings) -> list[str]:
-    record = team.read_record(_record(settings))
+    record = processes.read_record(_record(settings))
     if not record:
         return ["Airflow: not running"]
     # workers first (a warm shutdown lets a running task end), the API server last
     for name in reversed(list(record)):
-        team.stop_process(record[name], seconds=60)
+        processes.stop_process(record[name], seconds=60)
     _record(settings).unlink(missing_ok=True)
     return ["Airflow: stopped"]
 
 
 def status(settings: Settings) -> list[str]:
-    record = team.read_record(_record(settings)) or {}
-    alive = [name for name, pid in record.items() if team.alive(pid)]
+    record = processes.read_record(_record(settings)) or {}
+    alive = [name for name, pid in record.items() if processes.alive(pid)]
     if not alive:
         return ["Airflow: down"]
     answer = health(settings) or {}

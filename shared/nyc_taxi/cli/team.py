@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from nyc_taxi.airflow_adapter import deployment
-from nyc_taxi.core import team
+from nyc_taxi.core import processes, team
 from nyc_taxi.core.settings import get_settings
 
 
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
             said = deployment.down(settings) + team.down(settings, delete_data=args.delete_data)
         else:
             said = team.status(settings) + deployment.status(settings)
-    except team.ServiceError as error:
+    except processes.ServiceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print("\n".join(said))

@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from nyc_taxi.core.processes import alive, write_private
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.spark_jvm import new_session, session_conf
 
@@ -47,28 +48,13 @@ def fingerprint(settings: Settings) -> str:
     return hashlib.sha256(json.dumps(session_conf(settings), sort_keys=True).encode()).hexdigest()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:  # a server this process started, and it has exited
-            return False
-    except ChildProcessError:  # not this process's child
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: not ours to use
-        return False
-    return True
-
-
 def running(settings: Settings) -> dict | None:
     """The connection record of the server running for this state directory, or None."""
     try:
         record = json.loads(connection_path(settings).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-    return record if _alive(record["pid"]) else None
+    return record if alive(record["pid"]) else None
 
 
 @contextlib.contextmanager
@@ -209,12 +195,7 @@ def serve(settings: Settings) -> None:
         "application_id": session.sparkContext.applicationId,
         "started": time.time(),
     }
-    path = connection_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
-        json.dump(record, out)
-    os.replace(partial, path)
+    write_private(connection_path(settings), record)
     log.info("Spark server ready: pid %s, application %s", record["pid"], record["application_id"])
     stopping = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
@@ -223,7 +204,7 @@ def serve(settings: Settings) -> None:
         while not stopping.wait(1.0):
             pass
     finally:
-        path.unlink(missing_ok=True)  # no new process attaches to a server that is stopping
+        connection_path(settings).unlink(missing_ok=True)  # no new process attaches to a server that is stopping
         session.stop()
         log.info("Spark server stopped")
 
@@ -270,9 +251,9 @@ def stop(settings: Settings, timeout: float = 60.0) -> bool:
         return False
     os.kill(record["pid"], signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(record["pid"]) and time.monotonic() < deadline:
+    while alive(record["pid"]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    if _alive(record["pid"]):
+    if alive(record["pid"]):
         os.kill(record["pid"], signal.SIGKILL)
         connection_path(settings).unlink(missing_ok=True)
     return True

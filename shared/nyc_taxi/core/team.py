@@ -1,10 +1,12 @@
-"""The team profile's services on this machine: PostgreSQL (Airflow's metadata database and the
-Iceberg JDBC catalog) and a Spark standalone cluster (a master and a worker), each from its package
-(Debian's PostgreSQL, pyspark's own ``spark-class``), listening on 127.0.0.1 only.
+"""The team profile's services on this machine: PostgreSQL (Airflow's metadata database, Celery's
+results and the Iceberg JDBC catalog), Redis (the Celery executor's broker) and a Spark standalone
+cluster (a master and a worker), each from its package (Debian's PostgreSQL and Redis, pyspark's own
+``spark-class``), listening on 127.0.0.1 only. Airflow's own processes are the Airflow adapter's
+(``nyc_taxi.airflow_adapter.deployment``).
 
-What a service needs to be found is recorded under ``<state>/team/`` (mode 0600: the database password
-is generated at first start and is never printed or logged). A team that runs its own gives
-``POSTGRES_URL`` and ``SPARK_MASTER`` instead, and ``up`` starts only what is not given.
+What a service needs to be found is recorded under ``<state>/team/`` (mode 0600: the passwords are
+generated at first start and are never printed or logged). A team that runs its own gives
+``POSTGRES_URL``, ``REDIS_URL`` or ``SPARK_MASTER`` instead, and ``up`` starts only what is not given.
 
 PostgreSQL refuses to run as root. As root, the server runs as Debian's ``postgres`` user with its data
 under that user's home (a tree under a 0700 home such as /root is not reachable for it).
@@ -12,21 +14,29 @@ under that user's home (a tree under a 0700 home such as /root is not reachable 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from nyc_taxi.core.processes import (
+    ServiceError,
+    alive,
+    free_port,
+    listening,
+    read_record,
+    spawn,
+    stop_process,
+    wait_until,
+    write_private,
+    write_private_text,
+)
 from nyc_taxi.core.settings import Settings
 
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
@@ -35,87 +45,8 @@ DATABASES = ("airflow", "lakehouse")  # Airflow's metadata; the Iceberg catalog
 WORKER_CORES, WORKER_MEMORY = 4, "6g"  # more cores than the machine: JVM threads wait on I/O and locks too
 
 
-class ServiceError(RuntimeError):
-    """A service could not be started or reached; the message names what is missing."""
-
-
 def team_dir(settings: Settings) -> Path:
     return settings.state_dir / "team"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def alive(pid: int) -> bool:
-    """Whether a process runs (an exited child of this process is reaped; an exited process nobody
-    reaped — a container's first process may not — is a zombie, not alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(ChildProcessError):
-        if os.waitpid(pid, os.WNOHANG) != (0, 0):
-            return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
-
-
-def write_private(path: Path, value: dict) -> None:
-    write_private_text(path, json.dumps(value))
-
-
-def write_private_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    os.replace(path.with_suffix(".tmp"), path)
-
-
-def stop_process(pid: int, seconds: float = 30) -> None:
-    """SIGTERM to a process group a service was started in; SIGKILL if it is still there after ``seconds``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + seconds
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-
-
-def spawn(command: list[str], env: dict[str, str], log: Path) -> int:
-    """Start a service's process in a session of its own (it outlives `team up`), output to ``log``."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as out:
-        process = subprocess.Popen(
-            command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-    return process.pid
-
-
-def read_record(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def wait_until(ready, seconds: float, what: str, log: Path | None = None) -> None:
-    deadline = time.monotonic() + seconds
-    while not ready():
-        if time.monotonic() > deadline:
-            tail = log.read_text(errors="replace")[-3000:] if log and log.is_file() else ""
-            raise ServiceError(f"{what} did not come up within {seconds:.0f} s{': ' + tail if tail else ''}")
-        time.sleep(0.5)
 
 
 # ---- PostgreSQL -------------------------------------------------------------------------------------

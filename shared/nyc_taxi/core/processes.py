@@ -1,0 +1,93 @@
+"""Processes this project starts and leaves running (the warm Spark server, the team profile's
+services), and the records that find them again: whether a process still runs, how it is started
+and stopped, and records written whole with mode 0600 (they may hold a secret)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+
+class ServiceError(RuntimeError):
+    """A service could not be started or reached; the message names what is missing."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (an exited child of this process is reaped; an exited process nobody
+    reaped — a container's first process may not — is a zombie, not alive)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):  # gone, or another user's: not ours to use
+        return False
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG) != (0, 0):
+            return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+def write_private(path: Path, value: dict) -> None:
+    write_private_text(path, json.dumps(value))
+
+
+def write_private_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.replace(path.with_suffix(".tmp"), path)
+
+
+def stop_process(pid: int, seconds: float = 30) -> None:
+    """SIGTERM to a process group a service was started in; SIGKILL if it is still there after ``seconds``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def spawn(command: list[str], env: dict[str, str], log: Path) -> int:
+    """Start a service's process in a session of its own (it outlives `team up`), output to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        process = subprocess.Popen(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    return process.pid
+
+
+def read_record(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def wait_until(ready, seconds: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-3000:] if log and log.is_file() else ""
+            raise ServiceError(f"{what} did not come up within {seconds:.0f} s{': ' + tail if tail else ''}")
+        time.sleep(0.5)

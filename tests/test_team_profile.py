@@ -296,3 +296,35 @@ def test_a_celery_worker_killed_in_the_middle_of_a_merge_is_retried_on_the_other
     again = _team(env, "up")
     assert again.returncode == 0, again.stderr
     assert "Airflow: 6 of 6" in _team(env, "status").stdout
+
+
+def test_postgres_stopped_in_the_middle_of_a_merge_fails_that_try_and_the_retry_loads_the_month_once(team, site):
+    """PostgreSQL (the catalog and Airflow's database) goes away while a merge runs: that try fails
+    (the database refuses the task, or the task loses its heartbeat to an API server without its
+    database, whichever comes first) and commits nothing; Airflow's scheduler, triggerer and DAG
+    processor exit. Once `team up` brings PostgreSQL back (on the port it had) and starts what exited,
+    Airflow fails the try that lost its heartbeat and retries it: the month is in raw exactly once."""
+    from nyc_taxi.core import team as services
+    from nyc_taxi.core.catalog import load_table
+
+    settings, env = team
+    base = f"http://127.0.0.1:{settings.airflow_port}"
+    taxi_file = add_taxi_month(site, 2024, 10, rows=100_000, seed=101)
+    token = _token(settings)
+    run_id = _trigger(settings, token, "ingest_yellow_taxi_data", "2024-10")
+    merge = f"{base}/api/v2/dags/ingest_yellow_taxi_data/dagRuns/{run_id}/taskInstances/merge_upsert_staging_into_raw_yellow"
+    assert _wait_for(lambda: _request(merge, token), lambda ti: ti["state"] == "running", 600)
+    postgres = services.Postgres(settings)
+    port = processes.read_record(postgres.record)["port"]
+    assert postgres.down() == "PostgreSQL: stopped"
+    time.sleep(30)  # the task meets the closed database
+
+    back = _team(env, "up")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert processes.read_record(postgres.record)["port"] == port
+    done = _finished(settings, _token(settings), "ingest_yellow_taxi_data", run_id)
+    assert done and done["state"] == "success", done
+    retried = _request(merge, _token(settings))
+    assert retried["state"] == "success" and retried["try_number"] == 2, retried
+    raw = load_table(registry.YELLOW_TAXI_RAW, settings).scan(row_filter=f"source_file == '{taxi_file.name}'")
+    assert comparable(raw.to_arrow()).equals(comparable(expected_taxi_rows(taxi_file)))

@@ -118,8 +118,8 @@ def new_session(settings: Settings, java_options: tuple[str, ...] = (), small: b
     # py4j logs every socket at INFO, into task logs and into closed streams at exit.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     lakehouse(settings).prepare_catalog()
-    if is_local(settings):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if is_local(settings) or "://127.0.0.1:" in (master(settings) or ""):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a driver on this machine listens on it only
     builder = SparkSession.builder
     for key, value in session_conf(settings, java_options, small).items():
         builder = builder.config(key, value)

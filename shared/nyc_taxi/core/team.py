@@ -49,6 +49,13 @@ def team_dir(settings: Settings) -> Path:
     return settings.state_dir / "team"
 
 
+def _port_again(record: dict | None) -> int:
+    """The port a service had, if it is free: what already runs (Airflow's components, a task) finds it
+    where it was when it comes back; else a free one."""
+    port = (record or {}).get("port")
+    return port if port and not listening(port) else free_port()
+
+
 # ---- PostgreSQL -------------------------------------------------------------------------------------
 
 
@@ -147,7 +154,7 @@ class Postgres:
             self._initdb(record)
         elif record is None:
             raise ServiceError(f"{self.data_dir} holds a PostgreSQL cluster but {self.record} is gone")
-        record["port"] = free_port()
+        record["port"] = _port_again(record)
         write_private(self.record, record)
         log = self.data_dir / "server.log"
         options = f"-c listen_addresses=127.0.0.1 -p {record['port']} -k {self.data_dir}"
@@ -296,7 +303,7 @@ class Redis:
         server = shutil.which("redis-server")
         if not server:
             raise ServiceError("redis-server is missing: install Debian's redis-server (bash run setup does)")
-        record = {"port": free_port(), "password": (record or {}).get("password") or secrets.token_urlsafe(24)}
+        record = {"port": _port_again(record), "password": (record or {}).get("password") or secrets.token_urlsafe(24)}
         self.directory.mkdir(parents=True, exist_ok=True)
         config = self.directory / "redis.conf"  # the password in a 0600 file, not on a command line
         write_private_text(

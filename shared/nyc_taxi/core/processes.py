@@ -32,6 +32,8 @@ def listening(port: int) -> bool:
 def alive(pid: int) -> bool:
     """Whether a process runs (an exited child of this process is reaped; an exited process nobody
     reaped — a container's first process may not — is a zombie, not alive)."""
+    if pid <= 0:  # no process recorded: 0 and -1 would name process groups
+        return False
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):  # gone, or another user's: not ours to use

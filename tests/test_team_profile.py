@@ -21,12 +21,18 @@ from expected_loads import comparable, expected_taxi_rows, expected_weather
 
 from nyc_taxi.airflow_adapter.environment import airflow_environment
 from nyc_taxi.core import datasets as registry
-from nyc_taxi.core import processes
+from nyc_taxi.core import jobs, processes
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team]
 
 MONTH = (2024, 7)
+TAXI, WEATHER, TRAINING = (
+    jobs.INGEST_YELLOW_TAXI_DATA.name,
+    jobs.INGEST_WEATHER_DATA.name,
+    jobs.TRAIN_FORECAST_MODEL.name,
+)
+TAXI_MERGE = jobs.INGEST_YELLOW_TAXI_DATA.merge_upsert_staging_into_raw_yellow.name
 
 
 def _free_port() -> int:
@@ -111,6 +117,16 @@ def _wait_for(fetch, done, seconds: float):
     return answer
 
 
+def _a_taxi_month_loading(settings, site, year: int, month: int):
+    """A taxi month of 100,000 trips published and its DAG run triggered: (the file, a token, the run
+    id, the URL of the run's merge task instance)."""
+    taxi_file = add_taxi_month(site, year, month, rows=100_000, seed=year + month)
+    token = _token(settings)
+    run_id = _trigger(settings, token, TAXI, f"{year:04d}-{month:02d}")
+    base = f"http://127.0.0.1:{settings.airflow_port}"
+    return taxi_file, token, run_id, f"{base}/api/v2/dags/{TAXI}/dagRuns/{run_id}/taskInstances/{TAXI_MERGE}"
+
+
 def _component_pids(settings) -> dict[str, int]:
     from nyc_taxi.core import team
 
@@ -134,15 +150,13 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
 
     # both ingestion DAGs at once, as two clicks on Trigger would
     month = f"{MONTH[0]:04d}-{MONTH[1]:02d}"
-    triggered = {
-        dag: _trigger(settings, token, dag, month) for dag in ("ingest_yellow_taxi_data", "ingest_weather_data")
-    }
+    triggered = {dag: _trigger(settings, token, dag, month) for dag in (TAXI, WEATHER)}
     for dag, run_id in triggered.items():
         done = _finished(settings, token, dag, run_id)
         assert done and done["state"] == "success", (dag, done)
 
     def training():
-        runs = _request(f"{base}/api/v2/dags/train_forecast_model/dagRuns?order_by=-run_after", token)["dag_runs"]
+        runs = _request(f"{base}/api/v2/dags/{TRAINING}/dagRuns?order_by=-run_after", token)["dag_runs"]
         return [r for r in runs if r["run_type"] == "asset_triggered"]
 
     runs = _wait_for(training, lambda found: found and found[0]["state"] in ("success", "failed"), 900)
@@ -241,11 +255,7 @@ def test_every_dataset_keeps_its_name_datahubs_iceberg_source_on_postgres_includ
     assert tables == {identity(t, local).datahub_urn for t in registry.TABLES.values()}
 
     events = read_openlineage_file(openlineage_file(settings, "airflow"))
-    merge = [
-        e
-        for e in events
-        if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".merge_upsert_staging_into_raw_yellow")
-    ]
+    merge = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(f".{TAXI_MERGE}")]
     raw = identity(registry.YELLOW_TAXI_RAW, local)
     assert merge and all((o["namespace"], o["name"]) == (raw.ol_namespace, raw.ol_name) for o in merge[0]["outputs"])
 
@@ -260,11 +270,7 @@ def test_a_celery_worker_killed_in_the_middle_of_a_merge_is_retried_on_the_other
     from nyc_taxi.core.catalog import load_table
 
     settings, env = team
-    base = f"http://127.0.0.1:{settings.airflow_port}"
-    taxi_file = add_taxi_month(site, 2024, 9, rows=100_000, seed=91)
-    token = _token(settings)
-    run_id = _trigger(settings, token, "ingest_yellow_taxi_data", "2024-09")
-    merge = f"{base}/api/v2/dags/ingest_yellow_taxi_data/dagRuns/{run_id}/taskInstances/merge_upsert_staging_into_raw_yellow"
+    taxi_file, token, run_id, merge = _a_taxi_month_loading(settings, site, 2024, 9)
     cluster = services.SparkCluster(settings)
 
     def merging():
@@ -282,7 +288,7 @@ def test_a_celery_worker_killed_in_the_middle_of_a_merge_is_retried_on_the_other
         process.kill()
     psutil.wait_procs(tree, timeout=30)
 
-    done = _finished(settings, token, "ingest_yellow_taxi_data", run_id)
+    done = _finished(settings, token, TAXI, run_id)
     assert done and done["state"] == "success", done
     retried = _request(merge, token)
     assert retried["state"] == "success" and retried["try_number"] == 2, retried
@@ -308,11 +314,7 @@ def test_postgres_stopped_in_the_middle_of_a_merge_fails_that_try_and_the_retry_
     from nyc_taxi.core.catalog import load_table
 
     settings, env = team
-    base = f"http://127.0.0.1:{settings.airflow_port}"
-    taxi_file = add_taxi_month(site, 2024, 10, rows=100_000, seed=101)
-    token = _token(settings)
-    run_id = _trigger(settings, token, "ingest_yellow_taxi_data", "2024-10")
-    merge = f"{base}/api/v2/dags/ingest_yellow_taxi_data/dagRuns/{run_id}/taskInstances/merge_upsert_staging_into_raw_yellow"
+    taxi_file, token, run_id, merge = _a_taxi_month_loading(settings, site, 2024, 10)
     assert _wait_for(lambda: _request(merge, token), lambda ti: ti["state"] == "running", 600)
     postgres = services.Postgres(settings)
     port = processes.read_record(postgres.record)["port"]
@@ -322,7 +324,7 @@ def test_postgres_stopped_in_the_middle_of_a_merge_fails_that_try_and_the_retry_
     back = _team(env, "up")
     assert back.returncode == 0, back.stdout + back.stderr
     assert processes.read_record(postgres.record)["port"] == port
-    done = _finished(settings, _token(settings), "ingest_yellow_taxi_data", run_id)
+    done = _finished(settings, _token(settings), TAXI, run_id)
     assert done and done["state"] == "success", done
     retried = _request(merge, _token(settings))
     assert retried["state"] == "success" and retried["try_number"] == 2, retried

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections import Counter
@@ -486,15 +487,37 @@ class TestAfterTheDemo:
 
 @contextlib.contextmanager
 def _restored_afterwards(state_dir):
-    """Iceberg metadata names absolute paths, so the state is changed in place and restored from a copy."""
+    """Iceberg metadata names absolute paths, so the state is changed in place and restored from a copy.
+
+    Its SQLite databases (the catalog, Airflow's, DataHub Lite's) are copied through SQLite's backup API,
+    both ways, never as files: reading a database's file in a process that has it open drops that
+    process's POSIX locks on it; a writer in another process may then checkpoint and delete the WAL this
+    process still has open, and this process's next close deletes the new WAL, that writer's commits in it.
+    """
     backup = state_dir.with_name(state_dir.name + ".before")
     shutil.rmtree(backup, ignore_errors=True)
-    shutil.copytree(state_dir, backup, symlinks=True)
+    shutil.copytree(state_dir, backup, symlinks=True, ignore=_sqlite_sidecars, copy_function=_copy)
     try:
         yield
     finally:
-        shutil.rmtree(state_dir)
-        backup.rename(state_dir)
+        for folder, _, names in os.walk(state_dir):
+            for name in set(names) - _sqlite_sidecars(folder, names):
+                if not name.endswith(".db"):
+                    os.unlink(os.path.join(folder, name))
+        shutil.copytree(backup, state_dir, symlinks=True, dirs_exist_ok=True, copy_function=_copy)
+        shutil.rmtree(backup)
+
+
+def _sqlite_sidecars(folder, names) -> set[str]:
+    return {n for n in names if n.endswith(("-wal", "-shm", "-journal"))}
+
+
+def _copy(source: str, target: str) -> str:
+    if not source.endswith(".db"):
+        return shutil.copy2(source, target)
+    with contextlib.closing(sqlite3.connect(source)) as database, contextlib.closing(sqlite3.connect(target)) as copy:
+        database.backup(copy)
+    return target
 
 
 def demo_url(download_run: dict) -> str:

@@ -133,6 +133,7 @@ def _component_pids(settings) -> dict[str, int]:
     pids = dict(processes.read_record(team.team_dir(settings) / "airflow.json"))
     pids["spark"] = processes.read_record(team.SparkCluster(settings).record)["pids"]
     pids["redis"] = processes.read_record(team.Redis(settings).record)["pid"]
+    pids["s3"] = processes.read_record(team.ObjectStore(settings).record)["pid"]
     postmaster = team.Postgres(settings).data_dir / "data" / "postmaster.pid"
     pids["postgres"] = int(postmaster.read_text().split()[0])
     return pids
@@ -174,6 +175,23 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
     as_of = dt.datetime(MONTH[0], MONTH[1] + 1, 1)  # the month after the one the merge loaded
     assert forecasts.num_rows > 0 and set(forecasts.column("as_of_datetime").to_pylist()) == {as_of}
 
+    # the lake is in the bucket: the landed file, raw's data files, the flow's artifacts; none on disk
+    objects = services.ObjectStore(settings)
+    keys = {
+        o["Key"]
+        for page in objects.client().get_paginator("list_objects_v2").paginate(Bucket=objects.bucket)
+        for o in page.get("Contents", [])
+    }
+    assert f"landing/tlc_yellow_tripdata_landed/{taxi_file.name}" in keys
+    files = load_table(registry.YELLOW_TAXI_RAW, settings).inspect.files().column("file_path").to_pylist()
+    assert files and all(
+        f.startswith(f"s3a://{objects.bucket}/warehouse/") and f[len(f"s3a://{objects.bucket}/") :] in keys
+        for f in files
+    )
+    assert any(k.startswith("metaflow/TrainForecastModelFlow/") for k in keys)
+    assert not (settings.state_dir / "lake").exists()
+    assert not list(settings.metaflow_home.glob("**/TrainForecastModelFlow/data"))  # artifacts: the bucket's
+
     # every Spark session ran on the cluster: one application per Spark task and step, all finished
     applications = services.SparkCluster(settings).applications()
     assert len(applications) >= 4 and all(a["state"] == "FINISHED" for a in applications), applications
@@ -197,6 +215,7 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_is_in_a_log(team, list
     secrets = [
         processes.read_record(services.Postgres(settings).record)["password"],
         processes.read_record(services.Redis(settings).record)["password"],
+        services.ObjectStore(settings).keys()[1],
     ]
     config = subprocess.run(
         [sys.executable, "-m", "airflow", "config", "list"],
@@ -213,6 +232,8 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_is_in_a_log(team, list
         services.Redis(settings).record,
         services.Redis(settings).broker_url_file,
         services.Redis(settings).directory / "redis.conf",
+        services.ObjectStore(settings).record,
+        services.ObjectStore(settings).credentials_file,
     }
     for path in Path(settings.state_dir).rglob("*"):
         if path.is_file() and path not in secret_files and path.stat().st_size < 50_000_000:
@@ -232,13 +253,20 @@ def test_up_again_changes_nothing_and_status_names_every_service(team):
     assert again.returncode == 0, again.stderr
     assert _component_pids(settings) == before
     status = _team(env, "status").stdout
-    for service in ("PostgreSQL: running", "Redis: running", "Spark: master running", "Airflow: 6 of 6"):
+    for service in (
+        "PostgreSQL: running",
+        "Redis: running",
+        "object storage: running",
+        "Spark: master running",
+        "Airflow: 6 of 6",
+    ):
         assert service in status, status
 
 
 def test_every_dataset_keeps_its_name_datahubs_iceberg_source_on_postgres_included(team):
     """The same identities as on the local profile: the registry's names, the lineage the deployment's
     tasks wrote, and what DataHub's own Iceberg source reads from the PostgreSQL catalog."""
+    from nyc_taxi.core import team as services
     from nyc_taxi.core.naming import identity
     from nyc_taxi.core.settings import Settings
     from nyc_taxi.lineage.write.datahub_pipeline import ingest_catalog
@@ -247,8 +275,14 @@ def test_every_dataset_keeps_its_name_datahubs_iceberg_source_on_postgres_includ
 
     settings, _ = team
     local = Settings(profile="local", state_dir=settings.state_dir)  # the same lake under the local profile
+    bucket = f"s3://{services.ObjectStore(settings).bucket}"
     for dataset in registry.DATASETS.values():
-        assert identity(dataset, settings) == identity(dataset, local), dataset.name
+        here, there = identity(dataset, settings), identity(dataset, local)
+        names = ("key", "datahub_urn", "ol_namespace", "ol_name", "asset_uri")
+        assert [getattr(here, n) for n in names] == [getattr(there, n) for n in names], dataset.name
+        # where the bytes are differs, and only the storage symlink says so: the bucket
+        if there.ol_symlinks:
+            assert [s.namespace for s in here.ol_symlinks if s.type == "LOCATION"] == [bucket], here
 
     records = read_datahub_file(ingest_catalog(settings))
     tables = {r["entityUrn"] for r in records if r["entityUrn"].startswith("urn:li:dataset:")}
@@ -258,6 +292,28 @@ def test_every_dataset_keeps_its_name_datahubs_iceberg_source_on_postgres_includ
     merge = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(f".{TAXI_MERGE}")]
     raw = identity(registry.YELLOW_TAXI_RAW, local)
     assert merge and all((o["namespace"], o["name"]) == (raw.ol_namespace, raw.ol_name) for o in merge[0]["outputs"])
+
+
+def test_the_bucket_keeps_the_lake_when_its_server_goes_down_and_comes_up(team):
+    """moto keeps objects in memory: `down` saves them, `up` puts them back on the same port, and the
+    tables read the same rows."""
+    from nyc_taxi.core import team as services
+    from nyc_taxi.core.catalog import load_table
+
+    settings, _ = team
+    objects = services.ObjectStore(settings)
+
+    def listing() -> dict[str, int]:
+        pages = objects.client().get_paginator("list_objects_v2").paginate(Bucket=objects.bucket)
+        return {o["Key"]: o["Size"] for page in pages for o in page.get("Contents", [])}
+
+    before, port = listing(), processes.read_record(objects.record)["port"]
+    raw_before = load_table(registry.YELLOW_TAXI_RAW, settings).scan().to_arrow()
+    assert before and raw_before.num_rows > 0
+    assert "saved" in objects.down() and objects.status() == "object storage: down"
+    assert objects.up().startswith("object storage:") and processes.read_record(objects.record)["port"] == port
+    assert listing() == before and not objects.saved.exists()
+    assert load_table(registry.YELLOW_TAXI_RAW, settings).scan().to_arrow().equals(raw_before)
 
 
 def test_a_celery_worker_killed_in_the_middle_of_a_merge_is_retried_on_the_other_and_the_month_loads_once(team, site):

@@ -133,7 +133,7 @@ def _deployment(settings):
     finally:
         deployment.down(settings)
         print(
-            "\n    Airflow stopped with the fixture server (PostgreSQL, Redis and Spark run on: bash run team status)"
+            "\n    Airflow stopped with the fixture server (PostgreSQL, Redis, S3 and Spark run on: bash run team status)"
         )
 
 

@@ -6,6 +6,8 @@ and remove it. Everything else asks it instead of looking at the profile.
 
 - ``local`` (default): a directory under the state directory and an Iceberg SQL catalog on SQLite
   that Spark's JdbcCatalog and pyiceberg's SqlCatalog share.
+- ``team``: a bucket behind the S3 API (moto's S3 server on this machine, or a given endpoint) and the
+  Iceberg JDBC catalog on PostgreSQL, reached by a Spark standalone cluster (``nyc_taxi.core.team``).
 - ``aws``: an S3 bucket (public access blocked, default encryption, TLS-only) and the Glue Data Catalog.
 """
 
@@ -21,14 +23,22 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from nyc_taxi.core import aws, team
+from nyc_taxi.core import aws, s3a_jars, team
 from nyc_taxi.core.settings import Settings, get_settings
 
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 SQLITE_JDBC_JNI_DIR = Path("/usr/lib/x86_64-linux-gnu/jni")
 DATABASE_COMMENT = "NYC taxi demand forecasting"
+
+
+@dataclass(frozen=True)
+class ArtifactStore:
+    root: str  # s3://bucket/prefix
+    endpoint: str
+    credentials_file: Path | None  # an AWS shared credentials file; None: the AWS credential chain's
 
 
 class Lakehouse(ABC):
@@ -110,7 +120,16 @@ class Lakehouse(ABC):
     def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
         """Spark properties of the Iceberg catalog (``prefix`` = spark.sql.catalog.<name>)."""
 
+    def spark_storage_conf(self) -> dict[str, str]:
+        """Spark properties for reaching the lake's files (Hadoop's file system settings)."""
+        return {}
+
     def spark_jars(self) -> list[str]:
+        """Jars a session needs (a cluster's executors get them from the driver)."""
+        return []
+
+    def spark_class_path(self) -> list[str]:
+        """Jars installed where every driver and executor runs (too big to ship with each application)."""
         return []
 
     def java_options(self) -> list[str]:
@@ -131,6 +150,10 @@ class Lakehouse(ABC):
 
     def prepare_catalog(self) -> None:
         """Anything the catalog needs before Spark connects."""
+
+    def artifact_store(self) -> ArtifactStore | None:
+        """Where the flows keep their artifacts when the lake is in object storage (None: the state directory)."""
+        return None
 
     def spark_master(self) -> str | None:
         """The Spark cluster the profile's sessions run on when SPARK_MASTER does not say (None: local)."""
@@ -272,11 +295,7 @@ class LocalLakehouse(Lakehouse):
         return self.root
 
     def create(self) -> list[str]:
-        done = []
-        for path in (Path(self.warehouse), Path(self.landing), self.settings.lineage_dir):
-            if not path.exists():
-                path.mkdir(parents=True)
-                done.append(f"created directory {path}")
+        done = self._create_storage()
         catalog_existed = self._catalog_exists()
         catalog = self.pyiceberg_catalog()  # creates the catalog's tables
         if not catalog_existed:
@@ -284,6 +303,14 @@ class LocalLakehouse(Lakehouse):
         if (self.settings.database,) not in catalog.list_namespaces():
             catalog.create_namespace(self.settings.database, {"comment": DATABASE_COMMENT})
             done.append(f"created namespace {self.settings.database!r}")
+        return done
+
+    def _create_storage(self) -> list[str]:
+        done = []
+        for path in (Path(self.warehouse), Path(self.landing), self.settings.lineage_dir):
+            if not path.exists():
+                path.mkdir(parents=True)
+                done.append(f"created directory {path}")
         return done
 
     def _catalog_exists(self) -> bool:
@@ -301,15 +328,103 @@ class LocalLakehouse(Lakehouse):
         return done
 
 
-class TeamLakehouse(LocalLakehouse):
-    """The team profile: the Iceberg JDBC catalog on PostgreSQL (Spark and pyiceberg share its tables,
-    many writers commit at once without SQLite's file lock) and a Spark standalone cluster
-    (``nyc_taxi.core.team``). The files stay where the local profile keeps them (one machine: the
-    driver, executors and Airflow's workers share the disk), so every dataset keeps its name."""
+class S3Objects:
+    """A lake's files as objects behind the S3 API (boto3): the aws profile's bucket, the team profile's."""
+
+    def _s3(self): ...
+
+    def storage_name(self, location: str) -> tuple[str, str]:
+        bucket, key = aws.split_s3(location)
+        return f"s3://{bucket}", key
+
+    def exists(self, location: str) -> bool:
+        bucket, key = aws.split_s3(location)
+        found = self._s3().list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
+        return any(o["Key"] == key for o in found.get("Contents", []))
+
+    @contextmanager
+    def local_copy(self, location: str) -> Iterator[Path]:
+        bucket, key = aws.split_s3(location)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(key).name
+            self._s3().download_file(bucket, key, str(path))
+            yield path
+
+    def publish(self, local_file: Path, location: str) -> None:
+        bucket, key = aws.split_s3(location)
+        self._s3().upload_file(str(local_file), bucket, key)  # one PUT: whole or not at all
+
+    def remove(self, location: str) -> None:
+        bucket, key = aws.split_s3(location)
+        self._s3().delete_object(Bucket=bucket, Key=key)
+
+    def listing(self, folder: str) -> list[tuple[str, dt.datetime]]:
+        bucket, prefix = aws.split_s3(folder)
+        scheme, found = folder.split("://", 1)[0], []
+        for page in (
+            self._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
+        ):
+            found += [(f"{scheme}://{bucket}/{o['Key']}", o["LastModified"]) for o in page.get("Contents", [])]
+        return found
+
+    def share(self, location: str, target: str) -> bool:
+        if self.exists(target):
+            return False
+        bucket, key = aws.split_s3(location)
+        target_bucket, target_key = aws.split_s3(target)
+        # S3 copies server-side: no bytes pass through this process (boto3 goes multipart above 8 MB)
+        self._s3().copy({"Bucket": bucket, "Key": key}, target_bucket, target_key)
+        return True
+
+    def spark_path(self, location: str) -> str:
+        return "s3a://" + location.split("://", 1)[1]  # Hadoop's S3 connector
+
+
+class TeamLakehouse(S3Objects, LocalLakehouse):
+    """The team profile (``nyc_taxi.core.team``): the Iceberg JDBC catalog on PostgreSQL (Spark and
+    pyiceberg share its tables, many writers commit at once without SQLite's file lock), a Spark
+    standalone cluster, and the lake's files (warehouse, landing area) in a bucket behind the S3 API,
+    which Spark reaches through Hadoop's S3 connector (``s3a://``, Iceberg's HadoopFileIO) and Python
+    through boto3 and pyarrow. Every dataset keeps the local profile's name: the lake is named after
+    its catalog, wherever its files are; the storage symlinks name the bucket."""
 
     profile = "team"
     catalog_database = "lakehouse"
     airflow_deployment = True
+
+    @property
+    def _objects(self):
+        return team.ObjectStore(self.settings)
+
+    @property
+    def root(self) -> str:
+        return f"s3a://{self._objects.bucket}"
+
+    def _s3(self):
+        return self._objects.client()
+
+    def spark_storage_conf(self) -> dict[str, str]:
+        objects = self._objects
+        conf = {
+            "spark.hadoop.fs.s3a.endpoint": objects.endpoint(),
+            "spark.hadoop.fs.s3a.endpoint.region": self.settings.aws_region,
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": str(objects.endpoint().startswith("https")).lower(),
+        }
+        if keys := objects.keys():
+            # Spark redacts keys matching secret|password|token|access.key in its UI and event log
+            conf |= {"spark.hadoop.fs.s3a.access.key": keys[0], "spark.hadoop.fs.s3a.secret.key": keys[1]}
+        return conf
+
+    def artifact_store(self) -> ArtifactStore | None:
+        objects = self._objects
+        credentials = objects.credentials_file if objects.keys() else None
+        return ArtifactStore(f"s3://{objects.bucket}/metaflow", objects.endpoint(), credentials)
+
+    def _create_storage(self) -> list[str]:
+        self.settings.lineage_dir.mkdir(parents=True, exist_ok=True)
+        self._s3().head_bucket(Bucket=self._objects.bucket)  # `team up` creates it
+        return []
 
     def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
         url, user, password = team.Postgres(self.settings).jdbc(self.catalog_database)
@@ -329,15 +444,24 @@ class TeamLakehouse(LocalLakehouse):
             )
         return [str(team.POSTGRES_JDBC_JAR)]
 
+    def spark_class_path(self) -> list[str]:
+        return [str(jar) for jar in s3a_jars.jars()]  # Hadoop's S3 connector: 190 MB, on this machine already
+
     def java_options(self) -> list[str]:
         return []
 
     def pyiceberg_properties(self) -> dict[str, str]:
-        return {
+        objects = self._objects
+        properties = {
             "type": "sql",
             "uri": team.Postgres(self.settings).url(self.catalog_database),
-            "warehouse": f"file://{self.warehouse}",
+            "warehouse": self.warehouse,
+            "s3.endpoint": objects.endpoint(),
+            "s3.region": self.settings.aws_region,
         }
+        if keys := objects.keys():
+            properties |= {"s3.access-key-id": keys[0], "s3.secret-access-key": keys[1]}
+        return properties
 
     def prepare_catalog_file(self) -> None:
         pass
@@ -376,13 +500,15 @@ class TeamLakehouse(LocalLakehouse):
                 catalog.drop_table(table)
             catalog.drop_namespace(namespace)
             done.append(f"dropped namespace {'.'.join(namespace)!r} from the catalog")
-        if Path(self.root).exists():
-            shutil.rmtree(self.root)
-            done.append(f"removed {self.root}")
+        s3, bucket = self._s3(), self._objects.bucket
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for item in page.get("Contents", []):
+                s3.delete_object(Bucket=bucket, Key=item["Key"])
+        done.append(f"emptied s3://{bucket}")
         return done
 
 
-class AwsLakehouse(Lakehouse):
+class AwsLakehouse(S3Objects, Lakehouse):
     """An S3 bucket and the Glue Data Catalog."""
 
     profile = "aws"
@@ -398,54 +524,8 @@ class AwsLakehouse(Lakehouse):
     def logical_name(self, relative: str) -> tuple[str, str]:
         return f"s3://{self.bucket}", relative
 
-    def storage_name(self, location: str) -> tuple[str, str]:
-        bucket, key = aws.split_s3(location)
-        return f"s3://{bucket}", key
-
     def _s3(self):
         return aws.client(self.settings, "s3")
-
-    def exists(self, location: str) -> bool:
-        bucket, key = aws.split_s3(location)
-        found = self._s3().list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
-        return any(o["Key"] == key for o in found.get("Contents", []))
-
-    @contextmanager
-    def local_copy(self, location: str) -> Iterator[Path]:
-        bucket, key = aws.split_s3(location)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / Path(key).name
-            self._s3().download_file(bucket, key, str(path))
-            yield path
-
-    def publish(self, local_file: Path, location: str) -> None:
-        bucket, key = aws.split_s3(location)
-        self._s3().upload_file(str(local_file), bucket, key)  # one PUT: whole or not at all
-
-    def remove(self, location: str) -> None:
-        bucket, key = aws.split_s3(location)
-        self._s3().delete_object(Bucket=bucket, Key=key)
-
-    def listing(self, folder: str) -> list[tuple[str, dt.datetime]]:
-        bucket, prefix = aws.split_s3(folder)
-        found = []
-        for page in (
-            self._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
-        ):
-            found += [(f"s3://{bucket}/{o['Key']}", o["LastModified"]) for o in page.get("Contents", [])]
-        return found
-
-    def share(self, location: str, target: str) -> bool:
-        if self.exists(target):
-            return False
-        bucket, key = aws.split_s3(location)
-        target_bucket, target_key = aws.split_s3(target)
-        # S3 copies server-side: no bytes pass through this process (boto3 goes multipart above 8 MB)
-        self._s3().copy({"Bucket": bucket, "Key": key}, target_bucket, target_key)
-        return True
-
-    def spark_path(self, location: str) -> str:
-        return "s3a://" + location.split("://", 1)[1]  # Hadoop's S3 connector
 
     def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
         conf = {

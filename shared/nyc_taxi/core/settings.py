@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     postgres_url: SecretStr | None = None
     # and a Redis (redis://:password@host:port/0) as the Celery executor's broker
     redis_url: SecretStr | None = None
+    # and object storage over the S3 API (MinIO, S3: its credentials from the AWS credential chain);
+    # unset, `team up` starts moto's S3 server on 127.0.0.1 with generated keys
+    s3_endpoint_url: str | None = None
 
     # Where the source data comes from: the real public sites by default.
     tlc_base_url: str = TLC_BASE_URL
@@ -114,6 +117,7 @@ class Settings(BaseSettings):
         "aws_endpoint_url",
         "postgres_url",
         "redis_url",
+        "s3_endpoint_url",
         "datahub_platform_instance",
         "datahub_gms_url",
         "openlineage_url",

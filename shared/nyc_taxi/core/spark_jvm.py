@@ -89,7 +89,7 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
         "spark.app.name": "nyc-taxi",
         # on the driver JVM's class path (in the class archive; the driver runs in this process in every
         # mode used here, and classes Python looks up by name must be on its own loader)
-        "spark.driver.extraClassPath": ":".join(jars),
+        "spark.driver.extraClassPath": ":".join([*jars, *lake.spark_class_path()]),
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.defaultCatalog": settings.catalog_name,
@@ -102,9 +102,12 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
         catalog: "org.apache.iceberg.spark.SparkCatalog",
         f"{catalog}.warehouse": lake.warehouse,
         **lake.spark_catalog_conf(catalog),
+        **lake.spark_storage_conf(),
     }
     if not local:
         conf["spark.jars"] = ",".join(jars)  # a cluster's executors get them from the driver
+    if class_path := lake.spark_class_path():
+        conf["spark.executor.extraClassPath"] = ":".join(class_path)
     if settings.spark_extra_packages:
         conf["spark.jars.packages"] = settings.spark_extra_packages
     if url := master(settings):

@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,11 @@ def _port_again(record: dict | None) -> int:
     where it was when it comes back; else a free one."""
     port = (record or {}).get("port")
     return port if port and not listening(port) else free_port()
+
+
+def _serving(record: dict | None) -> bool:
+    """Whether the one-process service a record names runs and listens."""
+    return bool(record) and alive(record.get("pid", 0)) and listening(record["port"])
 
 
 # ---- PostgreSQL -------------------------------------------------------------------------------------
@@ -289,16 +295,13 @@ class Redis:
             raise ServiceError("the team profile's Redis is not up: run `bash run team up`")
         return f"redis://:{quote(record['password'])}@127.0.0.1:{record['port']}/0"
 
-    def _running(self, record: dict | None) -> bool:
-        return bool(record) and alive(record.get("pid", 0)) and listening(record["port"])
-
     def up(self) -> str:
         team_dir(self.settings).mkdir(parents=True, exist_ok=True)
         if self.given:
             write_private_text(self.broker_url_file, self.url())
             return "Redis: given (REDIS_URL)"
         record = read_record(self.record)
-        if self._running(record):
+        if _serving(record):
             return f"Redis: running on 127.0.0.1:{record['port']}"
         server = shutil.which("redis-server")
         if not server:
@@ -324,7 +327,7 @@ class Redis:
         if self.given:
             return "Redis: given (left running)"
         record = read_record(self.record)
-        if not self._running(record):
+        if not _serving(record):
             return "Redis: not running"
         stop_process(record["pid"])
         return "Redis: stopped"
@@ -333,7 +336,139 @@ class Redis:
         if self.given:
             return "Redis: given (REDIS_URL)"
         record = read_record(self.record)
-        return f"Redis: running on 127.0.0.1:{record['port']}" if self._running(record) else "Redis: down"
+        return f"Redis: running on 127.0.0.1:{record['port']}" if _serving(record) else "Redis: down"
+
+
+# ---- object storage over the S3 API -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    """The lake's bucket (warehouse, landing area, Metaflow's datastore) behind the S3 API: moto's S3
+    server on 127.0.0.1 with a generated key pair, or the endpoint given as ``S3_ENDPOINT_URL``. moto
+    keeps objects in its process's memory: ``down`` saves them under the state directory and ``up``
+    puts them back (a server that died loses them)."""
+
+    settings: Settings
+
+    @property
+    def record(self) -> Path:
+        return team_dir(self.settings) / "s3.json"
+
+    @property
+    def given(self) -> bool:
+        return self.settings.s3_endpoint_url is not None
+
+    @property
+    def bucket(self) -> str:
+        return self.settings.s3_bucket or "nyc-taxi-lakehouse"
+
+    @property
+    def credentials_file(self) -> Path:
+        """The key pair as an AWS shared credentials file (mode 0600), for the processes that find their
+        credentials through the AWS SDK's chain (Metaflow's datastore)."""
+        return team_dir(self.settings) / "s3-credentials"
+
+    def endpoint(self) -> str:
+        if self.given:
+            return self.settings.s3_endpoint_url
+        return f"http://127.0.0.1:{self._record()['port']}"
+
+    def keys(self) -> tuple[str, str] | None:
+        """(access key id, secret key) of the server `up` started; None for a given endpoint (the chain's)."""
+        if self.given:
+            return None
+        record = self._record()
+        return record["access_key"], record["secret_key"]
+
+    def _record(self) -> dict:
+        record = read_record(self.record)
+        if record is None:
+            raise ServiceError("the team profile's object storage is not up: run `bash run team up`")
+        return record
+
+    def client(self):
+        import boto3
+
+        access, secret = self.keys() or (None, None)
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint(),
+            region_name=self.settings.aws_region,
+            aws_access_key_id=access,
+            aws_secret_access_key=secret,
+        )
+
+    def up(self) -> str:
+        team_dir(self.settings).mkdir(parents=True, exist_ok=True)
+        if not self.given:
+            record = read_record(self.record)
+            if not _serving(record):
+                record = {
+                    "port": _port_again(record),
+                    "access_key": (record or {}).get("access_key") or secrets.token_hex(10).upper(),
+                    "secret_key": (record or {}).get("secret_key") or secrets.token_urlsafe(30),
+                }
+                log = team_dir(self.settings) / "s3.log"
+                command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(record["port"])]
+                record["pid"] = spawn(command, dict(os.environ), log)
+                write_private(self.record, record)
+                wait_until(lambda: listening(record["port"]) or not alive(record["pid"]), 60, "moto's S3 server", log)
+                if not alive(record["pid"]):
+                    raise ServiceError(f"moto's S3 server exited: {log.read_text()[-2000:]}")
+            access, secret = self.keys()
+            write_private_text(
+                self.credentials_file, f"[default]\naws_access_key_id = {access}\naws_secret_access_key = {secret}\n"
+            )
+        s3 = self.client()
+        if self.bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+            s3.create_bucket(Bucket=self.bucket)
+        if not self.given and self.saved.is_dir():
+            self._restore()
+        where = "given" if self.given else "moto's S3 server"
+        return f"object storage: s3://{self.bucket} on {self.endpoint()} ({where})"
+
+    def down(self, delete_data: bool = False) -> str:
+        if self.given:
+            return "object storage: given (left running)"
+        record = read_record(self.record)
+        if not _serving(record):
+            return "object storage: not running"
+        if delete_data:
+            shutil.rmtree(self.saved, ignore_errors=True)
+        else:
+            self._save()
+        stop_process(record["pid"])
+        return "object storage: stopped" + ("" if delete_data else f" (its objects saved to {self.saved})")
+
+    # moto keeps its objects in memory: `down` saves them to disk and `up` puts them back
+    @property
+    def saved(self) -> Path:
+        return team_dir(self.settings) / "s3-objects"
+
+    def _save(self) -> None:
+        s3, kept = self.client(), self.saved.with_name(self.saved.name + ".partial")
+        shutil.rmtree(kept, ignore_errors=True)
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
+            for item in page.get("Contents", []):
+                path = kept / item["Key"]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                s3.download_file(self.bucket, item["Key"], str(path))
+        shutil.rmtree(self.saved, ignore_errors=True)
+        kept.mkdir(parents=True, exist_ok=True)
+        kept.rename(self.saved)
+
+    def _restore(self) -> None:
+        s3 = self.client()
+        for path in sorted(p for p in self.saved.rglob("*") if p.is_file()):
+            s3.upload_file(str(path), self.bucket, path.relative_to(self.saved).as_posix())
+        shutil.rmtree(self.saved)
+
+    def status(self) -> str:
+        if self.given:
+            return f"object storage: given ({self.settings.s3_endpoint_url})"
+        record = read_record(self.record)
+        return f"object storage: running on 127.0.0.1:{record['port']}" if _serving(record) else "object storage: down"
 
 
 # ---- the Spark standalone cluster --------------------------------------------------------------------
@@ -440,8 +575,8 @@ class SparkCluster:
 # ---- the profile's services together ----------------------------------------------------------------
 
 
-def services(settings: Settings) -> tuple[Postgres, Redis, SparkCluster]:
-    return Postgres(settings), Redis(settings), SparkCluster(settings)
+def services(settings: Settings) -> tuple[Postgres, Redis, ObjectStore, SparkCluster]:
+    return Postgres(settings), Redis(settings), ObjectStore(settings), SparkCluster(settings)
 
 
 def up(settings: Settings) -> list[str]:
@@ -449,8 +584,8 @@ def up(settings: Settings) -> list[str]:
 
 
 def down(settings: Settings, delete_data: bool = False) -> list[str]:
-    postgres, redis, spark = services(settings)
-    return [spark.down(), redis.down(), postgres.down(delete_data)]
+    postgres, redis, objects, spark = services(settings)
+    return [spark.down(), objects.down(delete_data), redis.down(), postgres.down(delete_data)]
 
 
 def status(settings: Settings) -> list[str]:

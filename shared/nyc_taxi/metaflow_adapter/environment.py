@@ -28,6 +28,24 @@ def metaflow_environment(settings: Settings | None = None) -> dict[str, str]:
         "METAFLOW_CARD_LOCALROOT": str(home / "mf.cards"),
         # Metaflow needs a user name and refuses "root" (CI and containers often run as root).
         "METAFLOW_USER": _user(),
+        **_datastore(settings),
+    }
+
+
+def _datastore(settings: Settings) -> dict[str, str]:
+    """Metaflow's S3 datastore where the profile keeps files in object storage (the team profile's
+    bucket); its keys reach boto3 as a shared credentials file (mode 0600), never as a variable."""
+    from nyc_taxi.core.lakehouse import lakehouse
+
+    store = lakehouse(settings).artifact_store()
+    if store is None:
+        return {}
+    return {
+        "METAFLOW_DEFAULT_DATASTORE": "s3",
+        "METAFLOW_DATASTORE_SYSROOT_S3": store.root,
+        "METAFLOW_S3_ENDPOINT_URL": store.endpoint,
+        "AWS_DEFAULT_REGION": settings.aws_region,
+        **({"AWS_SHARED_CREDENTIALS_FILE": str(store.credentials_file)} if store.credentials_file else {}),
     }
 
 

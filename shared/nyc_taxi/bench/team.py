@@ -45,7 +45,9 @@ def _timed(command: list[str], env: dict[str, str], log: Path) -> float:
 
 def _new_month(state: Path, profile: str, env: dict[str, str], log: Path) -> float:
     """The month's two ingestion runs and the training run after them, on the demo's lake."""
+    from nyc_taxi.airflow_adapter.environment import airflow_environment
     from nyc_taxi.cli.demo import ROWS
+    from nyc_taxi.core.settings import Settings
     from nyc_taxi.fixtures.server import FixtureServer
     from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 
@@ -56,7 +58,8 @@ def _new_month(state: Path, profile: str, env: dict[str, str], log: Path) -> flo
     label = f'{{"month": "{year:04d}-{month:02d}"}}'
     runs = [f"ingest_yellow_taxi_data:{label}", f"ingest_weather_data:{label}"]
     with FixtureServer(site) as url:
-        env = env | {"TLC_BASE_URL": url, "NOAA_BASE_URL": url}
+        settings = Settings(state_dir=state, profile=profile)
+        env = env | {"TLC_BASE_URL": url, "NOAA_BASE_URL": url, **airflow_environment(settings)}
         if profile == "team":  # the deployment's Airflow again (the demo stopped it), on these sources
             _timed([sys.executable, "-m", "nyc_taxi.cli.team", "up"], env, log)
         else:  # the scheduler starts it on the team profile; here it runs after the merges
@@ -81,13 +84,19 @@ def measure(profile: str, work: Path) -> dict:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(prog="bash run bench team", description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep the state directories (their paths are printed)")
+    parser.add_argument("--only", choices=["local", "team"], help="one profile's figures (no ratio)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench-team-"))
     try:
-        results = [measure(profile, work) for profile in ("local", "team")]
+        results = [measure(profile, work) for profile in ("local", "team") if args.only in (None, profile)]
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"kept: {work}")
+    if args.only:
+        print(json.dumps(results))
+        return results
     local, team = results
     print(f"\nthe local profile against the team deployment (bash run bench team, {os.cpu_count()} cores)")
     print(f"{'':<44} {'local s':>8} {'team s':>8} {'team/local':>11}")

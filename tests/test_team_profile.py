@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from expected_loads import comparable, expected_taxi_rows, expected_weather
+from expected_loads import comparable, expected_actuals, expected_taxi_rows, expected_weather
 
 from nyc_taxi.airflow_adapter.environment import airflow_environment
 from nyc_taxi.core import datasets as registry
@@ -174,6 +174,15 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
     forecasts = load_table(registry.YELLOW_RIDES_HOURLY_FORECAST, settings).scan().to_arrow()
     as_of = dt.datetime(MONTH[0], MONTH[1] + 1, 1)  # the month after the one the merge loaded
     assert forecasts.num_rows > 0 and set(forecasts.column("as_of_datetime").to_pylist()) == {as_of}
+    # the DAG's defaults (seasonal naive, 28 days back, 24 h ahead): each forecast is the same zone's
+    # count a week earlier, counted independently from the published file
+    counted = expected_actuals([taxi_file], as_of - dt.timedelta(days=28), as_of)
+    week, horizon = dt.timedelta(hours=168), [as_of + dt.timedelta(hours=h) for h in range(24)]
+    predicted = {
+        (r["pickup_location_id"], r["forecast_hour"]): r["predicted_ride_count"] for r in forecasts.to_pylist()
+    }
+    assert len(predicted) == forecasts.num_rows
+    assert predicted == {(zone, hour): counted[(zone, hour - week)] for zone, _ in counted for hour in horizon}
 
     # the lake is in the bucket: the landed file, raw's data files, the flow's artifacts; none on disk
     objects = services.ObjectStore(settings)

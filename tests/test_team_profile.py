@@ -142,6 +142,7 @@ def _component_pids(settings) -> dict[str, int]:
 def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluster(team, site):
     from nyc_taxi.core import team as services
     from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.core.naming import landed_folder
 
     settings, _ = team
     base = f"http://127.0.0.1:{settings.airflow_port}"
@@ -191,7 +192,7 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
         for page in objects.client().get_paginator("list_objects_v2").paginate(Bucket=objects.bucket)
         for o in page.get("Contents", [])
     }
-    assert f"landing/tlc_yellow_tripdata_landed/{taxi_file.name}" in keys
+    assert f"{landed_folder(registry.TLC_YELLOW_TRIPDATA_LANDED)}/{taxi_file.name}" in keys
     files = load_table(registry.YELLOW_TAXI_RAW, settings).inspect.files().column("file_path").to_pylist()
     assert files and all(
         f.startswith(f"s3a://{objects.bucket}/warehouse/") and f[len(f"s3a://{objects.bucket}/") :] in keys

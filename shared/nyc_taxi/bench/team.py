@@ -47,6 +47,7 @@ def _new_month(state: Path, profile: str, env: dict[str, str], log: Path) -> flo
     """The month's two ingestion runs and the training run after them, on the demo's lake."""
     from nyc_taxi.airflow_adapter.environment import airflow_environment
     from nyc_taxi.cli.demo import ROWS
+    from nyc_taxi.core import jobs
     from nyc_taxi.core.settings import Settings
     from nyc_taxi.fixtures.server import FixtureServer
     from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
@@ -56,14 +57,15 @@ def _new_month(state: Path, profile: str, env: dict[str, str], log: Path) -> flo
     add_taxi_month(site, year, month, rows=ROWS, seed=month)
     add_weather_month(site, year, month, seed=month)
     label = f'{{"month": "{year:04d}-{month:02d}"}}'
-    runs = [f"ingest_yellow_taxi_data:{label}", f"ingest_weather_data:{label}"]
+    runs = [f"{jobs.INGEST_YELLOW_TAXI_DATA.name}:{label}", f"{jobs.INGEST_WEATHER_DATA.name}:{label}"]
     with FixtureServer(site) as url:
         settings = Settings(state_dir=state, profile=profile)
         env = env | {"TLC_BASE_URL": url, "NOAA_BASE_URL": url, **airflow_environment(settings)}
         if profile == "team":  # the deployment's Airflow again (the demo stopped it), on these sources
             _timed([sys.executable, "-m", "nyc_taxi.cli.team", "up"], env, log)
         else:  # the scheduler starts it on the team profile; here it runs after the merges
-            runs.append(f'train_forecast_model:{{"as_of_datetime": "{year:04d}-{month + 1:02d}-01T00:00"}}')
+            as_of = f'{{"as_of_datetime": "{year:04d}-{month + 1:02d}-01T00:00"}}'
+            runs.append(f"{jobs.TRAIN_FORECAST_MODEL.name}:{as_of}")
         return _timed([sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *runs], env, log)
 
 

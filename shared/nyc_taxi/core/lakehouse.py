@@ -405,11 +405,12 @@ class TeamLakehouse(S3Objects, LocalLakehouse):
 
     def spark_storage_conf(self) -> dict[str, str]:
         objects = self._objects
+        endpoint = objects.endpoint()
         conf = {
-            "spark.hadoop.fs.s3a.endpoint": objects.endpoint(),
+            "spark.hadoop.fs.s3a.endpoint": endpoint,
             "spark.hadoop.fs.s3a.endpoint.region": self.settings.aws_region,
             "spark.hadoop.fs.s3a.path.style.access": "true",
-            "spark.hadoop.fs.s3a.connection.ssl.enabled": str(objects.endpoint().startswith("https")).lower(),
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https")).lower(),
         }
         if keys := objects.keys():
             # Spark redacts keys matching secret|password|token|access.key in its UI and event log

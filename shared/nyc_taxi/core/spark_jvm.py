@@ -78,7 +78,7 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: bool = False) -> dict[str, str]:
     lake = lakehouse(settings)
-    jars, local = _jars(settings), is_local(settings)
+    jars, local, class_path = _jars(settings), is_local(settings), lake.spark_class_path()
     options = ["-Duser.timezone=UTC", *lake.java_options(), *java_options, *([QUICK_JIT] if small else [])]
     archive = class_archive(jars)
     if local and archive.is_file() and not java_options:
@@ -89,7 +89,7 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
         "spark.app.name": "nyc-taxi",
         # on the driver JVM's class path (in the class archive; the driver runs in this process in every
         # mode used here, and classes Python looks up by name must be on its own loader)
-        "spark.driver.extraClassPath": ":".join([*jars, *lake.spark_class_path()]),
+        "spark.driver.extraClassPath": ":".join([*jars, *class_path]),
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.defaultCatalog": settings.catalog_name,
@@ -106,7 +106,7 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
     }
     if not local:
         conf["spark.jars"] = ",".join(jars)  # a cluster's executors get them from the driver
-    if class_path := lake.spark_class_path():
+    if class_path:
         conf["spark.executor.extraClassPath"] = ":".join(class_path)
     if settings.spark_extra_packages:
         conf["spark.jars.packages"] = settings.spark_extra_packages

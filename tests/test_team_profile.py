@@ -17,12 +17,19 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from expected_loads import comparable, expected_actuals, expected_taxi_rows, expected_weather
+from expected_loads import (
+    actuals_rows,
+    comparable,
+    expected_actuals,
+    expected_taxi_rows,
+    expected_weather,
+    table_actuals,
+)
 
 from nyc_taxi.airflow_adapter.environment import airflow_environment
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core import jobs, processes
-from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
+from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month, taxi_path
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team]
 
@@ -211,6 +218,82 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
         assert "succeeded" in (logs / f"{worker}.log").read_text(), worker
     task_logs = [p.read_text() for p in (settings.airflow_home / "logs").glob("dag_id=*/**/*.log")]
     assert len(task_logs) >= 9 and not [text for text in task_logs if "lost a race with another writer" in text]
+
+
+def _task_spans(settings, token: str, dag: str, run_id: str) -> list[tuple[dt.datetime, dt.datetime]]:
+    url = f"http://127.0.0.1:{settings.airflow_port}/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances"
+    return [
+        (dt.datetime.fromisoformat(ti["start_date"]), dt.datetime.fromisoformat(ti["end_date"]))
+        for ti in _request(url, token)["task_instances"]
+        if ti["start_date"] and ti["end_date"]
+    ]
+
+
+def test_both_ingestion_dags_and_a_training_run_at_once_on_two_workers_need_no_retry_and_agree(team, site):
+    """August's taxi and weather DAG runs and a backtest of the training DAG (as of mid-July, which the
+    mission test loaded) triggered at the same moment: the flow reads raw while a merge writes it, on the
+    other Celery worker. All succeed, no commit had to be recomputed after losing a race, raw and weather
+    hold August as published, and the backtest's actuals and forecasts equal an independent count."""
+    from nyc_taxi.core.catalog import load_table
+
+    settings, _ = team
+    base = f"http://127.0.0.1:{settings.airflow_port}"
+    july = taxi_path(site, *MONTH)
+    assert july.exists()  # published by the mission test
+    august = add_taxi_month(site, 2024, 8, rows=20_000, seed=72)
+    add_weather_month(site, 2024, 8, seed=72)
+    token = _token(settings)
+    before = {r["dag_run_id"] for r in _request(f"{base}/api/v2/dags/{TRAINING}/dagRuns", token)["dag_runs"]}
+
+    as_of = dt.datetime(2024, 7, 15)
+    backtest = {"logical_date": None, "conf": {"as_of_datetime": as_of.strftime("%Y-%m-%dT%H:%M")}}
+    triggered = {
+        TRAINING: _request(f"{base}/api/v2/dags/{TRAINING}/dagRuns", token, backtest)["dag_run_id"],
+        TAXI: _trigger(settings, token, TAXI, "2024-08"),
+        WEATHER: _trigger(settings, token, WEATHER, "2024-08"),
+    }
+    for dag, run_id in triggered.items():
+        done = _finished(settings, token, dag, run_id)
+        assert done and done["state"] == "success", (dag, done)
+    # the flow ran while an ingestion task ran on the other worker (one task at a time per worker)
+    (flow_span,) = _task_spans(settings, token, TRAINING, triggered[TRAINING])
+    ingestion = [span for dag in (TAXI, WEATHER) for span in _task_spans(settings, token, dag, triggered[dag])]
+    assert any(start < flow_span[1] and flow_span[0] < end for start, end in ingestion), (flow_span, ingestion)
+
+    # August's merge started a training run of its own (after the backtest: one run at a time): let it end
+    def asset_started():
+        runs = _request(f"{base}/api/v2/dags/{TRAINING}/dagRuns", token)["dag_runs"]
+        return [r for r in runs if r["dag_run_id"] not in before and r["run_type"] == "asset_triggered"]
+
+    started = _wait_for(
+        asset_started, lambda runs: runs and all(r["state"] in ("success", "failed") for r in runs), 900
+    )
+    assert started and all(r["state"] == "success" for r in started), started
+
+    raw = load_table(registry.YELLOW_TAXI_RAW, settings).scan(row_filter=f"source_file == '{august.name}'")
+    assert comparable(raw.to_arrow()).equals(comparable(expected_taxi_rows(august)))
+    expected = expected_weather(site, 2024, 8, "scaled")
+    rows = [r for r in load_table(registry.WEATHER_RAW, settings).scan().to_arrow().to_pylist() if r["date"].month == 8]
+    weather = {(r["county_code"], r["date"]): r for r in rows}
+    assert len(weather) == len(rows) and weather.keys() == expected.keys()
+    assert all({k: weather[key][k] for k in expected[key]} == expected[key] for key in expected)
+
+    # the backtest's window (the DAG's defaults: 28 days back, 24 h ahead) holds exactly July's counts
+    start, end = as_of - dt.timedelta(days=28), as_of + dt.timedelta(hours=24)
+    counted = expected_actuals([july], start, end)
+    actuals = load_table(registry.YELLOW_RIDES_HOURLY_ACTUALS, settings).scan().to_arrow().to_pylist()
+    assert table_actuals([r for r in actuals if start <= r["pickup_hour"] < end]) == actuals_rows(counted)
+    forecasts = load_table(registry.YELLOW_RIDES_HOURLY_FORECAST, settings).scan().to_arrow().to_pylist()
+    predicted = {
+        (r["pickup_location_id"], r["forecast_hour"]): r["predicted_ride_count"]
+        for r in forecasts
+        if r["as_of_datetime"] == as_of
+    }
+    week, horizon = dt.timedelta(hours=168), [as_of + dt.timedelta(hours=h) for h in range(24)]
+    assert predicted == {(zone, hour): counted[(zone, hour - week)] for zone, _ in counted for hour in horizon}
+
+    task_logs = [p.read_text() for p in (settings.airflow_home / "logs").glob("dag_id=*/**/*.log")]
+    assert not [text for text in task_logs if "lost a race with another writer" in text]
 
 
 def test_nothing_listens_beyond_127_0_0_1_and_no_password_is_in_a_log(team, listening_sockets):

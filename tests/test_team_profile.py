@@ -73,6 +73,9 @@ def team(site, tmp_path_factory):
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
         "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
     }
+    # PostgreSQL's data is kept under its own user's home, keyed by the state directory's path, which
+    # pytest hands out again once old runs are cleaned up: a run killed before its teardown left it there
+    _team(env, "down", "--delete-data")
     up = _team(env, "up")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
@@ -354,6 +357,29 @@ def test_up_again_changes_nothing_and_status_names_every_service(team):
         "Airflow: 6 of 6",
     ):
         assert service in status, status
+
+
+def test_postgres_data_left_by_a_removed_state_directory_is_named_with_its_remedy(tmp_path):
+    """PostgreSQL keeps its data under its own user's home: a state directory removed without `team down`
+    leaves it. `team up` on that path again refuses it with the command that removes it, and after that
+    command it starts a fresh cluster."""
+    from nyc_taxi.core import team as services
+    from nyc_taxi.core.settings import Settings
+
+    settings = Settings(profile="team", state_dir=tmp_path / "state")
+    postgres = services.Postgres(settings)
+    try:
+        assert postgres.up().startswith("PostgreSQL: started")
+        postgres.down()
+        postgres.record.unlink()  # the state directory's record gone, PostgreSQL's data kept
+        with pytest.raises(services.ServiceError, match="bash run team down --delete-data"):
+            postgres.up()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        removed = _team(env | {"PROFILE": "team", "STATE_DIR": str(settings.state_dir)}, "down", "--delete-data")
+        assert removed.returncode == 0 and not postgres.data_dir.exists(), removed.stdout + removed.stderr
+        assert postgres.up().startswith("PostgreSQL: started")
+    finally:
+        postgres.down(delete_data=True)
 
 
 def test_every_dataset_keeps_its_name_datahubs_iceberg_source_on_postgres_included(team):

@@ -159,7 +159,11 @@ class Postgres:
             record = {"host": "127.0.0.1", "user": POSTGRES_USER, "password": secrets.token_urlsafe(24)}
             self._initdb(record)
         elif record is None:
-            raise ServiceError(f"{self.data_dir} holds a PostgreSQL cluster but {self.record} is gone")
+            raise ServiceError(
+                f"{self.data_dir} holds a PostgreSQL cluster but {self.record} is gone (the state directory was "
+                f"removed, its PostgreSQL data was not): STATE_DIR={self.settings.state_dir} bash run team down "
+                "--delete-data removes that data"
+            )
         record["port"] = _port_again(record)
         write_private(self.record, record)
         log = self.data_dir / "server.log"

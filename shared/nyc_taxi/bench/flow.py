@@ -262,10 +262,10 @@ def main(argv: list[str] | None = None) -> dict:
     fixed = startup * len(SPARK_STEPS) + cold["steps_s"].get("end", 0) * len(cold["steps_s"])
     rows = [
         ("flow after one new month, warm Spark server, s  (target <= 6)", warm["wall_s"]),
-        ("  ... of it Metaflow's own floor before any data work, s (see below)", warm["metaflow"]["floor_s"]),
+        ("  ... of it Metaflow's own floor, before any data work, s", warm["metaflow"]["floor_s"]),
         ("    runtime start, s", warm["metaflow"]["runtime_s"]),
         (
-            f"    a task that does nothing (the end step) x {warm['metaflow']['tasks']} tasks, s",
+            f"    a task that does nothing (the end step), each of {warm['metaflow']['tasks']} tasks, s",
             warm["metaflow"]["task_s"],
         ),
         ("    the evaluation card's render processes, s", warm["metaflow"]["card_s"]),

@@ -67,6 +67,16 @@ def expected_actuals(files: list[Path], start: dt.datetime, end: dt.datetime) ->
     return hourly_rides(pickups, [zone for t in tables for zone in t["PULocationID"].to_pylist()], start, end)
 
 
+def seasonal_naive(
+    counts: dict[tuple[int, dt.datetime], int], as_of: dt.datetime, horizon_hours: int
+) -> dict[tuple[int, dt.datetime], int]:
+    """The seasonal-naive forecast of ``counts`` (``hourly_rides`` of a window ending at or after as_of):
+    every zone of the window, every hour of the horizon, the zone's count a week earlier."""
+    week = dt.timedelta(hours=168)
+    horizon = [as_of + dt.timedelta(hours=h) for h in range(horizon_hours)]
+    return {(zone, hour): counts[(zone, hour - week)] for zone in {z for z, _ in counts} for hour in horizon}
+
+
 def actuals_rows(counts: dict[tuple[int, dt.datetime], int]) -> list[tuple[int, dt.datetime, int]]:
     """Expected actuals as ``table_actuals`` gives the table's: (zone, hour, rides), sorted."""
     return sorted((zone, hour, rides) for (zone, hour), rides in counts.items())

@@ -23,6 +23,7 @@ from expected_loads import (
     expected_actuals,
     expected_taxi_rows,
     expected_weather,
+    seasonal_naive,
     table_actuals,
 )
 
@@ -149,6 +150,33 @@ def _component_pids(settings) -> dict[str, int]:
     return pids
 
 
+def _check_weather(settings, site, year: int, month: int) -> None:
+    """weather_raw's rows of the month equal an independent reading of the published NOAA files."""
+    from nyc_taxi.core.catalog import load_table
+
+    rows = load_table(registry.WEATHER_RAW, settings).scan().to_arrow().to_pylist()
+    rows = [r for r in rows if (r["date"].year, r["date"].month) == (year, month)]
+    weather = {(r["county_code"], r["date"]): r for r in rows}
+    expected = expected_weather(site, year, month, "scaled")
+    assert len(weather) == len(rows) and weather.keys() == expected.keys()
+    assert all({k: weather[key][k] for k in expected[key]} == expected[key] for key in expected)
+
+
+def _forecasts_of(settings, as_of: dt.datetime) -> dict[tuple[int, dt.datetime], float]:
+    """The forecast table's predictions from the origin as_of, by zone and hour (a doubled row fails)."""
+    from nyc_taxi.core.catalog import load_table
+
+    rows = load_table(registry.YELLOW_RIDES_HOURLY_FORECAST, settings).scan().to_arrow().to_pylist()
+    rows = [r for r in rows if r["as_of_datetime"] == as_of]
+    predicted = {(r["pickup_location_id"], r["forecast_hour"]): r["predicted_ride_count"] for r in rows}
+    assert len(predicted) == len(rows)
+    return predicted
+
+
+def _task_logs(settings) -> list[str]:
+    return [p.read_text() for p in (settings.airflow_home / "logs").glob("dag_id=*/**/*.log")]
+
+
 def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluster(team, site):
     from nyc_taxi.core import team as services
     from nyc_taxi.core.catalog import load_table
@@ -177,23 +205,16 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
     # the tables, read through pyiceberg from the PostgreSQL catalog, equal an independent reading
     raw = load_table(registry.YELLOW_TAXI_RAW, settings).scan().to_arrow()
     assert raw.num_rows == 20_000 and comparable(raw).equals(comparable(expected_taxi_rows(taxi_file)))
-    rows = load_table(registry.WEATHER_RAW, settings).scan().to_arrow().to_pylist()
-    weather = {(r["county_code"], r["date"]): r for r in rows}
-    expected = expected_weather(site, *MONTH, "scaled")
-    assert len(weather) == len(rows) and weather.keys() == expected.keys()
-    assert all({k: weather[key][k] for k in expected[key]} == expected[key] for key in expected)
+    dates = load_table(registry.WEATHER_RAW, settings).scan(selected_fields=("date",)).to_arrow()
+    assert {(d.year, d.month) for d in dates.column("date").to_pylist()} == {MONTH}  # July's rows, nothing else
+    _check_weather(settings, site, *MONTH)
     forecasts = load_table(registry.YELLOW_RIDES_HOURLY_FORECAST, settings).scan().to_arrow()
     as_of = dt.datetime(MONTH[0], MONTH[1] + 1, 1)  # the month after the one the merge loaded
     assert forecasts.num_rows > 0 and set(forecasts.column("as_of_datetime").to_pylist()) == {as_of}
     # the DAG's defaults (seasonal naive, 28 days back, 24 h ahead): each forecast is the same zone's
     # count a week earlier, counted independently from the published file
     counted = expected_actuals([taxi_file], as_of - dt.timedelta(days=28), as_of)
-    week, horizon = dt.timedelta(hours=168), [as_of + dt.timedelta(hours=h) for h in range(24)]
-    predicted = {
-        (r["pickup_location_id"], r["forecast_hour"]): r["predicted_ride_count"] for r in forecasts.to_pylist()
-    }
-    assert len(predicted) == forecasts.num_rows
-    assert predicted == {(zone, hour): counted[(zone, hour - week)] for zone, _ in counted for hour in horizon}
+    assert _forecasts_of(settings, as_of) == seasonal_naive(counted, as_of, 24)
 
     # the lake is in the bucket: the landed file, raw's data files, the flow's artifacts; none on disk
     objects = services.ObjectStore(settings)
@@ -219,7 +240,7 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
     logs = settings.airflow_home / "logs" / "components"
     for worker in ("worker-1", "worker-2"):
         assert "succeeded" in (logs / f"{worker}.log").read_text(), worker
-    task_logs = [p.read_text() for p in (settings.airflow_home / "logs").glob("dag_id=*/**/*.log")]
+    task_logs = _task_logs(settings)
     assert len(task_logs) >= 9 and not [text for text in task_logs if "lost a race with another writer" in text]
 
 
@@ -275,28 +296,15 @@ def test_both_ingestion_dags_and_a_training_run_at_once_on_two_workers_need_no_r
 
     raw = load_table(registry.YELLOW_TAXI_RAW, settings).scan(row_filter=f"source_file == '{august.name}'")
     assert comparable(raw.to_arrow()).equals(comparable(expected_taxi_rows(august)))
-    expected = expected_weather(site, 2024, 8, "scaled")
-    rows = [r for r in load_table(registry.WEATHER_RAW, settings).scan().to_arrow().to_pylist() if r["date"].month == 8]
-    weather = {(r["county_code"], r["date"]): r for r in rows}
-    assert len(weather) == len(rows) and weather.keys() == expected.keys()
-    assert all({k: weather[key][k] for k in expected[key]} == expected[key] for key in expected)
+    _check_weather(settings, site, 2024, 8)
 
     # the backtest's window (the DAG's defaults: 28 days back, 24 h ahead) holds exactly July's counts
     start, end = as_of - dt.timedelta(days=28), as_of + dt.timedelta(hours=24)
     counted = expected_actuals([july], start, end)
     actuals = load_table(registry.YELLOW_RIDES_HOURLY_ACTUALS, settings).scan().to_arrow().to_pylist()
     assert table_actuals([r for r in actuals if start <= r["pickup_hour"] < end]) == actuals_rows(counted)
-    forecasts = load_table(registry.YELLOW_RIDES_HOURLY_FORECAST, settings).scan().to_arrow().to_pylist()
-    predicted = {
-        (r["pickup_location_id"], r["forecast_hour"]): r["predicted_ride_count"]
-        for r in forecasts
-        if r["as_of_datetime"] == as_of
-    }
-    week, horizon = dt.timedelta(hours=168), [as_of + dt.timedelta(hours=h) for h in range(24)]
-    assert predicted == {(zone, hour): counted[(zone, hour - week)] for zone, _ in counted for hour in horizon}
-
-    task_logs = [p.read_text() for p in (settings.airflow_home / "logs").glob("dag_id=*/**/*.log")]
-    assert not [text for text in task_logs if "lost a race with another writer" in text]
+    assert _forecasts_of(settings, as_of) == seasonal_naive(counted, as_of, 24)
+    assert not [text for text in _task_logs(settings) if "lost a race with another writer" in text]
 
 
 def test_nothing_listens_beyond_127_0_0_1_and_no_password_is_in_a_log(team, listening_sockets):

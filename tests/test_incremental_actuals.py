@@ -18,6 +18,7 @@ from expected_loads import actuals_rows, expected_actuals, table_actuals
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table
 from nyc_taxi.core.tables import ensure_tables
+from nyc_taxi.core.upserts import RowChanges
 from nyc_taxi.fixtures import tlc
 from nyc_taxi.fixtures.site import add_taxi_month
 
@@ -27,14 +28,15 @@ AS_OF, LOOKBACK, HORIZON = dt.datetime(2022, 3, 20), 14, 24
 WINDOW = (AS_OF - dt.timedelta(days=LOOKBACK), AS_OF + dt.timedelta(hours=HORIZON))
 WINDOW_HOURS = LOOKBACK * 24 + HORIZON
 REPUBLISHED_DAY, CORRECTED_DAY = dt.date(2022, 3, 10), dt.date(2022, 3, 12)
+OWN_MONTH = (2023, 5)  # the append test's: no other test's windows reach it
 
 
-def _load():
+def _load(year=YEAR, month=MONTH):
     from nyc_taxi.ingest import taxi
 
-    taxi.download_published_file(YEAR, MONTH)
-    taxi.stage_landed_file(YEAR, MONTH)
-    return taxi.merge_into_raw(YEAR, MONTH)
+    taxi.download_published_file(year, month)
+    taxi.stage_landed_file(year, month)
+    return taxi.merge_into_raw(year, month)
 
 
 def _compute():
@@ -115,3 +117,39 @@ def test_actuals_count_only_what_raw_changed_and_equal_a_fresh_lake(spark, site,
         json.loads(table.properties["nyc-taxi.computed-from"])["actuals-snapshot"]
         == table.current_snapshot().snapshot_id
     )
+
+
+def test_a_window_that_only_adds_rows_appends_them_and_rewrites_no_file(spark, site, settings):
+    """The next window overlaps hours counted before, and every zone it counts is one the table holds for
+    those hours: its changes only add rows, and the commit appends them with no file of
+    the table rewritten or deleted. The window's rows and the earlier window's equal independent counts."""
+    ensure_tables([registry.YELLOW_TAXI_STAGING, registry.YELLOW_TAXI_RAW])
+    path = add_taxi_month(site, *OWN_MONTH, rows=ROWS, seed=32)
+    trips = pq.read_table(path)
+    five_zones = pa.compute.add(pa.compute.divide(trips["PULocationID"], 60), 1).cast(trips["PULocationID"].type)
+    tlc.write_yellow_month(
+        trips.set_column(trips.schema.get_field_index("PULocationID"), "PULocationID", five_zones), path
+    )
+    _load(*OWN_MONTH)
+    from nyc_taxi.forecast import steps
+
+    first_window = (dt.datetime(2023, 5, 8), dt.datetime(2023, 5, 16))
+    steps.compute_actuals(dt.datetime(2023, 5, 15), 7, 24)
+    before = current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS)
+    report = steps.compute_actuals(dt.datetime(2023, 5, 22), 7, 24)
+
+    window = (dt.datetime(2023, 5, 15), dt.datetime(2023, 5, 23))
+    zones = {zone for zone, _ in expected_actuals([path], *window)}
+    assert zones == {zone for zone, _ in expected_actuals([path], *first_window)} and len(zones) == 5
+    assert report.summary["counted_hours"] == 7 * 24  # the day both windows share is kept, not counted
+    assert report.outputs[0].changes == RowChanges(added=len(zones) * 7 * 24)
+    table = load_table(registry.YELLOW_RIDES_HOURLY_ACTUALS)
+    commit = table.current_snapshot()
+    assert commit.parent_snapshot_id == before
+    assert (
+        commit.summary.operation.value == "append" and "deleted-data-files" not in commit.summary.additional_properties
+    )
+    rows = table.scan().to_arrow().to_pylist()
+    for start, end in (first_window, window):
+        in_window = [r for r in rows if start <= r["pickup_hour"] < end]
+        assert table_actuals(in_window) == actuals_rows(expected_actuals([path], start, end))

@@ -48,12 +48,20 @@ class RowChanges:
 
 
 def merge_changes(
-    spark, sql: SqlFolder, changes_sql: str, merge_sql: str, summary: dict[str, str] | None = None, **values: object
+    spark,
+    sql: SqlFolder,
+    changes_sql: str,
+    merge_sql: str,
+    summary: dict[str, str] | None = None,
+    insert_sql: str | None = None,
+    **values: object,
 ) -> RowChanges:
     """Compute the rows that would change, and MERGE them only if there are any (one attempt), with
     ``summary`` and the counts in the commit's snapshot summary.
 
-    A re-run of unchanged data then commits nothing: no snapshot, no rewritten data files.
+    A re-run of unchanged data then commits nothing: no snapshot, no rewritten data files. A batch that
+    only adds rows is written by ``insert_sql`` when there is one (an insert-only MERGE of the changes as
+    its ``staging``): appended, with no join against the target's files and nothing rewritten.
     """
     changes = sql.run(spark, changes_sql, **values).persist()
     try:
@@ -66,7 +74,10 @@ def merge_changes(
             view = f"{changes_sql}_batch"
             changes.createOrReplaceTempView(view)
             with commit_properties(spark, {**(summary or {}), **result.as_summary()}):
-                sql.run(spark, merge_sql, changes=view, **values)
+                if insert_sql and result.added == result.total:
+                    sql.run(spark, insert_sql, **{**values, "staging": view})
+                else:
+                    sql.run(spark, merge_sql, changes=view, **values)
         return result
     finally:
         changes.unpersist()

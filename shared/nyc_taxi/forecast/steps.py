@@ -256,6 +256,7 @@ def compute_actuals(
                     "actuals_changes",
                     "merge_actuals",
                     summary=summary,
+                    insert_sql="insert_actuals",
                     staging="computed_actuals",
                     raw=spark_table(ACTUALS, settings),
                     **bounds,
@@ -460,7 +461,14 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
                 SQL.run(spark, "insert_forecasts", staging="new_forecasts", raw=target, **horizon)
             return added
         return merge_changes(
-            spark, SQL, "forecast_changes", "merge_forecasts", staging="new_forecasts", raw=target, **horizon
+            spark,
+            SQL,
+            "forecast_changes",
+            "merge_forecasts",
+            insert_sql="insert_forecasts",
+            staging="new_forecasts",
+            raw=target,
+            **horizon,
         )
 
     changes = retry_on_conflict(f"MERGE into {FORECAST.name}", write)

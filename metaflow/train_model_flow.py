@@ -74,7 +74,7 @@ class TrainForecastModelFlow(FlowSpec):
         self.written = forecast.write_forecasts(self.forecasts)
         self.next(self.evaluate)
 
-    @card(type="blank", id="evaluation")
+    @card(type="report", id="evaluation")
     @step
     def evaluate(self):
         """MAE and WAPE per zone and overall where the forecast hours have actuals (a backtest)."""

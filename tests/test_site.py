@@ -435,7 +435,7 @@ def test_the_evaluation_card_of_a_tiny_flow_has_a_legend_and_wraps_its_panels(br
         "from metaflow import FlowSpec, card, current, step\n"
         "from nyc_taxi.forecast.card import evaluation_card\n\n"
         "class CardFlow(FlowSpec):\n"
-        '    @card(type="blank", id="evaluation")\n'
+        '    @card(type="report", id="evaluation")\n'
         "    @step\n"
         "    def start(self):\n"
         "        zones, start = (132, 161, 236, 237), dt.datetime(2024, 2, 15)\n"

@@ -132,8 +132,10 @@ def detach(session) -> None:
     sc = session.sparkContext
     gateway = sc._gateway
     _close_catalog(session)
-    if getattr(sc, "_accumulatorServer", None) is not None:
-        sc._accumulatorServer.shutdown()
+    if (accumulators := getattr(sc, "_accumulatorServer", None)) is not None:
+        # Its serve loop sees a shutdown only at its next half-second poll: not waited for (0.4 s of every
+        # attached process's exit); the thread is a daemon, and a new context starts a server of its own.
+        threading.Thread(target=accumulators.shutdown, name="accumulator-server-shutdown", daemon=True).start()
     _forget_context()
     _release_java_objects(gateway)
     gateway.close()  # not shutdown(): that would stop the server's gateway

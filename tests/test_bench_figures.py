@@ -4,7 +4,7 @@ import datetime as dt
 
 import pytest
 
-from nyc_taxi.bench.flow import metaflow_floor
+from nyc_taxi.bench.flow import metaflow_floor, verdict
 
 RUN = """Metaflow 2.19.39 executing TrainForecastModelFlow for user:nyc-taxi
 2026-11-25 20:44:21.400 Workflow starting (run-id 17):
@@ -29,3 +29,8 @@ def test_metaflow_floor_is_the_runtime_start_an_empty_task_per_task_and_the_card
     assert floor["task_s"] == pytest.approx(0.4) and floor["tasks"] == 3
     assert floor["card_s"] == pytest.approx(1.3 - 0.1)  # evaluate after its body, less end's
     assert floor["floor_s"] == pytest.approx(0.6 + 3 * 0.4 + 1.2)
+
+
+def test_a_target_line_says_met_at_or_under_its_target_and_otherwise_why_it_is_missed():
+    assert verdict(0.84, 1, "the reason") == verdict(1.0, 1, "the reason") == "met"  # at target is met
+    assert verdict(11.58, 6, "Metaflow's own floor is 5.3 s of it") == "missed: Metaflow's own floor is 5.3 s of it"

@@ -1,10 +1,12 @@
 """The benchmarks' own arithmetic: figures read from a run's output are the spans its lines say."""
 
 import datetime as dt
+import json
 
 import pytest
 
 from nyc_taxi.bench.flow import metaflow_floor, verdict
+from nyc_taxi.bench.queries import read_event_log
 
 RUN = """Metaflow 2.19.39 executing TrainForecastModelFlow for user:nyc-taxi
 2026-11-25 20:44:21.400 Workflow starting (run-id 17):
@@ -34,3 +36,42 @@ def test_metaflow_floor_is_the_runtime_start_an_empty_task_per_task_and_the_card
 def test_a_target_line_says_met_at_or_under_its_target_and_otherwise_why_it_is_missed():
     assert verdict(0.84, 1, "the reason") == verdict(1.0, 1, "the reason") == "met"  # at target is met
     assert verdict(11.58, 6, "Metaflow's own floor is 5.3 s of it") == "missed: Metaflow's own floor is 5.3 s of it"
+
+
+def _execution(execution: int, started: int, description: str, stage: int, rows: int | None) -> list[dict]:
+    """One SQL execution whose plan scans a table (accumulator 7 counts its rows), and its one job."""
+    scan = {"nodeName": "BatchScan t", "metrics": [{"name": "number of output rows", "accumulatorId": 7}]}
+    plan = {"nodeName": "InMemoryTableScan", "children": [scan]} if rows is None else scan
+    update = [] if rows is None else [{"ID": 7, "Update": rows}]
+    return [
+        {
+            "Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart",
+            "executionId": execution,
+            "time": started,
+            "description": description,
+            "sparkPlanInfo": plan,
+        },
+        {
+            "Event": "SparkListenerJobStart",
+            "Stage IDs": [stage],
+            "Properties": {"spark.sql.execution.id": str(execution)},
+        },
+        {"Event": "SparkListenerTaskEnd", "Stage ID": stage, "Task Info": {"Accumulables": update}},
+        {
+            "Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd",
+            "executionId": execution,
+            "time": started + 500,
+        },
+    ]
+
+
+def test_a_query_over_a_cached_result_reads_nothing_although_its_plan_shows_the_cached_scan(tmp_path):
+    log = tmp_path / "app"
+    events = _execution(1, 1_000, "count.sql", stage=3, rows=100) + _execution(
+        2, 2_000, "insert.sql", stage=4, rows=None
+    )
+    log.write_text("\n".join(json.dumps(e) for e in events))
+    counted, inserted = read_event_log(log)
+    assert (counted.description, counted.seconds, counted.scans) == ("count.sql", 0.5, {"rows": 100})
+    assert (inserted.description, inserted.scans) == ("insert.sql", {"rows": 0})
+    assert "read nothing from a table" in inserted.line() and "100 rows" in counted.line()

@@ -43,6 +43,8 @@ class Query:
         scan = (
             f"read {self.scans.get('splits_read', 0)} splits ({self.scans.get('files_skipped', 0)} files skipped), "
             f"{self.scans.get('bytes_read', 0) / 2**20:.1f} MiB, {self.scans.get('rows', 0):,} rows"
+            if any(self.scans.values())
+            else "read nothing from a table (a cached result)"
             if self.scans
             else "no table scan"
         )
@@ -62,8 +64,11 @@ def _nodes(info: dict):
 
 def read_event_log(path: Path, since_ms: float = 0) -> list[Query]:
     """Every SQL execution of one application's event log that started after ``since_ms`` (epoch ms), in
-    the order they started (a running application's log holds what Spark has flushed so far)."""
-    starts, ends, plans, values = {}, {}, {}, {}
+    the order they started (a running application's log holds what Spark has flushed so far).
+
+    A metric counts what its execution's own jobs did: a later query over a cached result shows the
+    cached plan's scan again, with the same accumulators, but read nothing from the table itself."""
+    starts, ends, plans, values, stage_execution = {}, {}, {}, {}, {}
     for line in path.read_text().splitlines():
         event = json.loads(line)
         kind = event.get("Event", "")
@@ -76,12 +81,19 @@ def read_event_log(path: Path, since_ms: float = 0) -> list[Query]:
             ends[event["executionId"]] = event["time"]
         elif kind.endswith("SparkListenerDriverAccumUpdates"):
             for accumulator, value in event.get("accumUpdates", []):
-                values[accumulator] = values.get(accumulator, 0) + int(value)
+                key = (event["executionId"], accumulator)
+                values[key] = values.get(key, 0) + int(value)
+        elif kind == "SparkListenerJobStart":
+            execution = (event.get("Properties") or {}).get("spark.sql.execution.id")
+            for stage in event.get("Stage IDs", []):
+                stage_execution[stage] = None if execution is None else int(execution)
         elif kind == "SparkListenerTaskEnd":
+            execution = stage_execution.get(event.get("Stage ID"))
             for accumulable in event.get("Task Info", {}).get("Accumulables", []):
                 update = accumulable.get("Update")
                 if isinstance(update, int | str) and str(update).lstrip("-").isdigit():
-                    values[accumulable["ID"]] = values.get(accumulable["ID"], 0) + int(update)
+                    key = (execution, accumulable["ID"])
+                    values[key] = values.get(key, 0) + int(update)
     queries = []
     for execution, (started, description) in sorted(starts.items(), key=lambda kv: kv[1][0]):
         if execution not in ends or started < since_ms:
@@ -96,7 +108,7 @@ def read_event_log(path: Path, since_ms: float = 0) -> list[Query]:
                 if metric["name"] in wanted and metric["accumulatorId"] not in counted:
                     counted.add(metric["accumulatorId"])
                     key = wanted[metric["name"]]
-                    target[key] = target.get(key, 0) + values.get(metric["accumulatorId"], 0)
+                    target[key] = target.get(key, 0) + values.get((execution, metric["accumulatorId"]), 0)
         query.plan = " > ".join(n for n in names[:4] if n)
         queries.append(query)
     return queries

@@ -40,14 +40,15 @@ class Query:
     plan: str = ""
 
     def line(self) -> str:
-        scan = (
-            f"read {self.scans.get('splits_read', 0)} splits ({self.scans.get('files_skipped', 0)} files skipped), "
-            f"{self.scans.get('bytes_read', 0) / 2**20:.1f} MiB, {self.scans.get('rows', 0):,} rows"
-            if any(self.scans.values())
-            else "read nothing from a table (a cached result)"
-            if self.scans
-            else "no table scan"
-        )
+        if not self.scans:
+            scan = "no table scan"
+        elif not any(self.scans.values()):
+            scan = "read nothing from a table (a cached result)"
+        else:
+            scan = (
+                f"read {self.scans.get('splits_read', 0)} splits ({self.scans.get('files_skipped', 0)} files "
+                f"skipped), {self.scans.get('bytes_read', 0) / 2**20:.1f} MiB, {self.scans.get('rows', 0):,} rows"
+            )
         write = (
             f"; wrote {self.writes.get('files_written', 0)} files, {self.writes.get('bytes_written', 0) / 2**20:.2f} MiB"
             if self.writes

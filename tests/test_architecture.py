@@ -15,9 +15,37 @@ PACKAGE = Path(__file__).resolve().parents[1] / "shared" / "nyc_taxi"
 
 # room -> rooms it must never import (directly or in a function)
 FORBIDDEN = {
-    "core": {"ingest", "forecast", "lineage", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli"},
-    "ingest": {"forecast", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
-    "forecast": {"ingest", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
+    "core": {
+        "ingest",
+        "forecast",
+        "lineage",
+        "airflow_adapter",
+        "metaflow_adapter",
+        "fixtures",
+        "bench",
+        "cli",
+        "deployment",
+    },
+    "ingest": {
+        "forecast",
+        "airflow_adapter",
+        "metaflow_adapter",
+        "fixtures",
+        "bench",
+        "cli",
+        "lineage.read",
+        "deployment",
+    },
+    "forecast": {
+        "ingest",
+        "airflow_adapter",
+        "metaflow_adapter",
+        "fixtures",
+        "bench",
+        "cli",
+        "lineage.read",
+        "deployment",
+    },
     "lineage.write": {
         "lineage.read",
         "ingest",
@@ -27,11 +55,24 @@ FORBIDDEN = {
         "fixtures",
         "bench",
         "cli",
+        "deployment",
     },
-    "lineage.read": {"ingest", "forecast", "airflow_adapter", "metaflow_adapter", "fixtures", "bench", "cli"},
-    "airflow_adapter": {"metaflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
-    "metaflow_adapter": {"airflow_adapter", "fixtures", "bench", "cli", "lineage.read"},
-    "fixtures": {"airflow_adapter", "metaflow_adapter", "bench", "cli", "lineage"},
+    "lineage.read": {
+        "ingest",
+        "forecast",
+        "airflow_adapter",
+        "metaflow_adapter",
+        "fixtures",
+        "bench",
+        "cli",
+        "deployment",
+    },
+    "airflow_adapter": {"metaflow_adapter", "fixtures", "bench", "cli", "lineage.read", "deployment"},
+    "metaflow_adapter": {"airflow_adapter", "fixtures", "bench", "cli", "lineage.read", "deployment"},
+    "fixtures": {"airflow_adapter", "metaflow_adapter", "bench", "cli", "lineage", "deployment"},
+    # the team deployment runs Airflow's processes with Airflow's configuration; nothing else of the data
+    # work, the lineage or the other orchestrator
+    "deployment": {"ingest", "forecast", "lineage", "metaflow_adapter", "fixtures", "bench", "cli"},
 }
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import subprocess
 import time
 
-from nyc_taxi.core.processes import alive, read_record, stop_process, write_private
+from nyc_taxi.core.processes import alive, read_record, write_private
 
 
 def test_a_process_is_alive_while_it_runs_and_not_once_it_exited_or_when_none_is_recorded():
     child = subprocess.Popen(["sleep", "60"], start_new_session=True)
     assert alive(child.pid)
-    stop_process(child.pid, seconds=10)
+    child.terminate()
     deadline = time.monotonic() + 10
     while alive(child.pid) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -53,3 +53,31 @@ def test_secrets_are_not_printed(tmp_path):
     for secret in ("very-secret-token", "very-secret-db", "very-secret-broker"):
         assert secret not in repr(s) and secret not in str(s.model_dump())
     assert s.datahub_token.get_secret_value() == "very-secret-token"
+
+
+def test_the_state_directorys_settings_file_is_read_when_a_process_starts_and_the_environment_wins(
+    monkeypatch, tmp_path, real_source_defaults
+):
+    """A running Airflow's tasks read <state>/settings.env at their start: what a state directory sets
+    there reaches them without restarting Airflow; a variable of the process's own environment wins."""
+    from nyc_taxi.core.settings import get_settings, state_settings_file
+
+    monkeypatch.setenv("STATE_DIR", str(tmp_path))
+    state_settings_file(tmp_path).write_text(
+        "TLC_BASE_URL=http://127.0.0.1:4321\nNOAA_BASE_URL=http://127.0.0.1:4321\n"
+    )
+    get_settings.cache_clear()
+    try:
+        assert get_settings().tlc_base_url == "http://127.0.0.1:4321"
+        monkeypatch.setenv("NOAA_BASE_URL", "http://127.0.0.1:9")
+        get_settings.cache_clear()
+        assert (get_settings().tlc_base_url, get_settings().noaa_base_url) == (
+            "http://127.0.0.1:4321",
+            "http://127.0.0.1:9",
+        )
+        state_settings_file(tmp_path).unlink()
+        monkeypatch.delenv("NOAA_BASE_URL")
+        get_settings.cache_clear()
+        assert get_settings().tlc_base_url == TLC_BASE_URL
+    finally:
+        get_settings.cache_clear()

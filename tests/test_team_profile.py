@@ -1,19 +1,21 @@
-"""The team profile, run for real on this machine: `bash run team up` starts PostgreSQL (Airflow's
-metadata database and the Iceberg JDBC catalog), Redis, a Spark standalone cluster and Airflow on the
-CeleryExecutor with two workers, each a process of its own. DAG runs are triggered through the REST API
-as the UI's Trigger button does; the merge's asset event makes the scheduler start the training DAG,
-whose flow runs its Spark steps on the cluster. The tables equal an independent computation from the
-fixture files; nothing listens beyond 127.0.0.1; the generated passwords are in no log."""
+"""The team profile, run for real on this machine: `bash run team up` starts supervisord, which runs
+PostgreSQL (Airflow's metadata database and the Iceberg JDBC catalog), Redis, SeaweedFS (master, volume
+server, filer, S3 gateway: the lake and Metaflow's datastore), a Spark standalone cluster and Airflow on
+the CeleryExecutor with two workers, each a process of its own. DAG runs are triggered through the REST
+API as the UI's Trigger button does; the merge's asset event makes the scheduler start the training
+DAG, whose flow runs its Spark steps on the cluster. The tables equal an independent computation from
+the fixture files; a component killed with SIGKILL is restarted by supervisord, with no `team up`;
+nothing listens beyond 127.0.0.1; the generated passwords and keys are in no log; `team down` leaves no
+process of the deployment running."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
+import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -28,8 +30,9 @@ from expected_loads import (
 )
 
 from nyc_taxi.airflow_adapter.environment import airflow_environment
+from nyc_taxi.airflow_adapter.rest_api import RestApi
 from nyc_taxi.core import datasets as registry
-from nyc_taxi.core import jobs, processes
+from nyc_taxi.core import jobs
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month, taxi_path
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team]
@@ -40,7 +43,8 @@ TAXI, WEATHER, TRAINING = (
     jobs.INGEST_WEATHER_DATA.name,
     jobs.TRAIN_FORECAST_MODEL.name,
 )
-TAXI_MERGE = jobs.INGEST_YELLOW_TAXI_DATA.merge_upsert_staging_into_raw_yellow.name
+TAXI_JOBS = jobs.INGEST_YELLOW_TAXI_DATA
+TAXI_MERGE = TAXI_JOBS.merge_upsert_staging_into_raw_yellow.name
 
 
 def _free_port() -> int:
@@ -60,7 +64,7 @@ def _team(env: dict, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def team(site, tmp_path_factory):
     """The team profile's deployment, brought up once for this module under a state directory of its
-    own, and down (its PostgreSQL data removed) afterwards: (settings, environment)."""
+    own, and down (its services' data removed) afterwards: (settings, environment)."""
     from nyc_taxi.core.settings import Settings
 
     state = tmp_path_factory.mktemp("team-state")
@@ -90,28 +94,18 @@ def team(site, tmp_path_factory):
         print(down.stdout, down.stderr)
 
 
-def _token(settings) -> str:
-    base = f"http://127.0.0.1:{settings.airflow_port}"
-    password = json.loads((settings.airflow_home / "simple_auth_manager_passwords.json.generated").read_text())
-    return _request(f"{base}/auth/token", body={"username": "admin", "password": password["admin"]})["access_token"]
+def _api(settings) -> RestApi:
+    return RestApi(settings)
 
 
-def _trigger(settings, token: str, dag: str, month: str) -> str:
-    base = f"http://127.0.0.1:{settings.airflow_port}"
-    body = {"logical_date": None, "conf": {"month": month}}
-    return _request(f"{base}/api/v2/dags/{dag}/dagRuns", token, body)["dag_run_id"]
+def _finished(api: RestApi, dag: str, run_id: str, seconds: float = 900) -> dict:
+    return api.finished(dag, run_id, seconds)
 
 
-def _finished(settings, token: str, dag: str, run_id: str, seconds: float = 900) -> dict:
-    url = f"http://127.0.0.1:{settings.airflow_port}/api/v2/dags/{dag}/dagRuns/{run_id}"
-    return _wait_for(lambda: _request(url, token), lambda r: r["state"] in ("success", "failed"), seconds)
+def _task(api: RestApi, dag: str, run_id: str, task: str) -> dict:
+    from urllib.parse import quote
 
-
-def _request(url: str, token: str | None = None, body: dict | None = None) -> dict:
-    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {token}"} if token else {})
-    data = json.dumps(body).encode() if body is not None else None
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers, data=data), timeout=30) as answer:
-        return json.load(answer)
+    return api.call(f"/api/v2/dags/{dag}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task}")
 
 
 def _wait_for(fetch, done, seconds: float):
@@ -124,30 +118,60 @@ def _wait_for(fetch, done, seconds: float):
             answer = None
         if answer is not None and done(answer):
             return answer
-        time.sleep(3)
+        time.sleep(1)
     return answer
 
 
-def _a_taxi_month_loading(settings, site, year: int, month: int):
-    """A taxi month of 100,000 trips published and its DAG run triggered: (the file, a token, the run
-    id, the URL of the run's merge task instance)."""
-    taxi_file = add_taxi_month(site, year, month, rows=100_000, seed=year + month)
-    token = _token(settings)
-    run_id = _trigger(settings, token, TAXI, f"{year:04d}-{month:02d}")
-    base = f"http://127.0.0.1:{settings.airflow_port}"
-    return taxi_file, token, run_id, f"{base}/api/v2/dags/{TAXI}/dagRuns/{run_id}/taskInstances/{TAXI_MERGE}"
+def _programs(settings) -> dict[str, dict]:
+    """supervisord's account of each program: state, pid, start time."""
+    from nyc_taxi.deployment.supervisor import Supervisor
+
+    return {p["name"]: p for p in Supervisor(settings).programs() if p["group"] != "process-states"}
 
 
 def _component_pids(settings) -> dict[str, int]:
-    from nyc_taxi.core import team
+    return {name: info["pid"] for name, info in _programs(settings).items()}
 
-    pids = dict(processes.read_record(team.team_dir(settings) / "airflow.json"))
-    pids["spark"] = processes.read_record(team.SparkCluster(settings).record)["pids"]
-    pids["redis"] = processes.read_record(team.Redis(settings).record)["pid"]
-    pids["s3"] = processes.read_record(team.ObjectStore(settings).record)["pid"]
-    postmaster = team.Postgres(settings).data_dir / "data" / "postmaster.pid"
-    pids["postgres"] = int(postmaster.read_text().split()[0])
-    return pids
+
+def _kill(settings, program: str) -> int:
+    """SIGKILL to a program's process (not its group: a process that crashes), as supervisord runs it."""
+    pid = _programs(settings)[program]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _restarted(settings, program: str, old_pid: int, seconds: float = 120) -> dict:
+    """supervisord ran the program again (a new pid, RUNNING): no `team up`."""
+    found = _wait_for(
+        lambda: _programs(settings)[program],
+        lambda p: p["statename"] == "RUNNING" and p["pid"] not in (0, old_pid),
+        seconds,
+    )
+    assert found and found["statename"] == "RUNNING" and found["pid"] != old_pid, found
+    return found
+
+
+def _restarts(env, program: str) -> int:
+    """The restarts `team status` reports for a program."""
+    status = _team(env, "status")
+    assert status.returncode == 0, status.stderr
+    line = next(line for line in status.stdout.splitlines() if line.split()[:1] == [program])
+    return int(line.split()[-1])
+
+
+def _a_taxi_month_loading(settings, site, year: int, month: int, rows: int = 100_000):
+    """A taxi month published and its DAG run triggered: (the file, the API, the run id)."""
+    taxi_file = add_taxi_month(site, year, month, rows=rows, seed=year + month)
+    api = _api(settings)
+    return taxi_file, api, api.trigger(TAXI, {"month": f"{year:04d}-{month:02d}"})
+
+
+def _raw_holds_exactly(settings, taxi_file: Path) -> None:
+    """raw's rows of the file equal an independent reading of it: nothing lost, nothing doubled."""
+    from nyc_taxi.core.catalog import load_table
+
+    raw = load_table(registry.YELLOW_TAXI_RAW, settings).scan(row_filter=f"source_file == '{taxi_file.name}'")
+    assert comparable(raw.to_arrow()).equals(comparable(expected_taxi_rows(taxi_file)))
 
 
 def _check_weather(settings, site, year: int, month: int) -> None:
@@ -177,27 +201,35 @@ def _task_logs(settings) -> list[str]:
     return [p.read_text() for p in (settings.airflow_home / "logs").glob("dag_id=*/**/*.log")]
 
 
+def _bucket(settings) -> dict[str, str]:
+    """Every object of the lake's bucket and its ETag."""
+    from nyc_taxi.core import team as services
+
+    objects = services.ObjectStore(settings)
+    pages = objects.client().get_paginator("list_objects_v2").paginate(Bucket=objects.bucket)
+    return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
+
+
 def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluster(team, site):
     from nyc_taxi.core import team as services
     from nyc_taxi.core.catalog import load_table
     from nyc_taxi.core.naming import landed_folder
+    from nyc_taxi.deployment.supervisor import logs_dir
 
     settings, _ = team
-    base = f"http://127.0.0.1:{settings.airflow_port}"
     taxi_file = add_taxi_month(site, *MONTH, rows=20_000, seed=71)
     add_weather_month(site, *MONTH, seed=71)
-    token = _token(settings)
+    api = _api(settings)
 
     # both ingestion DAGs at once, as two clicks on Trigger would
     month = f"{MONTH[0]:04d}-{MONTH[1]:02d}"
-    triggered = {dag: _trigger(settings, token, dag, month) for dag in (TAXI, WEATHER)}
+    triggered = {dag: api.trigger(dag, {"month": month}) for dag in (TAXI, WEATHER)}
     for dag, run_id in triggered.items():
-        done = _finished(settings, token, dag, run_id)
-        assert done and done["state"] == "success", (dag, done)
+        done = _finished(api, dag, run_id)
+        assert done["state"] == "success", (dag, done)
 
     def training():
-        runs = _request(f"{base}/api/v2/dags/{TRAINING}/dagRuns?order_by=-run_after", token)["dag_runs"]
-        return [r for r in runs if r["run_type"] == "asset_triggered"]
+        return [r for r in api.runs(TRAINING, order_by="-run_after") if r["run_type"] == "asset_triggered"]
 
     runs = _wait_for(training, lambda found: found and found[0]["state"] in ("success", "failed"), 900)
     assert runs and len(runs) == 1 and runs[0]["state"] == "success", runs
@@ -216,13 +248,10 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
     counted = expected_actuals([taxi_file], as_of - dt.timedelta(days=28), as_of)
     assert _forecasts_of(settings, as_of) == seasonal_naive(counted, as_of, 24)
 
-    # the lake is in the bucket: the landed file, raw's data files, the flow's artifacts; none on disk
+    # the lake is in SeaweedFS's bucket: the landed file, raw's data files, the flow's artifacts; the
+    # bytes under SeaweedFS's own directory, none in a lake directory
     objects = services.ObjectStore(settings)
-    keys = {
-        o["Key"]
-        for page in objects.client().get_paginator("list_objects_v2").paginate(Bucket=objects.bucket)
-        for o in page.get("Contents", [])
-    }
+    keys = set(_bucket(settings))
     assert f"{landed_folder(registry.TLC_YELLOW_TRIPDATA_LANDED)}/{taxi_file.name}" in keys
     files = load_table(registry.YELLOW_TAXI_RAW, settings).inspect.files().column("file_path").to_pylist()
     assert files and all(
@@ -232,23 +261,23 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
     assert any(k.startswith("metaflow/TrainForecastModelFlow/") for k in keys)
     assert not (settings.state_dir / "lake").exists()
     assert not list(settings.metaflow_home.glob("**/TrainForecastModelFlow/data"))  # artifacts: the bucket's
+    volumes = services.team_dir(settings) / "seaweedfs" / "volume"
+    assert sum(p.stat().st_size for p in volumes.glob("*.dat")) > taxi_file.stat().st_size
 
     # every Spark session ran on the cluster: one application per Spark task and step, all finished
     applications = services.SparkCluster(settings).applications()
     assert len(applications) >= 4 and all(a["state"] == "FINISHED" for a in applications), applications
     # both Celery workers ran tasks, and no catalog commit had to wait for another writer
-    logs = settings.airflow_home / "logs" / "components"
-    for worker in ("worker-1", "worker-2"):
-        assert "succeeded" in (logs / f"{worker}.log").read_text(), worker
+    for worker in ("airflow-worker-1", "airflow-worker-2"):
+        assert "succeeded" in (logs_dir(settings) / f"{worker}.log").read_text(), worker
     task_logs = _task_logs(settings)
     assert len(task_logs) >= 9 and not [text for text in task_logs if "lost a race with another writer" in text]
 
 
-def _task_spans(settings, token: str, dag: str, run_id: str) -> list[tuple[dt.datetime, dt.datetime]]:
-    url = f"http://127.0.0.1:{settings.airflow_port}/api/v2/dags/{dag}/dagRuns/{run_id}/taskInstances"
+def _task_spans(api: RestApi, dag: str, run_id: str) -> list[tuple[dt.datetime, dt.datetime]]:
     return [
         (dt.datetime.fromisoformat(ti["start_date"]), dt.datetime.fromisoformat(ti["end_date"]))
-        for ti in _request(url, token)["task_instances"]
+        for ti in api.task_instances(dag, run_id)
         if ti["start_date"] and ti["end_date"]
     ]
 
@@ -261,41 +290,37 @@ def test_both_ingestion_dags_and_a_training_run_at_once_on_two_workers_need_no_r
     from nyc_taxi.core.catalog import load_table
 
     settings, _ = team
-    base = f"http://127.0.0.1:{settings.airflow_port}"
     july = taxi_path(site, *MONTH)
     assert july.exists()  # published by the mission test
     august = add_taxi_month(site, 2024, 8, rows=20_000, seed=72)
     add_weather_month(site, 2024, 8, seed=72)
-    token = _token(settings)
-    before = {r["dag_run_id"] for r in _request(f"{base}/api/v2/dags/{TRAINING}/dagRuns", token)["dag_runs"]}
+    api = _api(settings)
+    before = {r["dag_run_id"] for r in api.runs(TRAINING)}
 
     as_of = dt.datetime(2024, 7, 15)
-    backtest = {"logical_date": None, "conf": {"as_of_datetime": as_of.strftime("%Y-%m-%dT%H:%M")}}
     triggered = {
-        TRAINING: _request(f"{base}/api/v2/dags/{TRAINING}/dagRuns", token, backtest)["dag_run_id"],
-        TAXI: _trigger(settings, token, TAXI, "2024-08"),
-        WEATHER: _trigger(settings, token, WEATHER, "2024-08"),
+        TRAINING: api.trigger(TRAINING, {"as_of_datetime": as_of.strftime("%Y-%m-%dT%H:%M")}),
+        TAXI: api.trigger(TAXI, {"month": "2024-08"}),
+        WEATHER: api.trigger(WEATHER, {"month": "2024-08"}),
     }
     for dag, run_id in triggered.items():
-        done = _finished(settings, token, dag, run_id)
-        assert done and done["state"] == "success", (dag, done)
+        done = _finished(api, dag, run_id)
+        assert done["state"] == "success", (dag, done)
     # the flow ran while an ingestion task ran on the other worker (one task at a time per worker)
-    (flow_span,) = _task_spans(settings, token, TRAINING, triggered[TRAINING])
-    ingestion = [span for dag in (TAXI, WEATHER) for span in _task_spans(settings, token, dag, triggered[dag])]
+    (flow_span,) = _task_spans(api, TRAINING, triggered[TRAINING])
+    ingestion = [span for dag in (TAXI, WEATHER) for span in _task_spans(api, dag, triggered[dag])]
     assert any(start < flow_span[1] and flow_span[0] < end for start, end in ingestion), (flow_span, ingestion)
 
     # August's merge started a training run of its own (after the backtest: one run at a time): let it end
     def asset_started():
-        runs = _request(f"{base}/api/v2/dags/{TRAINING}/dagRuns", token)["dag_runs"]
-        return [r for r in runs if r["dag_run_id"] not in before and r["run_type"] == "asset_triggered"]
+        return [r for r in api.runs(TRAINING) if r["dag_run_id"] not in before and r["run_type"] == "asset_triggered"]
 
     started = _wait_for(
         asset_started, lambda runs: runs and all(r["state"] in ("success", "failed") for r in runs), 900
     )
     assert started and all(r["state"] == "success" for r in started), started
 
-    raw = load_table(registry.YELLOW_TAXI_RAW, settings).scan(row_filter=f"source_file == '{august.name}'")
-    assert comparable(raw.to_arrow()).equals(comparable(expected_taxi_rows(august)))
+    _raw_holds_exactly(settings, august)
     _check_weather(settings, site, 2024, 8)
 
     # the backtest's window (the DAG's defaults: 28 days back, 24 h ahead) holds exactly July's counts
@@ -307,20 +332,18 @@ def test_both_ingestion_dags_and_a_training_run_at_once_on_two_workers_need_no_r
     assert not [text for text in _task_logs(settings) if "lost a race with another writer" in text]
 
 
-def test_nothing_listens_beyond_127_0_0_1_and_no_password_is_in_a_log(team, listening_sockets):
+def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(team, listening_sockets):
     from nyc_taxi.core import team as services
+    from nyc_taxi.core.processes import read_record
 
     settings, env = team
-    pids = _component_pids(settings)
-    flat = [p for value in pids.values() for p in (value if isinstance(value, list) else [value])]
-    listeners = listening_sockets(*flat)
-    assert len(listeners) >= 5 and {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
+    listeners = listening_sockets(*_component_pids(settings).values())
+    commands = {command.split()[0].rsplit("/", 1)[-1] for command, _, _ in listeners}
+    assert {"weed", "redis-server", "postgres"} <= commands, listeners  # every kind of service was looked at
+    assert len(listeners) >= 14 and {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
 
-    secrets = [
-        processes.read_record(services.Postgres(settings).record)["password"],
-        processes.read_record(services.Redis(settings).record)["password"],
-        services.ObjectStore(settings).keys()[1],
-    ]
+    record = read_record(services.services_record(settings))
+    secrets = [record["postgres"]["password"], record["redis"]["password"], record["seaweedfs"]["secret_key"]]
     config = subprocess.run(
         [sys.executable, "-m", "airflow", "config", "list"],
         env={**env, **airflow_environment(settings)},
@@ -329,20 +352,22 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_is_in_a_log(team, list
     )
     assert config.returncode == 0 and "sql_alchemy_conn" in config.stdout
     places = {"airflow config list": config.stdout + config.stderr}
+    team_dir = services.team_dir(settings)
     secret_files = {
-        services.Postgres(settings).record,
+        services.services_record(settings),
         services.Postgres(settings).airflow_url_file,
         services.Postgres(settings).celery_results_url_file,
-        services.Redis(settings).record,
         services.Redis(settings).broker_url_file,
-        services.Redis(settings).directory / "redis.conf",
-        services.ObjectStore(settings).record,
+        team_dir / "redis" / "redis.conf",
+        team_dir / "seaweedfs" / "s3-identities.json",
         services.ObjectStore(settings).credentials_file,
     }
     for path in Path(settings.state_dir).rglob("*"):
         if path.is_file() and path not in secret_files and path.stat().st_size < 50_000_000:
             places[str(path)] = path.read_bytes().decode(errors="replace")
-    for path in services.Postgres(settings).data_dir.glob("*.log"):
+    from nyc_taxi.deployment.services import Postgres
+
+    for path in Postgres(settings, record).directory.glob("*.log"):
         places[str(path)] = path.read_text(errors="replace")
     for secret in secrets:
         assert not [place for place, text in places.items() if secret in text]
@@ -350,44 +375,46 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_is_in_a_log(team, list
         assert path.stat().st_mode & 0o077 == 0, path
 
 
-def test_up_again_changes_nothing_and_status_names_every_service(team):
+def test_up_again_changes_nothing_and_status_names_every_program(team):
+    from nyc_taxi.deployment.supervisor import program_names
+
     settings, env = team
     before = _component_pids(settings)
     again = _team(env, "up")
     assert again.returncode == 0, again.stderr
     assert _component_pids(settings) == before
     status = _team(env, "status").stdout
-    for service in (
-        "PostgreSQL: running",
-        "Redis: running",
-        "object storage: running",
-        "Spark: master running",
-        "Airflow: 6 of 6",
-    ):
-        assert service in status, status
+    names = program_names()
+    assert set(before) == set(names) and len(names) == 14
+    for name in names:
+        (line,) = [line for line in status.splitlines() if line.split()[:1] == [name]]
+        assert line.split()[1] == "RUNNING" and int(line.split()[2]) == before[name], status
 
 
 def test_postgres_data_left_by_a_removed_state_directory_is_named_with_its_remedy(tmp_path):
     """PostgreSQL keeps its data under its own user's home: a state directory removed without `team down`
-    leaves it. `team up` on that path again refuses it with the command that removes it, and after that
-    command it starts a fresh cluster."""
+    leaves it. `team up` on that path again refuses the orphaned cluster with the command that removes
+    it, and after that command a fresh record is made."""
     from nyc_taxi.core import team as services
+    from nyc_taxi.core.processes import ServiceError
     from nyc_taxi.core.settings import Settings
+    from nyc_taxi.deployment import services as deployment
+    from nyc_taxi.deployment.supervisor import Supervisor
 
     settings = Settings(profile="team", state_dir=tmp_path / "state")
-    postgres = services.Postgres(settings)
+    record = deployment._record(settings, Supervisor(settings))
+    postgres = deployment.Postgres(settings, record)
     try:
-        assert postgres.up().startswith("PostgreSQL: started")
-        postgres.down()
-        postgres.record.unlink()  # the state directory's record gone, PostgreSQL's data kept
-        with pytest.raises(services.ServiceError, match="bash run team down --delete-data"):
-            postgres.up()
+        postgres.prepare()  # initdb: the cluster's data, under PostgreSQL's user's home when root
+        services.services_record(settings).unlink()  # the state directory's record gone, the data kept
+        with pytest.raises(ServiceError, match="bash run team down --delete-data"):
+            deployment.up(settings)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
         removed = _team(env | {"PROFILE": "team", "STATE_DIR": str(settings.state_dir)}, "down", "--delete-data")
-        assert removed.returncode == 0 and not postgres.data_dir.exists(), removed.stdout + removed.stderr
-        assert postgres.up().startswith("PostgreSQL: started")
+        assert removed.returncode == 0 and not postgres.directory.exists(), removed.stdout + removed.stderr
+        assert deployment._record(settings, Supervisor(settings))["postgres"]["password"]
     finally:
-        postgres.down(delete_data=True)
+        deployment.down(settings, delete_data=True)
 
 
 def test_every_dataset_keeps_its_name_datahubs_iceberg_source_on_postgres_included(team):
@@ -421,49 +448,60 @@ def test_every_dataset_keeps_its_name_datahubs_iceberg_source_on_postgres_includ
     assert merge and all((o["namespace"], o["name"]) == (raw.ol_namespace, raw.ol_name) for o in merge[0]["outputs"])
 
 
-def test_the_bucket_keeps_the_lake_when_its_server_goes_down_and_comes_up(team):
-    """moto keeps objects in memory: `down` saves them, `up` puts them back on the same port, and the
-    tables read the same rows."""
-    from nyc_taxi.core import team as services
-    from nyc_taxi.core.catalog import load_table
+def _when_running(api: RestApi, run_id: str, task: str, seconds: float = 600) -> dict:
+    found = _wait_for(lambda: _task(api, TAXI, run_id, task), lambda ti: ti["state"] == "running", seconds)
+    assert found and found["state"] == "running", found
+    return found
 
-    settings, _ = team
-    objects = services.ObjectStore(settings)
 
-    def listing() -> dict[str, int]:
-        pages = objects.client().get_paginator("list_objects_v2").paginate(Bucket=objects.bucket)
-        return {o["Key"]: o["Size"] for page in pages for o in page.get("Contents", [])}
+def test_every_object_survives_the_s3_gateway_the_volume_server_and_the_filer_killed_in_the_middle_of_a_load(
+    team, site
+):
+    """SeaweedFS's S3 gateway killed while the month downloads, its volume server while it stages, its
+    filer while it merges (SIGKILL to each process): supervisord runs each again, the load succeeds (a
+    task whose storage went away is retried), raw holds the file's rows once, and every object the
+    bucket held before is there with the same ETag."""
+    settings, env = team
+    before = _bucket(settings)
+    assert before
+    taxi_file, api, run_id = _a_taxi_month_loading(settings, site, 2024, 9)
+    for task, program in (
+        (TAXI_JOBS.download_published_files.name, "seaweedfs-s3"),
+        (TAXI_JOBS.stage_landed_files.name, "seaweedfs-volume"),
+        (TAXI_MERGE, "seaweedfs-filer"),
+    ):
+        _when_running(api, run_id, task)
+        old = _kill(settings, program)
+        _restarted(settings, program, old)
+        assert _restarts(env, program) >= 1
 
-    before, port = listing(), processes.read_record(objects.record)["port"]
-    raw_before = load_table(registry.YELLOW_TAXI_RAW, settings).scan().to_arrow()
-    assert before and raw_before.num_rows > 0
-    assert "saved" in objects.down() and objects.status() == "object storage: down"
-    assert objects.up().startswith("object storage:") and processes.read_record(objects.record)["port"] == port
-    assert listing() == before and not objects.saved.exists()
-    assert load_table(registry.YELLOW_TAXI_RAW, settings).scan().to_arrow().equals(raw_before)
+    assert _finished(api, TAXI, run_id)["state"] == "success"
+    _raw_holds_exactly(settings, taxi_file)
+    after = _bucket(settings)
+    assert {key: after.get(key) for key in before} == before
 
 
 def test_a_celery_worker_killed_in_the_middle_of_a_merge_is_retried_on_the_other_and_the_month_loads_once(team, site):
     """A worker lost with its task (SIGKILL to its whole process tree, as a machine that goes away):
     the task stops heart-beating, Airflow fails that try and retries it on the other worker; the
-    month is in raw exactly once. `team up` then starts the lost worker again."""
+    month is in raw exactly once. supervisord runs the lost worker again, and `team status` counts it."""
     import psutil
 
     from nyc_taxi.core import team as services
-    from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.deployment.supervisor import logs_dir
 
     settings, env = team
-    taxi_file, token, run_id, merge = _a_taxi_month_loading(settings, site, 2024, 9)
+    taxi_file, api, run_id = _a_taxi_month_loading(settings, site, 2024, 10)
     cluster = services.SparkCluster(settings)
 
     def merging():
-        ti = _request(merge, token)
+        ti = _task(api, TAXI, run_id, TAXI_MERGE)
         active = [a for a in cluster.applications() if a["state"] == "RUNNING"]
         return ti if ti["state"] == "running" and ti.get("pid") and active else None
 
     ti = _wait_for(merging, lambda found: found is not None, 600)
-    assert ti, _request(merge, token)
-    workers = {n: p for n, p in _component_pids(settings).items() if n.startswith("worker-")}
+    assert ti, _task(api, TAXI, run_id, TAXI_MERGE)
+    workers = {n: p for n, p in _component_pids(settings).items() if n.startswith("airflow-worker-")}
     victim = next(n for n, p in workers.items() if ti["pid"] in {c.pid for c in psutil.Process(p).children(True)})
     time.sleep(2)  # its Spark application is running the merge
     tree = [psutil.Process(workers[victim]), *psutil.Process(workers[victim]).children(True)]
@@ -471,45 +509,72 @@ def test_a_celery_worker_killed_in_the_middle_of_a_merge_is_retried_on_the_other
         process.kill()
     psutil.wait_procs(tree, timeout=30)
 
-    done = _finished(settings, token, TAXI, run_id)
-    assert done and done["state"] == "success", done
-    retried = _request(merge, token)
+    assert _finished(api, TAXI, run_id)["state"] == "success"
+    retried = _task(api, TAXI, run_id, TAXI_MERGE)
     assert retried["state"] == "success" and retried["try_number"] == 2, retried
+    _raw_holds_exactly(settings, taxi_file)
+    _restarted(settings, victim, workers[victim])
+    assert _restarts(env, victim) >= 1
     (survivor,) = set(workers) - {victim}
-    survivor_log = (settings.airflow_home / "logs" / "components" / f"{survivor}.log").read_text()
-    assert survivor_log.count("received") >= 1
-
-    raw = load_table(registry.YELLOW_TAXI_RAW, settings).scan(row_filter=f"source_file == '{taxi_file.name}'")
-    assert comparable(raw.to_arrow()).equals(comparable(expected_taxi_rows(taxi_file)))
-
-    again = _team(env, "up")
-    assert again.returncode == 0, again.stderr
-    assert "Airflow: 6 of 6" in _team(env, "status").stdout
+    assert "received" in (logs_dir(settings) / f"{survivor}.log").read_text()
 
 
-def test_postgres_stopped_in_the_middle_of_a_merge_fails_that_try_and_the_retry_loads_the_month_once(team, site):
-    """PostgreSQL (the catalog and Airflow's database) goes away while a merge runs: that try fails
-    (the database refuses the task, or the task loses its heartbeat to an API server without its
-    database, whichever comes first) and commits nothing; Airflow's scheduler, triggerer and DAG
-    processor exit. Once `team up` brings PostgreSQL back (on the port it had) and starts what exited,
-    Airflow fails the try that lost its heartbeat and retries it: the month is in raw exactly once."""
-    from nyc_taxi.core import team as services
-    from nyc_taxi.core.catalog import load_table
+def test_postgres_and_the_scheduler_killed_in_the_middle_of_a_merge_come_back_and_the_month_loads_once(team, site):
+    """PostgreSQL (the catalog and Airflow's database) and the scheduler killed with SIGKILL while a merge
+    runs: supervisord runs both again (PostgreSQL recovers from its write-ahead log), with no `team up`;
+    the merge's try fails or succeeds, the run ends in success, and the month is in raw exactly once."""
+    settings, env = team
+    taxi_file, api, run_id = _a_taxi_month_loading(settings, site, 2024, 11)
+    _when_running(api, run_id, TAXI_MERGE)
+    time.sleep(3)
+    killed = {program: _kill(settings, program) for program in ("postgres", "airflow-scheduler")}
+    for program, pid in killed.items():
+        _restarted(settings, program, pid)
+        assert _restarts(env, program) >= 1
+    assert _finished(_api(settings), TAXI, run_id)["state"] == "success"
+    _raw_holds_exactly(settings, taxi_file)
+
+
+def test_down_in_the_middle_of_a_training_run_leaves_no_process_and_up_finds_every_object(team, site):
+    """`team down` while the flow runs (its Airflow task in a process group of its own, the flow's steps
+    and a Spark driver under it): afterwards no process of the deployment runs (the process table: none
+    carries the deployment's environment, none runs from its state directory). `team up` then brings
+    back every object of the bucket, with nothing saved or restored by the project. Last in the module:
+    the deployment is down after it until its `up`."""
+    import psutil
+
+    from nyc_taxi.deployment.supervisor import MARKER
 
     settings, env = team
-    taxi_file, token, run_id, merge = _a_taxi_month_loading(settings, site, 2024, 10)
-    assert _wait_for(lambda: _request(merge, token), lambda ti: ti["state"] == "running", 600)
-    postgres = services.Postgres(settings)
-    port = processes.read_record(postgres.record)["port"]
-    assert postgres.down() == "PostgreSQL: stopped"
-    time.sleep(30)  # the task meets the closed database
+    api = _api(settings)
+    run_id = api.trigger(TRAINING, {"as_of_datetime": "2024-07-20T00:00"})
 
-    back = _team(env, "up")
-    assert back.returncode == 0, back.stdout + back.stderr
-    assert processes.read_record(postgres.record)["port"] == port
-    done = _finished(settings, _token(settings), TAXI, run_id)
-    assert done and done["state"] == "success", done
-    retried = _request(merge, _token(settings))
-    assert retried["state"] == "success" and retried["try_number"] == 2, retried
-    raw = load_table(registry.YELLOW_TAXI_RAW, settings).scan(row_filter=f"source_file == '{taxi_file.name}'")
-    assert comparable(raw.to_arrow()).equals(comparable(expected_taxi_rows(taxi_file)))
+    def flow_running():
+        return [
+            p for p in psutil.process_iter(["cmdline"]) if "train_model_flow.py" in " ".join(p.info["cmdline"] or [])
+        ]
+
+    assert _wait_for(flow_running, bool, 600), _task(
+        api, TRAINING, run_id, jobs.TRAIN_FORECAST_MODEL.run_training_flow.name
+    )
+
+    def spark_driver():  # a step's own Spark JVM (spark-submit's pyspark-shell)
+        return [p for p in psutil.process_iter(["cmdline"]) if "pyspark-shell" in " ".join(p.info["cmdline"] or [])]
+
+    assert _wait_for(spark_driver, bool, 300)
+    before = _bucket(settings)
+    down = _team(env, "down")
+    assert down.returncode == 0, down.stdout + down.stderr
+
+    mine, state = str(Path(settings.state_dir) / "team"), str(settings.state_dir)
+    left = []
+    for process in psutil.process_iter(["cmdline", "environ"]):
+        environ, cmdline = process.info["environ"] or {}, " ".join(process.info["cmdline"] or [])
+        if environ.get(MARKER) == mine or state in cmdline:
+            left.append((process.pid, cmdline[:120]))
+    assert left == []
+
+    up = _team(env, "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    after = _bucket(settings)  # the flow may have written more after the first listing, before `down`
+    assert len(before) > 1000 and {key: after.get(key) for key in before} == before

@@ -21,14 +21,15 @@ import time
 
 
 def main(argv: list[str]) -> int:
-    from nyc_taxi.airflow_adapter import deployment
+    from nyc_taxi.airflow_adapter.rest_api import RestApi, base_url, health
+    from nyc_taxi.core.lakehouse import lakehouse
     from nyc_taxi.core.settings import get_settings
 
     if not argv:
         sys.exit(__doc__)
     settings = get_settings()
-    if deployment.running(settings):
-        return through_the_scheduler(deployment.Api(settings), argv)
+    if lakehouse(settings).airflow_deployment and health(base_url(settings)) is not None:
+        return through_the_scheduler(RestApi(settings), argv)
     return in_this_process(argv)
 
 

@@ -4,8 +4,9 @@ month under each — its taxi and weather DAG runs and the training run after th
 
 - local: `dag.test()` runs in one process, Spark in local mode attached to one warm driver, SQLite
   under Airflow and the Iceberg catalog, the lake on disk;
-- team: PostgreSQL, Redis, moto's S3, a Spark standalone cluster and Airflow on the CeleryExecutor
-  (`bash run team up`, not timed); the runs are triggered through the REST API and the scheduler
+- team: PostgreSQL, Redis, SeaweedFS, a Spark standalone cluster and Airflow on the CeleryExecutor
+  under supervisord (`bash run team up` inside the demo's time); the runs are triggered through the
+  REST API and the scheduler
   starts the training run from the merge's asset event; every task and step is a Spark application
   of its own on the cluster.
 
@@ -48,7 +49,7 @@ def _new_month(state: Path, profile: str, env: dict[str, str], log: Path) -> flo
     from nyc_taxi.airflow_adapter.environment import airflow_environment
     from nyc_taxi.cli.demo import ROWS
     from nyc_taxi.core import jobs
-    from nyc_taxi.core.settings import Settings
+    from nyc_taxi.core.settings import Settings, state_settings_file
     from nyc_taxi.fixtures.server import FixtureServer
     from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 
@@ -61,12 +62,15 @@ def _new_month(state: Path, profile: str, env: dict[str, str], log: Path) -> flo
     with FixtureServer(site) as url:
         settings = Settings(state_dir=state, profile=profile)
         env = env | {"TLC_BASE_URL": url, "NOAA_BASE_URL": url, **airflow_environment(settings)}
-        if profile == "team":  # the deployment's Airflow again (the demo stopped it), on these sources
-            _timed([sys.executable, "-m", "nyc_taxi.cli.team", "up"], env, log)
+        if profile == "team":  # the deployment's tasks read the sources from the state's settings file
+            state_settings_file(state).write_text(f"TLC_BASE_URL={url}\nNOAA_BASE_URL={url}\n")
         else:  # the scheduler starts it on the team profile; here it runs after the merges
             as_of = f'{{"as_of_datetime": "{year:04d}-{month + 1:02d}-01T00:00"}}'
             runs.append(f"{jobs.TRAIN_FORECAST_MODEL.name}:{as_of}")
-        return _timed([sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *runs], env, log)
+        try:
+            return _timed([sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *runs], env, log)
+        finally:
+            state_settings_file(state).unlink(missing_ok=True)
 
 
 def measure(profile: str, work: Path) -> dict:

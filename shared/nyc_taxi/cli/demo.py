@@ -80,10 +80,10 @@ def main(argv: list[str] | None = None) -> None:
     settings = get_settings()
 
     if lakehouse(settings).airflow_deployment:
-        from nyc_taxi.core import team
+        from nyc_taxi.deployment import services
 
-        _say("the team profile's services (bash run team up)")
-        for line in team.up(settings):
+        _say("the team deployment under supervisord (bash run team up)")
+        for line in services.up(settings):
             print(f"    {line}", flush=True)
     _say(f"lakehouse ({settings.profile} profile) under {settings.state_dir}")
     for line in lakehouse(settings).create():
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         settings = get_settings()
         env = {**os.environ, **airflow_environment(settings)}
         prepare_directories(settings)
-        with _deployment(settings):
+        with _deployment(settings, url):
             _say("Airflow: both ingestion DAGs per month, then train_forecast_model starting the flow twice")
             _run([sys.executable, "-m", "airflow", "db", "migrate"], env, "airflow db migrate")
             done = _run([sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *_dag_runs()], env, "the DAG runs")
@@ -114,36 +114,31 @@ def main(argv: list[str] | None = None) -> None:
 
 
 @contextlib.contextmanager
-def _deployment(settings):
-    """On the team profile, the DAG runs go through Airflow's scheduler and Celery workers: Airflow
-    (re)starts with its sources on this demo's fixture server, and stops at the end, when that server
-    goes (the services run on). On the local profile, nothing to do: the runs are dag.test() in one
-    process."""
+def _deployment(settings, sources: str):
+    """On the team profile, the DAG runs go through Airflow's scheduler and Celery workers, which run
+    on: their tasks read the sources' addresses from the state directory's settings file when they
+    start, so it names this demo's fixture server while it serves (and no longer once it stops). On the
+    local profile, nothing to do: the runs are dag.test() in this process."""
     if not lakehouse(settings).airflow_deployment:
         yield
         return
-    from nyc_taxi.airflow_adapter import deployment
+    from nyc_taxi.core.settings import state_settings_file
 
-    _say("the team deployment's Airflow, its sources on the fixture server (scheduler, Celery workers)")
-    deployment.down(settings)
-    for line in deployment.up(settings):
-        print(f"    {line}", flush=True)
+    path = state_settings_file(settings.state_dir)
+    path.write_text(f"TLC_BASE_URL={sources}\nNOAA_BASE_URL={sources}\n")
     try:
         yield
     finally:
-        deployment.down(settings)
-        print(
-            "\n    Airflow stopped with the fixture server (PostgreSQL, Redis, S3 and Spark run on: bash run team status)"
-        )
+        path.unlink(missing_ok=True)
 
 
 def _print_asset_triggered(settings) -> None:
     """The training runs the scheduler started itself, from the merges' asset events (team profile)."""
     if not lakehouse(settings).airflow_deployment:
         return
-    from nyc_taxi.airflow_adapter.deployment import Api
+    from nyc_taxi.airflow_adapter.rest_api import RestApi
 
-    runs = Api(settings).call(f"/api/v2/dags/{TRAIN_FORECAST_MODEL.name}/dagRuns?run_type=asset_triggered")["dag_runs"]
+    runs = RestApi(settings).runs(TRAIN_FORECAST_MODEL.name, run_type="asset_triggered")
     for run in runs:
         print(f"      {TRAIN_FORECAST_MODEL.name} started by the scheduler from an asset event: {run['state']}")
 
@@ -268,7 +263,7 @@ def _site(settings, images: Path | None, stale) -> None:
     print("    bash run lineage --stale             # what a source change made stale; --rerun: fix it")
     if lakehouse(settings).airflow_deployment:
         print(
-            f"    bash run team up                     # Airflow again, on the real sources (http://127.0.0.1:{settings.airflow_port})"
+            f"    bash run team status                 # the deployment runs on: http://127.0.0.1:{settings.airflow_port}"
         )
     else:
         print("    bash run airflow standalone          # the DAG runs in the Airflow UI (http://localhost:8080)")

@@ -6,7 +6,7 @@ and remove it. Everything else asks it instead of looking at the profile.
 
 - ``local`` (default): a directory under the state directory and an Iceberg SQL catalog on SQLite
   that Spark's JdbcCatalog and pyiceberg's SqlCatalog share.
-- ``team``: a bucket behind the S3 API (moto's S3 server on this machine, or a given endpoint) and the
+- ``team``: a bucket behind the S3 API (SeaweedFS on this machine, or a given endpoint) and the
   Iceberg JDBC catalog on PostgreSQL, reached by a Spark standalone cluster (``nyc_taxi.core.team``).
 - ``aws``: an S3 bucket (public access blocked, default encryption, TLS-only) and the Glue Data Catalog.
 """

@@ -1,16 +1,13 @@
-"""Processes this project starts and leaves running (the warm Spark server, the team profile's
-services), and the records that find them again: whether a process still runs, how it is started
-and stopped, and records written whole with mode 0600 (they may hold a secret)."""
+"""Processes this project leaves running (the warm Spark server; the team deployment's services run
+under supervisord) and the records that find them again: whether a process still runs, free ports,
+and records written whole with mode 0600 (they may hold a secret)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import signal
 import socket
-import subprocess
-import time
 from pathlib import Path
 
 
@@ -60,36 +57,5 @@ def write_private_text(path: Path, text: str) -> None:
     os.replace(path.with_suffix(".tmp"), path)
 
 
-def stop_process(pid: int, seconds: float = 30) -> None:
-    """SIGTERM to a process group a service was started in; SIGKILL if it is still there after ``seconds``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + seconds
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-
-
-def spawn(command: list[str], env: dict[str, str], log: Path) -> int:
-    """Start a service's process in a session of its own (it outlives `team up`), output to ``log``."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as out:
-        process = subprocess.Popen(
-            command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-    return process.pid
-
-
 def read_record(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def wait_until(ready, seconds: float, what: str, log: Path | None = None) -> None:
-    deadline = time.monotonic() + seconds
-    while not ready():
-        if time.monotonic() > deadline:
-            tail = log.read_text(errors="replace")[-3000:] if log and log.is_file() else ""
-            raise ServiceError(f"{what} did not come up within {seconds:.0f} s{': ' + tail if tail else ''}")
-        time.sleep(0.5)

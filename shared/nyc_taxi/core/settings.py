@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     # and a Redis (redis://:password@host:port/0) as the Celery executor's broker
     redis_url: SecretStr | None = None
     # and object storage over the S3 API (MinIO, S3: its credentials from the AWS credential chain);
-    # unset, `team up` starts moto's S3 server on 127.0.0.1 with generated keys
+    # unset, `team up` runs SeaweedFS on 127.0.0.1 with a generated key pair
     s3_endpoint_url: str | None = None
 
     # Where the source data comes from: the real public sites by default.
@@ -156,7 +156,17 @@ class Settings(BaseSettings):
         return self.state_dir / "metaflow"
 
 
+def state_settings_file(state_dir: Path) -> Path:
+    """Settings of one state directory, for the processes that start while it is there (a running
+    Airflow's tasks read it at their start): between `.env` and the environment in precedence."""
+    return state_dir / "settings.env"
+
+
 @functools.cache
 def get_settings() -> Settings:
-    """The process-wide settings (read once)."""
-    return Settings()
+    """The process-wide settings (read once): the environment, then the state directory's settings
+    file, then `.env` at the repository's root."""
+    settings = Settings()
+    if state_settings_file(settings.state_dir).is_file():
+        return Settings(_env_file=(REPO_ROOT / ".env", state_settings_file(settings.state_dir)))
+    return settings

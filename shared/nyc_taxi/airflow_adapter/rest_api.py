@@ -1,0 +1,95 @@
+"""Airflow's REST API as the UI uses it, as the admin user whose password Airflow generated into its
+home: trigger a run (what the Trigger button does), read its state and its tasks', wait for it.
+One client for everything that drives a running Airflow (the team deployment, the demo, the benches,
+the tests), on the state directory's port (``AIRFLOW_PORT``) or another one."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from urllib.parse import quote
+
+from nyc_taxi.core.settings import Settings
+
+
+def base_url(settings: Settings) -> str:
+    return f"http://127.0.0.1:{settings.airflow_port}"
+
+
+def passwords_file(settings: Settings):
+    """Where Airflow's simple auth manager writes the admin password it generated on first start."""
+    return settings.airflow_home / "simple_auth_manager_passwords.json.generated"
+
+
+def health(base: str) -> dict | None:
+    """Airflow's own health answer (metadatabase, scheduler, triggerer, DAG processor); None if it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=5) as answer:
+            return json.load(answer)
+    except (OSError, ValueError):
+        return None
+
+
+def healthy(base: str, parts=("scheduler", "triggerer", "dag_processor")) -> bool:
+    answer = health(base) or {}
+    return all((answer.get(part) or {}).get("status") == "healthy" for part in parts)
+
+
+class RestApi:
+    def __init__(self, settings: Settings, base: str | None = None):
+        self.base = base or base_url(settings)
+        admin = json.loads(passwords_file(settings).read_text())["admin"]
+        self.token = None
+        self.token = self.call("/auth/token", {"username": "admin", "password": admin})["access_token"]
+
+    def call(self, path: str, body: dict | None = None, method: str | None = None, timeout: float = 30) -> dict:
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{self.base}{path}", headers=headers, data=data, method=method)
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return json.load(answer)
+
+    def trigger(self, dag_id: str, conf: dict) -> str:
+        """A run now, with ``conf``: what the UI's Trigger button does. A conf the DAG's params refuse is
+        refused here, with Airflow's reason (``urllib.error.HTTPError``, 400)."""
+        return self.call(f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+
+    def run(self, dag_id: str, run_id: str) -> dict:
+        return self.call(f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}")
+
+    def runs(self, dag_id: str, **query: str) -> list[dict]:
+        arguments = "&".join(f"{k}={quote(str(v))}" for k, v in query.items())
+        return self.call(f"/api/v2/dags/{dag_id}/dagRuns?{arguments}")["dag_runs"]
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        return self.call(f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances")["task_instances"]
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        return {ti["task_id"]: ti["state"] for ti in self.task_instances(dag_id, run_id)}
+
+    def active_runs(self, dag_id: str = "~") -> list[dict]:
+        return self.call(f"/api/v2/dags/{dag_id}/dagRuns?state=queued&state=running")["dag_runs"]
+
+    def wait(self, ready, seconds: float = 3600, every: float = 2):
+        """Poll until ``ready()`` gives an answer; a slow or refused answer (a busy machine, an API server
+        that is restarting) is "not yet"."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                answer = ready()
+            except (OSError, ValueError):
+                answer = None
+            if answer:
+                return answer
+            time.sleep(every)
+        raise TimeoutError(f"Airflow at {self.base}: still waiting after {seconds:.0f} s")
+
+    def finished(self, dag_id: str, run_id: str, seconds: float = 3600) -> dict:
+        return self.wait(lambda: (r := self.run(dag_id, run_id))["state"] in ("success", "failed") and r, seconds)
+
+    def idle(self, dag_id: str = "~", seconds: float = 3600) -> None:
+        """Until no run of the DAG (``~``: of any DAG) is queued or running."""
+        self.wait(lambda: not self.active_runs(dag_id), seconds)

@@ -1,0 +1,466 @@
+"""`bash run team up | down | status`: the team deployment on this machine, run by supervisord.
+
+supervisord (``supervisord.conf`` beside this file: every service, its command, order and restart rule)
+starts the programs, restarts one that exits unexpectedly and stops each with its process group. What
+it cannot know is here, one class per service, in the order `up` starts them:
+
+- the ports, chosen once and kept (what runs finds a service where it was), and the generated secrets,
+  in ``<state>/team/services.json`` (0600; ``nyc_taxi.core.team`` reads it for the lakehouse);
+- what a service needs before its first start (PostgreSQL's ``initdb``, Redis's configuration with its
+  password, SeaweedFS's identities file) and after it answers (the databases, the bucket, the URL files
+  Airflow reads its secrets from);
+- readiness: the next service starts once the one before it answers, not merely runs;
+- a service a team runs itself (POSTGRES_URL, REDIS_URL, S3_ENDPOINT_URL, SPARK_MASTER) is not started.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+from nyc_taxi.airflow_adapter.rest_api import base_url, healthy
+from nyc_taxi.core import team
+from nyc_taxi.core.processes import ServiceError, free_port, listening, read_record, write_private, write_private_text
+from nyc_taxi.core.settings import Settings
+from nyc_taxi.deployment import process_states
+from nyc_taxi.deployment.supervisor import MARKER, Supervisor, logs_dir, own_processes, program_names, run_dir
+
+POSTGRES_USER = "nyc_taxi"
+DATABASES = ("airflow", "lakehouse")  # Airflow's metadata and Celery's results; the Iceberg catalog
+
+
+def _wait(ready, seconds: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-2500:] if log and log.is_file() else ""
+            raise ServiceError(
+                f"{what} did not answer within {seconds:.0f} s{'; ' + str(log) + ' ends:' if tail else ''}\n{tail}"
+            )
+        time.sleep(0.5)
+
+
+def _answers(check) -> bool:
+    try:
+        return bool(check())
+    except Exception:  # not up yet: any client error means "not yet"
+        return False
+
+
+class Service:
+    """A service of the deployment: its supervisord programs and what it needs around them."""
+
+    name = ""
+    key = ""  # its part of the record: ports and secrets
+    programs: tuple[str, ...] = ()
+    given_by = ""  # the setting that names a team's own instead
+
+    def __init__(self, settings: Settings, record: dict):
+        self.settings, self.record = settings, record
+
+    @property
+    def given(self) -> bool:
+        return False
+
+    def ports(self) -> dict:
+        """The ports it listens on, chosen once (first `up`) and kept."""
+        return {}
+
+    def prepare(self) -> None:
+        """What must exist before its programs start."""
+
+    def ready(self) -> bool:
+        return True
+
+    def after(self) -> None:
+        """What needs it answering (databases, a bucket, the files other programs read)."""
+
+    def given_up(self) -> None:
+        """What `up` still does for a service the team gives."""
+
+    def address(self) -> str:
+        return ""
+
+    def up(self, supervisor: Supervisor) -> str:
+        if self.given:
+            self.given_up()
+            return f"{self.name}: given ({self.given_by})"
+        self.prepare()
+        supervisor.start_programs(self.programs)
+        _wait(lambda: _answers(self.ready), 180, self.name, logs_dir(self.settings) / f"{self.programs[-1]}.log")
+        self.after()
+        return f"{self.name}: {self.address()}"
+
+
+class Postgres(Service):
+    name, key, programs, given_by = "PostgreSQL", "postgres", ("postgres",), "POSTGRES_URL"
+
+    @property
+    def given(self) -> bool:
+        return self.settings.postgres_url is not None
+
+    @property
+    def client(self) -> team.Postgres:
+        return team.Postgres(self.settings)
+
+    def ports(self) -> dict:
+        return {"port": free_port(), "user": POSTGRES_USER, "password": secrets.token_urlsafe(24)}
+
+    # PostgreSQL refuses to run as root: as root, its server runs as Debian's postgres user, with its
+    # data under that user's home (a tree under a 0700 home such as /root is not reachable for it)
+    @property
+    def as_postgres(self) -> bool:
+        return os.geteuid() == 0
+
+    @property
+    def directory(self) -> Path:
+        if self.as_postgres:
+            import pwd
+
+            home = Path(pwd.getpwnam("postgres").pw_dir)
+            key = hashlib.sha256(str(self.settings.state_dir.resolve()).encode()).hexdigest()[:12]
+            return home / "nyc-taxi" / key
+        return team.team_dir(self.settings) / "postgres"
+
+    @property
+    def user(self) -> str:
+        import pwd
+
+        return "postgres" if self.as_postgres else pwd.getpwuid(os.geteuid()).pw_name
+
+    @staticmethod
+    def bin_dir() -> Path:
+        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parts[-3]))
+        if found:
+            return found[-1].parent
+        if shutil.which("postgres"):
+            return Path(shutil.which("postgres")).parent
+        raise ServiceError("PostgreSQL is missing: install Debian's postgresql (bash run setup does)")
+
+    def prepare(self) -> None:
+        if (self.directory / "data" / "PG_VERSION").is_file():
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.as_postgres:
+            shutil.chown(self.directory, "postgres", "postgres")
+            shutil.chown(self.directory.parent, "postgres", "postgres")
+        self.directory.chmod(0o700)
+        password_file = self.directory / ".password"
+        fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(self.record["postgres"]["password"])
+        if self.as_postgres:
+            shutil.chown(password_file, "postgres", "postgres")
+        prefix = ["runuser", "-u", "postgres", "--"] if self.as_postgres else []
+        command = [str(self.bin_dir() / "initdb"), "-D", str(self.directory / "data"), "-U", POSTGRES_USER]
+        command += ["-A", "scram-sha-256", f"--pwfile={password_file}", "-E", "UTF8", "--locale=C"]
+        try:
+            created = subprocess.run([*prefix, *command], capture_output=True, text=True)
+        finally:
+            password_file.unlink(missing_ok=True)
+        if created.returncode != 0:
+            raise ServiceError(f"initdb failed: {created.stderr.strip()[-2000:]}")
+
+    def ready(self) -> bool:
+        self.client.connect().close()
+        return True
+
+    def after(self) -> None:
+        db = self.client.connect()
+        db.autocommit = True
+        with db.cursor() as cursor:
+            for name in DATABASES:
+                cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+                if cursor.fetchone() is None:
+                    cursor.execute(f'CREATE DATABASE "{name}"')
+        db.close()
+        write_private_text(self.client.airflow_url_file, self.client.url("airflow"))
+        write_private_text(self.client.celery_results_url_file, "db+" + self.client.url("airflow"))
+
+    def given_up(self) -> None:
+        try:
+            self.after()
+        except Exception as error:
+            raise ServiceError(
+                f"PostgreSQL ({self.given_by}) does not answer: {str(error).strip().splitlines()[0]}"
+            ) from None
+
+    def address(self) -> str:
+        return f"127.0.0.1:{self.record['postgres']['port']} (data {self.directory / 'data'})"
+
+    def orphaned_data(self) -> bool:
+        """PostgreSQL's data outlived the record of its password (the state directory was removed)."""
+        return not self.given and (self.directory / "data" / "PG_VERSION").is_file()
+
+
+class Redis(Service):
+    name, key, programs, given_by = "Redis", "redis", ("redis",), "REDIS_URL"
+
+    @property
+    def given(self) -> bool:
+        return self.settings.redis_url is not None
+
+    def ports(self) -> dict:
+        return {"port": free_port(), "password": secrets.token_urlsafe(24)}
+
+    @property
+    def directory(self) -> Path:
+        return team.team_dir(self.settings) / "redis"
+
+    def prepare(self) -> None:
+        # the password in a 0600 file, not on a command line; an append-only file, so a task that was
+        # queued when Redis died is still queued when it comes back
+        record = self.record["redis"]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_private_text(
+            self.directory / "redis.conf",
+            f"bind 127.0.0.1\nport {record['port']}\nrequirepass {record['password']}\ndir {self.directory}\n"
+            'protected-mode yes\nsave ""\nappendonly yes\nappendfsync everysec\ndaemonize no\n',
+        )
+
+    def ready(self) -> bool:
+        import redis
+
+        return redis.Redis.from_url(team.Redis(self.settings).url(), socket_timeout=2).ping()
+
+    def after(self) -> None:
+        write_private_text(team.Redis(self.settings).broker_url_file, team.Redis(self.settings).url())
+
+    given_up = after
+
+    def address(self) -> str:
+        return f"127.0.0.1:{self.record['redis']['port']}"
+
+
+class ObjectStorage(Service):
+    """SeaweedFS: master, volume server, filer and S3 gateway, each a process of its own."""
+
+    name, key, given_by = "object storage", "seaweedfs", "S3_ENDPOINT_URL"
+    programs = ("seaweedfs-master", "seaweedfs-volume", "seaweedfs-filer", "seaweedfs-s3")
+
+    @property
+    def given(self) -> bool:
+        return self.settings.s3_endpoint_url is not None
+
+    @property
+    def store(self) -> team.ObjectStore:
+        return team.ObjectStore(self.settings)
+
+    def ports(self) -> dict:
+        ports = {
+            f"{part}_{kind}": free_port()
+            for part in ("master", "volume", "filer", "s3")
+            for kind in ("port", "grpc_port")
+        }
+        return ports | {"access_key": secrets.token_hex(10).upper(), "secret_key": secrets.token_urlsafe(30)}
+
+    @property
+    def directory(self) -> Path:
+        return team.team_dir(self.settings) / "seaweedfs"
+
+    def prepare(self) -> None:
+        for part in ("master", "volume", "filer"):
+            (self.directory / part).mkdir(parents=True, exist_ok=True)
+        access, secret = self.store.keys()
+        identity = {"name": "nyc-taxi", "credentials": [{"accessKey": access, "secretKey": secret}]}
+        identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
+        write_private(self.directory / "s3-identities.json", {"identities": [identity]})
+        write_private_text(
+            self.store.credentials_file, f"[default]\naws_access_key_id = {access}\naws_secret_access_key = {secret}\n"
+        )
+
+    def ready(self) -> bool:
+        self.store.client(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}).list_buckets()
+        return True
+
+    def after(self) -> None:
+        s3 = self.store.client()
+        if self.store.bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
+            s3.create_bucket(Bucket=self.store.bucket)
+
+    given_up = after
+
+    def address(self) -> str:
+        return f"s3://{self.store.bucket} on {self.store.endpoint()} (SeaweedFS, data {self.directory})"
+
+
+class SparkCluster(Service):
+    name, key, programs, given_by = "Spark", "spark", ("spark-master", "spark-worker"), "SPARK_MASTER"
+
+    @property
+    def given(self) -> bool:
+        return self.settings.spark_master is not None
+
+    def ports(self) -> dict:
+        return {"port": free_port(), "web_port": free_port(), "worker_web_port": free_port()}
+
+    def ready(self) -> bool:
+        return team.SparkCluster(self.settings).workers_alive() > 0
+
+    def address(self) -> str:
+        return f"{team.SparkCluster(self.settings).master()}, one worker"
+
+
+class Airflow(Service):
+    name = "Airflow"
+    programs = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+    programs += ("airflow-worker-1", "airflow-worker-2")
+
+    def prepare(self) -> None:
+        prepare_directories(self.settings)
+        migrated = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"],
+            env=environment(self.settings, self.record),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if migrated.returncode != 0:
+            raise ServiceError(f"airflow db migrate failed: {migrated.stderr.strip()[-2000:]}")
+
+    def ready(self) -> bool:
+        return healthy(base_url(self.settings))
+
+    def address(self) -> str:
+        return f"the UI on {base_url(self.settings)}; scheduler, DAG processor, triggerer, 2 Celery workers"
+
+
+SERVICES: tuple[type[Service], ...] = (Postgres, Redis, ObjectStorage, SparkCluster, Airflow)
+
+
+# ---- the deployment ------------------------------------------------------------------------------
+
+
+def team_settings(settings: Settings) -> Settings:
+    return settings if settings.profile == "team" else settings.model_copy(update={"profile": "team"})
+
+
+def _record(settings: Settings, supervisor: Supervisor) -> dict:
+    """Ports and secrets, chosen at the first `up` and kept; a port someone else took meanwhile is chosen
+    again while nothing of the deployment runs."""
+    path = team.services_record(settings)
+    record = read_record(path) or {}
+    if not record and Postgres(settings, {}).orphaned_data():
+        raise ServiceError(
+            f"{Postgres(settings, {}).directory} holds a PostgreSQL cluster but {path} is gone (the state "
+            f"directory was removed, its PostgreSQL data was not): STATE_DIR={settings.state_dir} bash run team "
+            "down --delete-data removes that data"
+        )
+    for service in SERVICES:
+        if not service.key:
+            continue
+        kept = record.get(service.key, {})
+        if not supervisor.running():
+            kept = {k: v for k, v in kept.items() if not (k.endswith("port") and listening(v))}
+        record[service.key] = service(settings, record).ports() | kept
+    write_private(path, record)
+    return record
+
+
+def environment(settings: Settings, record: dict) -> dict[str, str]:
+    """What supervisord expands in its configuration and every program inherits: the ports and
+    directories, Airflow's configuration, and the marker that finds the deployment's processes."""
+    import pyspark
+
+    seaweedfs, spark = record["seaweedfs"], record["spark"]
+    postgres = Postgres(settings, record)
+    weed = shutil.which("weed") or str(Path(sys.executable).with_name("weed"))
+    return {
+        **os.environ,
+        **airflow_environment(settings),
+        "PROFILE": "team",
+        "STATE_DIR": str(settings.state_dir),
+        "AIRFLOW_PORT": str(settings.airflow_port),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        MARKER: str(team.team_dir(settings)),
+        "PYTHON": sys.executable,
+        "TEAM_DIR": str(team.team_dir(settings)),
+        "TEAM_LOGS": str(logs_dir(settings)),
+        "TEAM_RUN": str(run_dir(settings)),
+        "POSTGRES_BIN": str(Postgres.bin_dir()) if not postgres.given else "/usr/bin",
+        "POSTGRES_DATA": str(postgres.directory / "data"),
+        "POSTGRES_SOCKETS": str(postgres.directory),
+        "POSTGRES_USER": postgres.user,
+        "POSTGRES_PORT": str(record["postgres"]["port"]),
+        "WEED": weed,
+        **{f"SEAWEEDFS_{k.upper()}": str(v) for k, v in seaweedfs.items() if k.endswith("port")},
+        "SPARK_HOME": str(Path(pyspark.__file__).parent),
+        "SPARK_MASTER_PORT": str(spark["port"]),
+        "SPARK_MASTER_WEB_PORT": str(spark["web_port"]),
+        "SPARK_WORKER_WEB_PORT": str(spark["worker_web_port"]),
+    }
+
+
+def up(settings: Settings) -> list[str]:
+    """Every service not given, in order, each once the one before answers; idempotent."""
+    settings = team_settings(settings)
+    supervisor = Supervisor(settings)
+    record = _record(settings, supervisor)
+    if not supervisor.running():
+        if listening(settings.airflow_port):
+            raise ServiceError(
+                f"127.0.0.1:{settings.airflow_port} is taken by another program: set AIRFLOW_PORT to a free port "
+                "(in .env or the environment) for this deployment's Airflow"
+            )
+        supervisor.start(environment(settings, record))
+    return [service(settings, record).up(supervisor) for service in SERVICES]
+
+
+def down(settings: Settings, delete_data: bool = False) -> list[str]:
+    """Every program with its process group (supervisord, in reverse order), then what escaped a group:
+    Airflow runs each task in a process group of its own, out of reach of supervisord's group stop."""
+    settings = team_settings(settings)
+    supervisor, said = Supervisor(settings), []
+    if supervisor.running():
+        supervisor.stop()
+        said.append("the team deployment: stopped (every program, then supervisord)")
+    else:
+        said.append("the team deployment: not running")
+    left = own_processes(settings)
+    if left:
+        import psutil
+
+        for process in left:
+            process.terminate()
+        _, alive = psutil.wait_procs(left, timeout=15)
+        for process in alive:
+            process.kill()
+        said.append(f"stopped {len(left)} processes left outside supervisord's process groups (tasks, flows)")
+    if delete_data:
+        postgres = Postgres(settings, {})
+        for path in (postgres.directory, ObjectStorage(settings, {}).directory, Redis(settings, {}).directory):
+            if path.exists():
+                shutil.rmtree(path)
+                said.append(f"removed {path}")
+        team.services_record(settings).unlink(missing_ok=True)
+    return said
+
+
+def status(settings: Settings) -> list[str]:
+    """Each program: its state, pid, uptime and restarts; the services a team gives."""
+    settings = team_settings(settings)
+    supervisor = Supervisor(settings)
+    given = [f"{s.name}: given ({s.given_by})" for s in SERVICES if s(settings, {}).given]
+    if not supervisor.running():
+        return given + ["the team deployment: down (bash run team up)"]
+    restarts = process_states.unexpected_exits(process_states.read(logs_dir(settings) / "process-states.jsonl"))
+    lines = [f"{'program':<24}{'state':<10}{'pid':>8}{'uptime':>10}{'restarts':>10}"]
+    order = program_names()
+    for info in sorted(supervisor.programs(), key=lambda p: order.index(p["name"]) if p["name"] in order else -1):
+        if info["group"] == "process-states":
+            continue
+        uptime = info["now"] - info["start"] if info["statename"] == "RUNNING" else 0
+        clock = f"{uptime // 3600}:{uptime % 3600 // 60:02d}:{uptime % 60:02d}" if uptime else "-"
+        lines.append(
+            f"{info['name']:<24}{info['statename']:<10}{info['pid'] or '-':>8}{clock:>10}{restarts.get(info['name'], 0):>10}"
+        )
+    record = read_record(team.services_record(settings)) or {}
+    lines += [f"{s.name}: {s(settings, record).address()}" for s in SERVICES if not s(settings, record).given]
+    return given + lines

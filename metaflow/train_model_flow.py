@@ -14,27 +14,21 @@ functions return, with the dataset identities of the shared registry: this flow'
 node Airflow writes.
 """
 
-from metaflow import FlowSpec, Parameter, card, current, step
+from metaflow import FlowSpec, card, current, step
 
+from nyc_taxi.core import jobs
 from nyc_taxi.forecast import card as cards
 from nyc_taxi.forecast import steps as forecast
 from nyc_taxi.metaflow_adapter.lineage import lineage
+from nyc_taxi.metaflow_adapter.parameters import parameter
 
 
 @lineage(nominal_time="as_of_datetime", variant="model")
 class TrainForecastModelFlow(FlowSpec):
-    as_of_datetime = Parameter(
-        "as_of_datetime",
-        required=True,
-        type=str,
-        help="Forecast origin, New York local time (e.g. 2024-02-15T00:00): "
-        "training uses the hours before it, forecasts start at it",
-    )
-    lookback_days = Parameter("lookback_days", default=30, type=int, help="Days of actuals to train on")
-    predict_horizon_hours = Parameter("predict_horizon_hours", default=24, type=int, help="Hours to forecast")
-    model = Parameter(
-        "model", default="seasonal_naive", type=str, help="seasonal_naive, or weather_adjusted (also reads weather_raw)"
-    )
+    as_of_datetime = parameter(jobs.AS_OF_DATETIME, required=True)
+    lookback_days = parameter(jobs.LOOKBACK_DAYS)
+    predict_horizon_hours = parameter(jobs.PREDICT_HORIZON_HOURS)
+    model = parameter(jobs.MODEL)
 
     @step
     def start(self):

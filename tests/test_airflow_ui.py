@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -218,6 +219,14 @@ def test_a_taxi_merge_triggered_through_the_api_makes_the_scheduler_start_the_tr
     base, password, _, settings = standalone
     add_taxi_month(site, 2024, 5, rows=20_000, seed=51)
     token = _token(base, password)
+    # a month the DAG's Param refuses is refused at the trigger, with the reason (no run is made)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _post(
+            f"{base}/api/v2/dags/ingest_yellow_taxi_data/dagRuns",
+            token,
+            {"logical_date": None, "conf": {"month": "2024-5"}},
+        )
+    assert refused.value.code == 400 and "month" in refused.value.read().decode()
     triggered = _post(
         f"{base}/api/v2/dags/ingest_yellow_taxi_data/dagRuns",
         token,

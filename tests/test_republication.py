@@ -277,3 +277,29 @@ def test_a_preliminary_file_never_removes_a_final_value(spark, site, monkeypatch
     report = weather.merge_into_raw(2021, 8)
     assert report.outputs[0].committed is False
     assert load_table(registry.WEATHER_RAW).current_snapshot().snapshot_id == snapshot
+
+
+def test_a_source_that_publishes_a_then_b_then_a_then_b_lands_each_and_keeps_each_version_once(site):
+    """A version the lake kept before is recognised by its content: the TLC publishes A, B, A, B (or the
+    demo runs twice on one state) and every download lands what is published now, keeping each replaced
+    version once, under its SHA-256, with its bytes."""
+    from nyc_taxi.core.lakehouse import lakehouse
+    from nyc_taxi.ingest import taxi
+    from nyc_taxi.ingest.download import retained_location
+
+    year, month = 2021, 9
+    published = add_taxi_month(site, year, month, rows=500, seed=1)
+    a = published.read_bytes()
+    b = add_taxi_month(site, year, month, rows=400, seed=2).read_bytes()
+    landed = None
+    for content in (a, b, a, b):
+        published.write_bytes(content)
+        report = taxi.download_published_file(year, month)
+        (landed,) = report.outputs[0].locations
+        assert Path(landed).read_bytes() == content and report.summary["fetched"]
+    for content in (a, b):
+        digest = hashlib.sha256(content).hexdigest()
+        kept = Path(retained_location(landed, digest))
+        assert kept.read_bytes() == content
+    versions = [p for p in Path(landed).parent.glob("versions/*/*") if p.name == published.name]
+    assert len(versions) == 2 and lakehouse().profile == "local"

@@ -133,6 +133,11 @@ def test_a_final_weather_file_makes_only_the_weather_adjusted_run_stale(history,
     report = _stale()
     kinds = {(i["kind"], i["name"].split(" (")[0]) for i in report["stale"]}
     assert ("landed", "noaa_nclimgrid_daily_county_landed 2024-02") in kinds
+    # the reason names the new version whole: each of the four files with its version (a version is
+    # never cut: NOAA's site versions its files by Last-Modified dates, which hold commas themselves)
+    (landed,) = [i for i in report["stale"] if i["kind"] == "landed"]
+    assert landed["reason"].endswith(f" → {landed['new_version']}"), landed
+    assert landed["new_version"].count("@") == 4 and "-scaled.csv@" in landed["new_version"], landed
     assert ("raw", "weather_raw month 2024-02") in kinds
     flows = [i for i in report["stale"] if i["kind"] == "flow run"]
     assert [f["run"] for f in flows] == [_flow_run("C")]  # the seasonal runs read no weather

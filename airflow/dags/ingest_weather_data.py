@@ -8,9 +8,9 @@ and day, and MERGE into `weather_raw`, where final values overwrite preliminary 
 """
 
 import pendulum
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
-from nyc_taxi.airflow_adapter.operators import DEFAULT_ARGS, CreateTablesOperator, IngestStepOperator
+from nyc_taxi.airflow_adapter.operators import DEFAULT_ARGS, CreateTablesOperator, IngestStepOperator, params
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.jobs import INGEST_WEATHER_DATA as JOBS
 from nyc_taxi.ingest import weather
@@ -23,9 +23,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,  # one staging table
     default_args=DEFAULT_ARGS,
-    params={
-        "month": Param(None, type=["null", "string"], description="YYYY-MM to load; empty: the run's data interval")
-    },
+    params=params(JOBS),
     tags=["ingestion", "weather", "spark", "iceberg"],
     doc_md=__doc__,
 ) as dag:

@@ -9,9 +9,9 @@ Trigger with `{"month": "2024-01"}` to load a given month; a month TLC has not p
 """
 
 import pendulum
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
-from nyc_taxi.airflow_adapter.operators import DEFAULT_ARGS, CreateTablesOperator, IngestStepOperator
+from nyc_taxi.airflow_adapter.operators import DEFAULT_ARGS, CreateTablesOperator, IngestStepOperator, params
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.jobs import INGEST_YELLOW_TAXI_DATA as JOBS
 from nyc_taxi.ingest import taxi
@@ -24,9 +24,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,  # one staging table: months load one at a time
     default_args=DEFAULT_ARGS,
-    params={
-        "month": Param(None, type=["null", "string"], description="YYYY-MM to load; empty: the run's data interval")
-    },
+    params=params(JOBS),
     tags=["ingestion", "taxi", "spark", "iceberg"],
     doc_md=__doc__,
 ) as dag:

@@ -12,9 +12,9 @@ trigger with `{"as_of_datetime": "2024-02-15T00:00", "model": "weather_adjusted"
 """
 
 import pendulum
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
-from nyc_taxi.airflow_adapter.operators import DEFAULT_ARGS, RunFlowOperator, asset
+from nyc_taxi.airflow_adapter.operators import DEFAULT_ARGS, RunFlowOperator, asset, params
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.jobs import TRAIN_FORECAST_MODEL as JOBS
 from nyc_taxi.core.jobs import TRAINING_FLOW
@@ -22,8 +22,8 @@ from nyc_taxi.core.jobs import TRAINING_FLOW
 
 def flow_parameters(context) -> dict[str, str]:
     """The flow's parameters: the run's params, the forecast origin from the triggering merge if not given."""
-    params = context["params"]
-    as_of = params.get("as_of_datetime")
+    chosen = context["params"]
+    as_of = chosen.get("as_of_datetime")
     if not as_of:
         months = [
             event.extra.get("month")
@@ -37,9 +37,9 @@ def flow_parameters(context) -> dict[str, str]:
         as_of = f"{year + month // 12:04d}-{month % 12 + 1:02d}-01T00:00"
     return {
         "as_of_datetime": as_of,
-        "model": params["model"],
-        "lookback_days": str(params["lookback_days"]),
-        "predict_horizon_hours": str(params["predict_horizon_hours"]),
+        "model": chosen["model"],
+        "lookback_days": str(chosen["lookback_days"]),
+        "predict_horizon_hours": str(chosen["predict_horizon_hours"]),
     }
 
 
@@ -51,17 +51,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     default_args={**DEFAULT_ARGS, "retries": 0},  # a failed flow is resumed with Metaflow's `resume`, not re-run
-    params={
-        "as_of_datetime": Param(
-            None,
-            type=["null", "string"],
-            description="Forecast origin, New York local time; "
-            "empty: the start of the month after the one the triggering merge loaded",
-        ),
-        "model": Param("seasonal_naive", enum=["seasonal_naive", "weather_adjusted"]),
-        "lookback_days": Param(28, type="integer", minimum=7),
-        "predict_horizon_hours": Param(24, type="integer", minimum=1, maximum=336),
-    },
+    params=params(JOBS),  # as_of_datetime empty: the start of the month after the one the merge loaded
     tags=["metaflow", "forecast"],
     doc_md=__doc__,
 ) as dag:

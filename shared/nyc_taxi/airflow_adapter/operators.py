@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from airflow.providers.openlineage.extractors import OperatorLineage
-from airflow.sdk import Asset, AssetAlias, BaseOperator
+from airflow.sdk import Asset, AssetAlias, BaseOperator, Param
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from nyc_taxi.core.datasets import Table
-from nyc_taxi.core.jobs import Job, Pipeline
+from nyc_taxi.core.jobs import MONTH, Job, Parameter, Pipeline
 from nyc_taxi.core.naming import asset_uri, iceberg_identifier
 from nyc_taxi.core.settings import REPO_ROOT
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
@@ -30,8 +29,25 @@ from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
 log = logging.getLogger(__name__)
 
-MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 DEFAULT_ARGS = {"owner": "data-platform", "retries": 1}
+
+
+def param(parameter: Parameter) -> Param:
+    """A declared parameter as an Airflow Param: the trigger form validates it, and a REST trigger with a
+    value it refuses is refused. One without a default may be left empty (the DAG derives it)."""
+    schema: dict = {"type": "integer" if parameter.kind is int else "string"}
+    if parameter.pattern:
+        schema["pattern"] = f"^{parameter.pattern}$"
+    if parameter.choices:
+        schema["enum"] = list(parameter.choices)
+    schema |= {k: v for k, v in (("minimum", parameter.minimum), ("maximum", parameter.maximum)) if v is not None}
+    if parameter.default is None:
+        schema["type"] = ["null", schema["type"]]
+    return Param(parameter.default, description=parameter.description, **schema)
+
+
+def params(pipeline: Pipeline) -> dict[str, Param]:
+    return {p.name: param(p) for p in pipeline.parameters}
 
 
 def asset(table: Table) -> Asset:
@@ -48,10 +64,11 @@ def target_month(context) -> tuple[int, int]:
     """The month a run works on: the `month` param of a manual run, else the run's data interval."""
     requested = (context.get("params") or {}).get("month")
     if requested:
-        match = MONTH.match(str(requested))
-        if not match:
-            raise AirflowFailException(f"month {requested!r} is not YYYY-MM (e.g. 2024-01)")
-        return int(match[1]), int(match[2])
+        try:
+            year, month = MONTH.check(requested).split("-")
+        except ValueError as bad:
+            raise AirflowFailException(str(bad)) from None
+        return int(year), int(month)
     when = context.get("data_interval_start") or context.get("logical_date") or context["dag_run"].run_after
     return when.year, when.month
 

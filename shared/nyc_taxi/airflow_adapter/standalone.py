@@ -6,11 +6,23 @@ the triggerer also start a log server each (ports 8793/8794) that Airflow binds 
 with no setting to change it. Those servers exist for workers on other machines; here every task
 runs on this machine and the UI reads its logs from disk, so they are switched off with the
 components' own ``--skip-serve-logs`` flag. Everything else is Airflow's standalone as is.
+
+Airflow's internals, in this one place: the standalone command has no public way to pass a
+component a flag, so its ``subcommands`` table is replaced. ``tests/test_airflow_ui.py`` reads the
+standalone's listening sockets: were the internal to move, a log server on 0.0.0.0 fails it.
+
+A port that is taken stops the command before anything starts: Airflow's own standalone would start
+its other components and leave the UI's port to whatever holds it.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+
 from airflow.cli.commands.standalone_command import StandaloneCommand
+
+from nyc_taxi.core.processes import listening
 
 WITH_LOG_SERVER = ("scheduler", "triggerer")
 
@@ -30,5 +42,18 @@ class LocalStandalone(StandaloneCommand):
         self.subcommands = _WithoutLogServers()
 
 
-if __name__ == "__main__":
+def main() -> int:
+    port = int(os.environ.get("AIRFLOW__API__PORT", "8080"))
+    if listening(port):
+        print(
+            f"error: 127.0.0.1:{port} is taken by another program: stop it, or set AIRFLOW_PORT to a free port "
+            "(in .env or the environment) for this Airflow",
+            file=sys.stderr,
+        )
+        return 1
     LocalStandalone().run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

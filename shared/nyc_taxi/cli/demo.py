@@ -46,6 +46,12 @@ def _indent(text: str) -> str:
     return "    " + text.replace("\n", "\n    ")
 
 
+def _log_tail(result: subprocess.CompletedProcess) -> str:
+    """The end of what a failed command wrote besides its results, when no result line says why."""
+    said = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    return "" if said else ":\n" + result.stderr[-3000:]
+
+
 def _run(args: list[str], env: dict, what: str) -> subprocess.CompletedProcess:
     started = time.perf_counter()
     result = subprocess.run(args, env=env, capture_output=True, text=True)
@@ -78,23 +84,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     settings = get_settings()
-
-    if lakehouse(settings).airflow_deployment:
-        from nyc_taxi.deployment import services
-
-        _say("the team deployment under supervisord (bash run team up)")
-        for line in services.up(settings):
-            print(f"    {line}", flush=True)
-    _say(f"lakehouse ({settings.profile} profile) under {settings.state_dir}")
-    for line in lakehouse(settings).create():
-        print(f"    {line}")
-
     site = settings.state_dir / "demo-site"
     _say(f"fixture months on 127.0.0.1 ({ROWS:,} trips per taxi month; the real sites are not contacted)")
     for year, month in MONTHS:
         add_taxi_month(site, year, month, rows=ROWS, seed=month)
         add_weather_month(site, year, month, seed=month)
-    with FixtureServer(site) as url, _warm_spark(settings, not args.own_jvms):
+    with FixtureServer(site) as url, _deployment(settings, url):
+        _say(f"lakehouse ({settings.profile} profile) under {settings.state_dir}")
+        for line in lakehouse(settings).create():
+            print(f"    {line}")
         os.environ.update({"TLC_BASE_URL": url, "NOAA_BASE_URL": url})  # the sources, for every run and check
         if args.own_jvms:
             os.environ["SPARK_SERVER"] = "false"
@@ -102,11 +100,16 @@ def main(argv: list[str] | None = None) -> None:
         settings = get_settings()
         env = {**os.environ, **airflow_environment(settings)}
         prepare_directories(settings)
-        with _deployment(settings, url):
+        with _warm_spark(settings, not args.own_jvms):
             _say("Airflow: both ingestion DAGs per month, then train_forecast_model starting the flow twice")
             _run([sys.executable, "-m", "airflow", "db", "migrate"], env, "airflow db migrate")
-            done = _run([sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *_dag_runs()], env, "the DAG runs")
-            _print_runs(done.stdout)
+            started = time.perf_counter()
+            runs = [sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *_dag_runs()]
+            done = subprocess.run(runs, env=env, capture_output=True, text=True)
+            _print_runs(done.stdout, settings)
+            if done.returncode:
+                raise SystemExit(f"a DAG run failed (its failing task's error is above){_log_tail(done)}")
+            print(f"    the DAG runs: ok ({time.perf_counter() - started:.0f} s)", flush=True)
             _print_asset_triggered(settings)
             _explain(settings, args.images)
             stale = _act(settings, site)
@@ -115,18 +118,24 @@ def main(argv: list[str] | None = None) -> None:
 
 @contextlib.contextmanager
 def _deployment(settings, sources: str):
-    """On the team profile, the DAG runs go through Airflow's scheduler and Celery workers, which run
-    on: their tasks read the sources' addresses from the state directory's settings file when they
-    start, so it names this demo's fixture server while it serves (and no longer once it stops). On the
-    local profile, nothing to do: the runs are dag.test() in this process."""
+    """On the team profile, the DAG runs go through the team deployment's scheduler and Celery workers,
+    which run on after the demo: their tasks read the sources' addresses from the state directory's
+    settings file when they start, so it names this demo's fixture server while it serves (also for
+    the runs the scheduler starts as the deployment comes up) and no longer once it stops. On the local
+    profile, nothing to do: the runs are dag.test() in this process."""
     if not lakehouse(settings).airflow_deployment:
         yield
         return
     from nyc_taxi.core.settings import state_settings_file
+    from nyc_taxi.deployment import services
 
     path = state_settings_file(settings.state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"TLC_BASE_URL={sources}\nNOAA_BASE_URL={sources}\n")
     try:
+        _say("the team deployment under supervisord (bash run team up)")
+        for line in services.up(settings):
+            print(f"    {line}", flush=True)
         yield
     finally:
         path.unlink(missing_ok=True)
@@ -161,11 +170,12 @@ def _warm_spark(settings, wanted: bool):
         spark_server.stop(settings)
 
 
-def _print_runs(output: str) -> None:
+def _print_runs(output: str, settings) -> None:
+    from nyc_taxi.cli.dag_run_results import describe
+
     for line in output.splitlines():
         if line.startswith("{"):
-            run = json.loads(line)
-            print(f"      {run['dag_id']} {run['conf']}: {run['state']} ({run['seconds']:.0f} s)")
+            print("\n".join(f"      {text}" for text in describe(json.loads(line), settings)))
 
 
 def _act(settings, site: Path):
@@ -173,6 +183,7 @@ def _act(settings, site: Path):
     it, and the new seasonal run reproduced from its lineage. The last staleness report (for the site)."""
     import pyarrow.parquet as pq
 
+    from nyc_taxi.cli.dag_run_results import describe
     from nyc_taxi.cli.reproduce import reproduce
     from nyc_taxi.cli.stale import rerun, stale
     from nyc_taxi.fixtures import tlc
@@ -195,7 +206,7 @@ def _act(settings, site: Path):
     _say("the re-run plan, carried out through Airflow and Metaflow (bash run lineage --stale --rerun)")
     started = time.perf_counter()
     for result in rerun(report, settings):
-        print(f"      {result['dag_id']} {result['conf']}: {result['state']} ({result['seconds']:.0f} s)")
+        print("\n".join(f"      {text}" for text in describe(result, settings)))
     print(f"    re-run: ok ({time.perf_counter() - started:.0f} s)")
     after = stale(settings)
     print(_indent(render(after)))
@@ -268,7 +279,7 @@ def _site(settings, images: Path | None, stale) -> None:
     else:
         print("    bash run airflow standalone          # the DAG runs in the Airflow UI (http://localhost:8080)")
     print("    bash run training-flow card get evaluate evaluation.html   # forecast vs actual, as a page")
-    print("    DATAHUB_GMS_URL=http://localhost:8080 bash run lineage-replay  # the same records in a real DataHub")
+    print("    DATAHUB_GMS_URL=http://localhost:58080 bash run lineage-replay  # the same records in a real DataHub")
 
 
 if __name__ == "__main__":

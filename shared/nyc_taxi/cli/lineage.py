@@ -174,8 +174,10 @@ def stale(settings, as_json: bool, rerun: bool) -> int:
     except RuntimeError as why:
         print(f"error: {why}", file=sys.stderr)
         return 1
+    from nyc_taxi.cli.dag_run_results import describe
+
     for result in results:
-        print(f"ran {result['dag_id']} {json.dumps(result['conf'])}: {result['state']} ({result['seconds']:.0f} s)")
+        print("\n".join(f"ran {text}" for text in describe(result, settings)))
     after = check(settings)
     print(json.dumps(after.as_dict(), indent=2) if as_json else render(after))
     return 0 if not after.items else 1

@@ -62,8 +62,8 @@ def rerun(report: StaleReport, settings: Settings) -> list[dict]:
     )
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode:
-        failed = [r for r in results if r["state"] != "success"]
-        raise RuntimeError(
-            f"the re-run failed: {failed or done.stderr[-3000:]}; the runs before it stand (each is one commit)"
-        )
+        from nyc_taxi.cli.dag_run_results import describe
+
+        said = [text for r in results for text in describe(r, settings)] or [done.stderr[-3000:]]
+        raise RuntimeError("the re-run failed; the runs before it stand (each is one commit):\n" + "\n".join(said))
     return results

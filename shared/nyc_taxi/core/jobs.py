@@ -9,6 +9,7 @@ meant to do (the lineage a task announces when it starts).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -33,6 +34,70 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Parameter:
+    """A run parameter, declared once: the DAG's Param (its trigger form) and the flow's Parameter (its
+    command line) are made from it, so a run started either way has the same default and accepts the
+    same values."""
+
+    name: str
+    description: str
+    default: str | int | None = None  # None: no default (a DAG may derive it: the run's month, the merge's)
+    kind: type = str
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    maximum: int | None = None
+    pattern: str | None = None  # a regular expression the whole value matches
+    form: str = ""  # the pattern as a person reads it, with an example
+
+    def check(self, value):
+        """``value`` as the parameter's kind; a ValueError that says what it accepts otherwise."""
+        if self.kind is int:
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{self.name} must be a whole number, not {value!r}") from None
+            if (self.minimum is not None and value < self.minimum) or (
+                self.maximum is not None and value > self.maximum
+            ):
+                bounds = (
+                    f"at least {self.minimum}" if self.maximum is None else f"between {self.minimum} and {self.maximum}"
+                )
+                raise ValueError(f"{self.name} must be {bounds}, not {value}")
+            return value
+        value = str(value)
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{self.name} must be one of {', '.join(self.choices)}, not {value!r}")
+        if self.pattern and not re.fullmatch(self.pattern, value):
+            raise ValueError(f"{self.name} {value!r} is not {self.form}")
+        return value
+
+
+MONTH = Parameter(
+    "month",
+    "The month to load, YYYY-MM; empty: the run's own month (its data interval)",
+    pattern=r"\d{4}-(0[1-9]|1[0-2])",
+    form="a month YYYY-MM (e.g. 2024-01)",
+)
+AS_OF_DATETIME = Parameter(
+    "as_of_datetime",
+    "Forecast origin, New York local time: training uses the hours before it, forecasts start at it",
+    pattern=r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d)?",
+    form="a New York local time YYYY-MM-DDTHH:MM, without an offset (e.g. 2024-02-15T00:00)",
+)
+MODEL = Parameter(
+    "model",
+    "seasonal_naive, or weather_adjusted (also reads weather_raw)",
+    default="seasonal_naive",
+    choices=("seasonal_naive", "weather_adjusted"),
+)
+LOOKBACK_DAYS = Parameter("lookback_days", "Days of actuals to train on", default=28, kind=int, minimum=7)
+PREDICT_HORIZON_HOURS = Parameter(
+    "predict_horizon_hours", "Hours to forecast", default=24, kind=int, minimum=1, maximum=336
+)
+TRAINING_PARAMETERS = (AS_OF_DATETIME, MODEL, LOOKBACK_DAYS, PREDICT_HORIZON_HOURS)
+
+
+@dataclass(frozen=True)
 class Pipeline:
     """An Airflow DAG or a Metaflow flow: its jobs by name (``pipeline.<job name>``)."""
 
@@ -41,6 +106,7 @@ class Pipeline:
     description: str
     code: str  # the DAG or flow file, relative to the repository
     jobs: tuple[Job, ...] = field(default=())
+    parameters: tuple[Parameter, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "jobs", tuple(replace(job, pipeline=self.name) for job in self.jobs))
@@ -68,6 +134,7 @@ def _ingestion_dag(
         "airflow",
         description,
         f"airflow/dags/{name}.py",
+        parameters=(MONTH,),
         jobs=(
             Job("create_tables", f"Create {staging.name} and {raw.name} from the registry if they do not exist"),
             Job(
@@ -114,12 +181,14 @@ TRAIN_FORECAST_MODEL = Pipeline(
     "Runs TrainForecastModelFlow when yellow_taxi_raw has a new snapshot; the flow's runs are this task's children",
     "airflow/dags/train_forecast_model.py",
     jobs=(Job("run_training_flow", "Start TrainForecastModelFlow with this task run as its OpenLineage parent"),),
+    parameters=TRAINING_PARAMETERS,
 )
 TRAINING_FLOW = Pipeline(
     "TrainForecastModelFlow",
     "metaflow",
     "Hourly yellow taxi demand per zone: actuals, model, forecasts",
     "metaflow/train_model_flow.py",
+    parameters=TRAINING_PARAMETERS,
     jobs=(
         Job("start", "Check the configuration"),
         Job(

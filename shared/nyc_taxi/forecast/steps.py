@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from nyc_taxi.core import datasets as d
+from nyc_taxi.core import jobs
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.intervals import Intervals
@@ -37,27 +38,28 @@ RAW, WEATHER, ACTUALS, FORECAST, MODEL = (
 
 
 class NoDataInWindow(ValueError):
-    """The requested window holds no trips: nothing to train on."""
+    """The requested window holds no trips (or, for a model that uses weather, no weather): nothing to
+    train on."""
 
 
 def parse_as_of(text: str) -> dt.datetime:
-    """`YYYY-MM-DDTHH[:MM]` New York local wall-clock time, truncated to the hour."""
+    """`YYYY-MM-DDTHH:MM` New York local wall-clock time (jobs.AS_OF_DATETIME), truncated to the hour."""
     try:
-        value = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"as_of_datetime {text!r} is not an ISO date-time such as 2024-02-15T00:00") from None
-    if value.tzinfo is not None:
-        raise ValueError(f"as_of_datetime {text!r} must be New York local wall-clock time, without a UTC offset")
+        value = dt.datetime.fromisoformat(jobs.AS_OF_DATETIME.check(text))
+    except ValueError as bad:
+        raise ValueError(str(bad) if "is not" in str(bad) else f"as_of_datetime {text!r}: {bad}") from None
     return value.replace(minute=0, second=0, microsecond=0)
 
 
 def check_configuration(model_name: str, lookback_days: int, horizon_hours: int) -> None:
-    if model_name not in models.MODELS:
-        raise ValueError(f"unknown model {model_name!r}; choose one of {', '.join(models.MODELS)}")
-    if lookback_days < 7:
-        raise ValueError("lookback_days must be at least 7: the seasonal-naive model looks one week back")
-    if not 1 <= horizon_hours <= 24 * 14:
-        raise ValueError("predict_horizon_hours must be between 1 and 336")
+    """The run's parameters as the declarations accept them (the DAG's form and the command line check
+    them first; a run started another way is checked here)."""
+    for declared, value in (
+        (jobs.MODEL, model_name),
+        (jobs.LOOKBACK_DAYS, lookback_days),
+        (jobs.PREDICT_HORIZON_HOURS, horizon_hours),
+    ):
+        declared.check(value)
 
 
 @dataclass(frozen=True)
@@ -366,6 +368,13 @@ def training_data(
     prcp: dict[dt.date, float] = {}
     if models.MODELS[model_name].uses_weather:
         prcp, weather = daily_precipitation(window.start, window.end, settings)
+        if not prcp:
+            months = sorted({f"{day:%Y-%m}" for day in (window.start.date(), window.end.date())})
+            raise NoDataInWindow(
+                f"{model_name} needs the rain of the window {window.start:%Y-%m-%d} – {window.end:%Y-%m-%d}, and "
+                f"{WEATHER.name} holds none of those days: load them with the ingest_weather_data DAG first "
+                f"({', '.join(json.dumps({'month': m}) for m in months)}), or train seasonal_naive"
+            )
         report.inputs.append(weather)
     return TrainingData(training, prcp, report)
 

@@ -97,7 +97,8 @@ def _retain(location: str, known: FileVersion, settings: Settings) -> None:
 
     lake = lakehouse(settings)
     kept = retained_location(location, known.sha256)
-    lake.share(location, kept)
+    if not lake.exists(kept):  # named by its content: a version kept before (A, B, A, B) is this one
+        lake.share(location, kept)
     lake.write_json(sidecar(kept), asdict(known))
     folder, _, name = location.rpartition("/")
     cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=settings.landed_version_retention_days)

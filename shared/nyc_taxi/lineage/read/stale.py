@@ -38,8 +38,8 @@ from nyc_taxi.core.snapshots import MONTH, REPLACED_VERSION, data_changes, held_
 from nyc_taxi.lineage.read.runs import JobRun, Runs
 
 GONE = "gone"  # what ``published_now`` answers for a file its source no longer publishes
-# the flow's parameters a re-run passes on (the train_forecast_model DAG's params)
-FLOW_PARAMETERS = ("as_of_datetime", "model", "lookback_days", "predict_horizon_hours")
+# the flow's parameters a re-run passes on (the train_forecast_model DAG's params), by name
+FLOW_PARAMETERS = {p.name: p for p in TRAINING_FLOW.parameters}
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def _changed_in_range(table, dataset: str, snapshot: str, bounds: tuple[str, str
         if summary is not None and summary.get(MONTH):
             what += f" (month {summary.get(MONTH)}"
             if summary.get(REPLACED_VERSION):
-                what += f": {_short(summary.get(REPLACED_VERSION))} → {_short(summary.get('nyc-taxi.landed-version'))}"
+                what += f": {_whole(summary.get(REPLACED_VERSION))} → {_whole(summary.get('nyc-taxi.landed-version'))}"
             what += ")"
         commits.append(what)
     files = len(touching)
@@ -233,10 +233,9 @@ def _changed_in_range(table, dataset: str, snapshot: str, bounds: tuple[str, str
     )
 
 
-def _short(version: str | None) -> str:
-    if not version:
-        return "?"
-    return ", ".join(v.split("@", 1)[0] + "@" + v.split("@", 1)[1][:19] for v in version.split(", ") if "@" in v)
+def _whole(version: str | None) -> str:
+    """A version as recorded, whole: a Last-Modified date has commas of its own, so it is never cut."""
+    return version or "?"
 
 
 def _live_flow_runs(runs: Runs) -> list[JobRun]:
@@ -281,7 +280,7 @@ def check(
                         month.landed,
                         f"{month.url or ingestion.published.name} is no longer published"
                         if gone
-                        else f"the source published a new version: {_short(month.published)} → {_short(month.now)}",
+                        else f"the source published a new version: {_whole(month.published)} → {_whole(month.now)}",
                         new_version=None if gone else month.now,
                     )
                 )
@@ -293,7 +292,7 @@ def check(
                     month.held,
                     "its source month is stale (above)"
                     if landed_stale
-                    else f"holds {_short(month.held)}; the month landed since as {_short(month.landed)} "
+                    else f"holds {_whole(month.held)}; the month landed since as {_whole(month.landed)} "
                     "and was not merged",
                     new_version=month.landed if not landed_stale else None,
                 )
@@ -338,7 +337,7 @@ def check(
                 run_id=flow_run.run_id,
             )
         )
-        conf = {k: (int(v) if k in ("lookback_days", "predict_horizon_hours") else v) for k, v in parameters.items()}
+        conf = {k: FLOW_PARAMETERS[k].check(v) for k, v in parameters.items()}
         if not any(p.dag == TRAIN_FORECAST_MODEL.name and p.conf == conf for p in report.plan):
             report.plan.append(PlannedRun(TRAIN_FORECAST_MODEL.name, conf, because=report.items[-1].name))
     return report

@@ -62,7 +62,7 @@ def merge_changes(
     A re-run of unchanged data then commits nothing: no snapshot, no rewritten data files. A batch that
     only adds rows is written by ``insert_sql`` when there is one (an insert-only MERGE of the changes as
     its ``staging``): appended, nothing rewritten, and the target's rows only looked up, not joined for a
-    rewrite (about half the time of the full MERGE, docs/performance.md).
+    rewrite.
     """
     changes = sql.run(spark, changes_sql, **values).persist()
     try:

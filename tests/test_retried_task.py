@@ -40,11 +40,11 @@ assert merge.retries == 1, merge.retries  # the DAG's own: one lost worker is re
 merge.retries += 1  # and one more for the second
 tries, snapshots = [], []
 merge_into_raw = merge.step
-def lost_worker_on_the_first_two_tries(year, month):
+def lost_worker_on_the_first_two_tries(year, month, settings):
     tries.append(1)
     if len(tries) == 1:
         raise RuntimeError("worker lost after staging, before the merge (injected by the test)")
-    report = merge_into_raw(year, month)
+    report = merge_into_raw(year, month, settings)
     snapshots.append(current_snapshot_id(d.YELLOW_TAXI_RAW))
     if len(tries) == 2:
         raise RuntimeError("worker lost after the merge committed, before the task said so (injected by the test)")
@@ -53,10 +53,15 @@ merge.step = lost_worker_on_the_first_two_tries
 run = dag.test(run_conf={{"month": "{month}"}})
 print("RESULT", run.state, len(tries))
 print("SNAPSHOTS", json.dumps(snapshots))
+from airflow.models.asset import AssetEvent
+from airflow.utils.session import create_session
+with create_session() as session:
+    events = [(e.extra.get("month"), e.extra.get("snapshot_id")) for e in session.query(AssetEvent)]
+print("ASSET_EVENTS", json.dumps(events))
 """
 
 
-def _run(state: Path, airflow_state) -> tuple[str, list, object]:
+def _run(state: Path, airflow_state) -> tuple[str, list, list, object]:
     from nyc_taxi.airflow_adapter.environment import airflow_environment
     from nyc_taxi.core.settings import Settings
 
@@ -74,7 +79,8 @@ def _run(state: Path, airflow_state) -> tuple[str, list, object]:
     assert result.returncode == 0, output[-4000:]
     lines = output.splitlines()
     snapshots = json.loads(next(line for line in lines if line.startswith("SNAPSHOTS")).split(" ", 1)[1])
-    return next(line for line in lines if line.startswith("RESULT")), snapshots, settings
+    events = json.loads(next(line for line in lines if line.startswith("ASSET_EVENTS")).split(" ", 1)[1])
+    return next(line for line in lines if line.startswith("RESULT")), snapshots, events, settings
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +93,7 @@ def test_a_merge_task_lost_before_and_after_its_commit_and_retried_ends_like_a_c
 ):
     from nyc_taxi.core.catalog import load_table
 
-    retried, snapshots, retried_settings = _run(tmp_path / "retried", airflow_state)
+    retried, snapshots, asset_events, retried_settings = _run(tmp_path / "retried", airflow_state)
 
     assert retried == "RESULT success 3", retried  # two tries failed, Airflow's second retry succeeded
     expected = comparable(expected_taxi_rows(published))
@@ -95,6 +101,9 @@ def test_a_merge_task_lost_before_and_after_its_commit_and_retried_ends_like_a_c
         assert comparable(load_table(table, retried_settings).scan().to_arrow()).equals(expected), table.name
     committed, after_the_retry = snapshots  # raw's snapshot after the second try's merge, after the third's
     assert after_the_retry == committed  # the retry found raw already holding the month: it committed nothing
+    # and found the commit its lost try made as this task run's: raw's asset event (what starts the
+    # training) is emitted once, for that commit, though the try that made it never said so
+    assert asset_events == [[MONTH, str(committed)]], asset_events
 
     merge_events = [e for e in lineage_events(retried_settings) if e[0].endswith(f".{MERGE}")]
     assert merge_events == sorted(

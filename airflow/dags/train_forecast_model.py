@@ -18,6 +18,7 @@ from nyc_taxi.airflow_adapter.operators import DEFAULT_ARGS, RunFlowOperator, as
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.jobs import TRAIN_FORECAST_MODEL as JOBS
 from nyc_taxi.core.jobs import TRAINING_FLOW
+from nyc_taxi.metaflow_adapter.environment import metaflow_environment
 
 
 def flow_parameters(context) -> dict[str, str]:
@@ -50,9 +51,11 @@ with DAG(
     start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
-    default_args={**DEFAULT_ARGS, "retries": 0},  # a failed flow is resumed with Metaflow's `resume`, not re-run
+    default_args=DEFAULT_ARGS,  # a retry resumes the flow run an earlier try left unfinished
     params=params(JOBS),  # as_of_datetime empty: the start of the month after the one the merge loaded
     tags=["metaflow", "forecast"],
     doc_md=__doc__,
 ) as dag:
-    run_training_flow = RunFlowOperator(job=JOBS.run_training_flow, flow=TRAINING_FLOW, arguments=flow_parameters)
+    run_training_flow = RunFlowOperator(
+        job=JOBS.run_training_flow, flow=TRAINING_FLOW, arguments=flow_parameters, environment=metaflow_environment
+    )

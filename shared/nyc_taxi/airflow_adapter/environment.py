@@ -37,6 +37,7 @@ def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "2",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__DEFAULT_TASK_RETRIES": str(settings.task_retries),
         **lakehouse(settings).airflow_services(),
         # the UI and the execution API that task processes report to, on this machine only
         "AIRFLOW__API__HOST": "127.0.0.1",

@@ -9,10 +9,9 @@ own record file.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ARGS = {"owner": "data-platform", "retries": 1}
+DEFAULT_ARGS = {"owner": "data-platform"}  # retries: the deployment's setting (TASK_RETRIES)
 
 
 def param(parameter: Parameter) -> Param:
@@ -87,9 +86,15 @@ class ReportsLineage(BaseOperator):
     def pre_execute(self, context):
         """The task's work runs at a lower CPU priority than Airflow itself (and so do the Spark JVM and the
         flow it starts, which inherit it): on a small machine the API server and the scheduler stay
-        responsive while a month loads (TASK_NICENESS; measured: docs/performance.md)."""
+        responsive while a month loads (TASK_NICENESS; measured: docs/performance.md).
+
+        And it ends with its Airflow supervisor: Airflow runs a task in a process group of its own, so a
+        worker lost with its supervisor (killed, its machine gone) would leave the task running as an
+        orphan, committing beside the retry Airflow starts elsewhere."""
+        from nyc_taxi.core.processes import die_with_parent
         from nyc_taxi.core.settings import get_settings
 
+        die_with_parent()
         niceness = get_settings().task_niceness
         if os.getpriority(os.PRIO_PROCESS, 0) < niceness:  # a level, not a step: tasks sharing a process
             os.setpriority(os.PRIO_PROCESS, 0, niceness)  # (dag.test()) do not add theirs up
@@ -145,7 +150,7 @@ class ReportsLineage(BaseOperator):
 
 
 class IngestStepOperator(ReportsLineage):
-    """Runs ``step(year, month) -> StepReport`` for the run's month and reports its lineage.
+    """Runs ``step(year, month, settings) -> StepReport`` for the run's month and reports its lineage.
 
     A month the source has not published yet skips the task (and what follows); a source file that
     is not what the source publishes fails it without retries, with the reason. A raw table the step
@@ -155,16 +160,21 @@ class IngestStepOperator(ReportsLineage):
 
     ui_color = "#e8f4fd"
 
-    def __init__(self, *, job: Job, step: Callable[[int, int], StepReport], **kwargs):
+    def __init__(self, *, job: Job, step: Callable[..., StepReport], **kwargs):
         raws = [d for d in job.writes if isinstance(d, Table) and d.layer == "raw"]
         kwargs.setdefault("outlets", [commits_of(t) for t in raws])
         super().__init__(task_id=job.name, doc_md=job.description, **kwargs)
         self.job, self.step = job, step
 
     def execute(self, context):
+        from nyc_taxi.core.settings import get_settings
+
         year, month = target_month(context)
+        ti = context["ti"]
+        # the task run, the same on every try: the commits the step makes carry it, so a retry finds its own
+        settings = get_settings().model_copy(update={"task_run": f"{ti.dag_id}/{ti.task_id}/{ti.run_id}"})
         try:
-            self.report = self.step(year, month)
+            self.report = self.step(year, month, settings)
         except NotPublishedYet as missing:
             raise AirflowSkipException(f"not published yet: {missing}") from None
         except BadSourceFile as bad:
@@ -197,50 +207,89 @@ class CreateTablesOperator(ReportsLineage):
 
 
 class RunFlowOperator(ReportsLineage):
-    """Starts a Metaflow flow run as a child process, passing this task run as its OpenLineage parent
+    """Runs a Metaflow flow with Metaflow's Runner API, passing this task run as its OpenLineage parent
     (and the DAG run as its root) with the provider's own lineage macros, so the flow's lineage hangs
-    under this task in both OpenLineage and DataHub.
+    under this task in both OpenLineage and DataHub. The run is tagged with the DAG run.
 
-    ``arguments(context)`` gives the flow's parameters for this run.
+    A retry of the task does not start the work again: a run of the flow an earlier try of this DAG run
+    finished is the result (the task was lost after the flow ended), and one it left unfinished is
+    resumed — Metaflow's own recovery, which reruns only the steps that did not finish.
+
+    ``arguments(context)`` gives the flow's parameters for this run; ``environment()`` Metaflow's
+    configuration (the DAG file names the Metaflow adapter's: the two adapters never import each other).
     """
 
     ui_color = "#fdebd8"
 
-    def __init__(self, *, job: Job, flow: Pipeline, arguments: Callable[[dict], dict[str, str]], **kwargs):
+    def __init__(
+        self,
+        *,
+        job: Job,
+        flow: Pipeline,
+        arguments: Callable[[dict], dict[str, str]],
+        environment: Callable[[], dict[str, str]],
+        **kwargs,
+    ):
         super().__init__(task_id=job.name, doc_md=job.description, **kwargs)
-        self.job, self.flow, self.arguments = job, flow, arguments
+        self.job, self.flow, self.arguments, self.environment = job, flow, arguments, environment
+        self._running = None
 
     def execute(self, context):
         from airflow.providers.openlineage.plugins.macros import lineage_parent_id, lineage_root_parent_id
 
         ti = context["ti"]
-        parameters = self.arguments(context)
-        env = {
+        declared = {p.name: p for p in self.flow.parameters}
+        parameters = {name: declared[name].check(value) for name, value in self.arguments(context).items()}
+        tag = f"airflow_dag_run:{ti.dag_id}/{ti.run_id}"
+        # Metaflow reads its configuration when it is imported: set before the first import
+        os.environ.update(self.environment())
+        Path(os.environ["METAFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+        earlier = self._earlier_run(tag)
+        if earlier is not None and earlier.successful:
+            log.info("%s finished in an earlier try of this task: nothing left to run", earlier.pathspec)
+            return {"flow": self.flow.name, "run_id": earlier.id, **parameters}
+        lineage = {
             "OPENLINEAGE_PARENT_ID": lineage_parent_id(ti),
             "OPENLINEAGE_ROOT_PARENT_ID": lineage_root_parent_id(ti),
             "PARENT_AIRFLOW_TASK": f"{ti.dag_id}/{ti.task_id}/{ti.run_id}",
         }
-        command = [
-            sys.executable,
-            "-m",
-            "nyc_taxi.metaflow_adapter",
-            self.flow.name,
-            "run",
-            "--tag",
-            f"airflow_dag_run:{ti.dag_id}/{ti.run_id}",
-            *[item for name, value in parameters.items() for item in (f"--{name}", str(value))],
-        ]
-        log.info("starting %s: %s", self.flow.name, " ".join(command[3:]))
-        run_id = None
-        with subprocess.Popen(
-            command, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        ) as process:
-            for line in process.stdout:
-                log.info("%s", line.rstrip())
-                if "(run-id " in line and run_id is None:
-                    run_id = line.split("(run-id ")[1].split(")")[0]
-        if process.returncode:
-            raise AirflowFailException(
-                f"{self.flow.name} run {run_id} failed (exit {process.returncode}); its log is above"
-            )
-        return {"flow": self.flow.name, "run_id": run_id, **parameters}
+        run = asyncio.run(self._run(lineage, tag, parameters, earlier))
+        if not run.successful:
+            raise RuntimeError(f"{run.pathspec} failed; its log is above (a retry resumes it)")
+        return {"flow": self.flow.name, "run_id": run.id, **parameters}
+
+    def _earlier_run(self, tag: str):
+        """The newest run of the flow tagged with this DAG run, if an earlier try started one."""
+        from metaflow import Flow, namespace
+        from metaflow.exception import MetaflowNotFound
+
+        namespace(None)
+        try:
+            return next(iter(Flow(self.flow.name).runs(tag)), None)
+        except MetaflowNotFound:  # the flow never ran here
+            return None
+
+    async def _run(self, env: dict[str, str], tag: str, parameters: dict, earlier):
+        from metaflow import Runner
+
+        flow_file = str(REPO_ROOT / self.flow.code)
+        with Runner(flow_file, show_output=False, env=env, pylint=False) as runner:
+            if earlier is None:
+                self._running = await runner.async_run(tags=[tag], **parameters)
+            else:
+                self._running = await runner.async_resume(origin_run_id=earlier.id, tags=[tag])
+            log.info("%s %s: %s", "resumed" if earlier else "started", self._running.run.pathspec, parameters)
+
+            async def relay(stream: str) -> None:
+                async for _, line in self._running.stream_log(stream):
+                    log.info("%s", line.rstrip())
+
+            await asyncio.gather(relay("stdout"), relay("stderr"))
+            await self._running.wait()
+            return self._running.run
+
+    def on_kill(self) -> None:
+        """Airflow stops the task: the flow's process and its steps end with it. The Runner API has no
+        public call for this; its process handle does (``command_obj``, what its own Ctrl-C handler uses)."""
+        if self._running is not None:
+            self._running.command_obj.kill()

@@ -5,9 +5,12 @@ and records written whole with mode 0600 (they may hold a secret)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
+import signal
 import socket
+import sys
 from pathlib import Path
 
 
@@ -59,3 +62,16 @@ def write_private_text(path: Path, text: str) -> None:
 
 def read_record(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def die_with_parent() -> None:
+    """Have Linux SIGKILL this process when the process that started it ends (``prctl`` with
+    ``PR_SET_PDEATHSIG``): a task whose Airflow supervisor was killed with its worker, or a flow step
+    whose Metaflow runtime was, does not run on as an orphan nobody waits for. A parent already gone
+    when this is asked ends this process at once."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)

@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     openlineage_root_parent_id: str | None = None
     # Set with them by the same task: <dag_id>/<task_id>/<run_id>, so DataHub can link the runs too.
     parent_airflow_task: str | None = None
+    # The orchestrator's task run a step works for (<dag_id>/<task_id>/<run_id>, the same on every try),
+    # recorded with each commit the step makes: a retry finds the commit of a try that was lost after it.
+    task_run: str | None = None
     # Shipping the local lineage records to the servers at the end of a task or step: at most this long.
     lineage_ship_seconds: float = Field(3.0, description="Time a task or step may spend shipping lineage at its end.")
     lineage_request_timeout: float = Field(2.0, description="Timeout of one request to a lineage server.")
@@ -91,6 +94,9 @@ class Settings(BaseSettings):
 
     airflow_port: int = Field(
         8080, description="Airflow's API server (the UI and the tasks' execution API), on 127.0.0.1."
+    )
+    task_retries: int = Field(
+        1, description="How often Airflow runs a failed task again (a lost worker, a service coming back)."
     )
     task_niceness: int = Field(
         10, description="How much lower an Airflow task's CPU priority is than Airflow's own processes (0: the same)."
@@ -124,6 +130,7 @@ class Settings(BaseSettings):
         "openlineage_parent_id",
         "openlineage_root_parent_id",
         "parent_airflow_task",
+        "task_run",
         "spark_master",
         "spark_extra_packages",
         mode="before",

@@ -15,6 +15,7 @@ from typing import Any
 MONTH = "nyc-taxi.month"  # the period of the source a commit loaded, YYYY-MM
 LANDED_VERSION = "nyc-taxi.landed-version"  # the landed files (name@sha256, ...) a commit holds the rows of
 REPLACED_VERSION = "nyc-taxi.replaced-version"  # the landed version whose rows it replaced
+COMMITTED_BY = "nyc-taxi.committed-by"  # the task run that committed it (<dag>/<task>/<run>): stable across tries
 
 
 @contextlib.contextmanager
@@ -52,11 +53,22 @@ def commit_properties(spark, properties: dict[str, str]) -> Iterator[None]:
 
 def ancestors(table) -> Iterator:
     """A pyiceberg table's current snapshot and its ancestors, newest first."""
-    by_id = {s.snapshot_id: s for s in table.snapshots()}
-    snapshot = table.current_snapshot()
-    while snapshot is not None:
-        yield snapshot
-        snapshot = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
+    from pyiceberg.table.snapshots import ancestors_of
+
+    return ancestors_of(table.current_snapshot(), table.metadata)
+
+
+def own_commit(table, task_run: str | None, month: str):
+    """The snapshot of ``month`` that ``task_run`` committed to a pyiceberg table, if one did: an earlier
+    try of the same task run whose commit landed and which was lost before it could say so. None
+    without a task run (a step run outside an orchestrator) or such a commit."""
+    if not task_run:
+        return None
+    for snapshot in ancestors(table):
+        summary = snapshot.summary
+        if summary is not None and summary.get(COMMITTED_BY) == task_run and summary.get(MONTH) == month:
+            return snapshot
+    return None
 
 
 def held_version(table, month: str) -> str | None:

@@ -15,7 +15,15 @@ from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
-from nyc_taxi.core.snapshots import LANDED_VERSION, MONTH, REPLACED_VERSION, commit_properties, held_version
+from nyc_taxi.core.snapshots import (
+    COMMITTED_BY,
+    LANDED_VERSION,
+    MONTH,
+    REPLACED_VERSION,
+    commit_properties,
+    held_version,
+    own_commit,
+)
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.statistics import recorded_counts
 from nyc_taxi.core.tables import pinned
@@ -244,6 +252,8 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
             return RowChanges()
         base = current_snapshot(RAW, settings)
         summary = {MONTH: label, **({LANDED_VERSION: version} if version else {})}
+        if settings.task_run:
+            summary[COMMITTED_BY] = settings.task_run
         held = SQL.run(
             spark, "yellow_taxi_held", raw=pinned(RAW, base, settings), source_files=source_files, **hashes
         ).first()
@@ -293,6 +303,15 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         log.info("quality: %-26s %8d rows (kept as the source has them)", check.name, check.rows)
     after = current_snapshot(RAW, settings)
     committed = _id(after) != _id(before)
+    if not committed and (own := own_commit(load_table(RAW, settings), settings.task_run, label)) is not None:
+        # an earlier try of this task run committed this batch and was lost before it could say so: that
+        # commit is this run's output (its asset event, its lineage); nothing is committed again
+        after, committed = own, True
+        changes = RowChanges.from_summary(own.summary) or changes
+        replaced[0] = own.summary.get(REPLACED_VERSION)
+        log.info(
+            "%s: the commit of an earlier try of this task run, snapshot %s, is this run's", RAW.name, own.snapshot_id
+        )
     # a new month is appended, a changed one MERGEd: either way every column is staging's (the MERGE's lineage)
     columns = column_lineage(
         RAW,

@@ -10,7 +10,7 @@ from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
-from nyc_taxi.core.snapshots import LANDED_VERSION, MONTH, REPLACED_VERSION, held_version
+from nyc_taxi.core.snapshots import COMMITTED_BY, LANDED_VERSION, MONTH, REPLACED_VERSION, held_version, own_commit
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.tables import pinned
 from nyc_taxi.core.upserts import RowChanges, upsert_changes
@@ -229,6 +229,8 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     values = {"month_start": str(start), "next_month_start": str(end), "status": _staged_status(staged_snapshot)}
     replaced = held_version(load_table(RAW, settings), label) if staged else None
     summary = {MONTH: label, **({LANDED_VERSION: version} if version else {})}
+    if settings.task_run:
+        summary[COMMITTED_BY] = settings.task_run
     if replaced and replaced != version:
         summary[REPLACED_VERSION] = replaced
     changes = (
@@ -240,6 +242,11 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     )
     after = current_snapshot(RAW, settings)
     committed = snapshot_id(after) != snapshot_id(before)
+    if not committed and (own := own_commit(load_table(RAW, settings), settings.task_run, label)) is not None:
+        # an earlier try of this task run committed this batch and was lost before it could say so
+        after, committed = own, True
+        changes = RowChanges.from_summary(own.summary) or changes
+        summary = {**summary, **own.summary.additional_properties}
     log.info(
         "%s: %d county-days added, %d changed, %d removed of %d staged",
         RAW.name,

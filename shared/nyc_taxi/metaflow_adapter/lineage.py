@@ -30,6 +30,7 @@ from zoneinfo import ZoneInfo
 from metaflow import FlowMutator, UserStepDecorator, current
 
 from nyc_taxi.core.jobs import PIPELINES
+from nyc_taxi.core.processes import die_with_parent
 from nyc_taxi.lineage.write.report import StepReport, describe_error, report_of, report_to_dict
 from nyc_taxi.metaflow_adapter.recorder import StepContext, ends_run, record, ship, spool
 
@@ -94,6 +95,10 @@ class lineage(FlowMutator):  # noqa: N801
         self.options = kwargs
 
     def mutate(self, mutable_flow):
+        # Every process that builds the flow (Metaflow's runtime, each step's task) ends with the process
+        # that started it: a flow whose Airflow task was killed does not run on, orphaned, beside the
+        # retry that resumes it (a step's Spark driver ends with the step: its gateway's input closes).
+        die_with_parent()
         parameters = sorted(name for name, _ in mutable_flow.parameters)
         for _, step in mutable_flow.steps:
             step.add_decorator(

@@ -25,6 +25,7 @@ FORBIDDEN = {
         "bench",
         "cli",
         "deployment",
+        "chaos",
     },
     "ingest": {
         "forecast",
@@ -35,6 +36,7 @@ FORBIDDEN = {
         "cli",
         "lineage.read",
         "deployment",
+        "chaos",
     },
     "forecast": {
         "ingest",
@@ -45,6 +47,7 @@ FORBIDDEN = {
         "cli",
         "lineage.read",
         "deployment",
+        "chaos",
     },
     "lineage.write": {
         "lineage.read",
@@ -56,6 +59,7 @@ FORBIDDEN = {
         "bench",
         "cli",
         "deployment",
+        "chaos",
     },
     "lineage.read": {
         "ingest",
@@ -66,13 +70,18 @@ FORBIDDEN = {
         "bench",
         "cli",
         "deployment",
+        "chaos",
     },
-    "airflow_adapter": {"metaflow_adapter", "fixtures", "bench", "cli", "lineage.read", "deployment"},
-    "metaflow_adapter": {"airflow_adapter", "fixtures", "bench", "cli", "lineage.read", "deployment"},
-    "fixtures": {"airflow_adapter", "metaflow_adapter", "bench", "cli", "lineage", "deployment"},
+    "airflow_adapter": {"metaflow_adapter", "fixtures", "bench", "cli", "lineage.read", "deployment", "chaos"},
+    "metaflow_adapter": {"airflow_adapter", "fixtures", "bench", "cli", "lineage.read", "deployment", "chaos"},
+    "fixtures": {"airflow_adapter", "metaflow_adapter", "bench", "cli", "lineage", "deployment", "chaos"},
     # the team deployment runs Airflow's processes with Airflow's configuration; nothing else of the data
     # work, the lineage or the other orchestrator
-    "deployment": {"ingest", "forecast", "lineage", "metaflow_adapter", "fixtures", "bench", "cli"},
+    "deployment": {"ingest", "forecast", "lineage", "metaflow_adapter", "fixtures", "bench", "cli", "chaos"},
+    # the chaos run drives a deployment from outside (REST, supervisord, the process table) and checks it
+    # with its own reading of the tables: it runs none of the data work and reads no lineage through the
+    # code that wrote it, only the records
+    "chaos": {"ingest", "forecast", "metaflow_adapter", "bench", "cli", "lineage.read"},
 }
 
 

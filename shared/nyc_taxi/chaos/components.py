@@ -1,0 +1,133 @@
+"""The parts of the team deployment a chaos run kills, how each is found in the process table, what a
+kill of it takes with it, and when it counts as back.
+
+- supervisord's programs: PostgreSQL (its postmaster: the backends end on their own when it is gone),
+  Redis, the four SeaweedFS processes, the Spark master, and — each with its process group, as a
+  machine that goes away takes its children — the Spark worker (with its executors), Airflow's API
+  server, scheduler, DAG processor, triggerer and each Celery worker (with the task it runs);
+- inside a task: its Spark driver (the JVM a task or a flow step started) and a step process of the
+  flow under the training task;
+- the lineage server the deployment delivers to, which the chaos run itself runs and brings back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+import psutil
+
+from nyc_taxi.deployment.supervisor import MARKER, Supervisor
+
+WORKERS = ("airflow-worker-1", "airflow-worker-2")
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    kind: str  # "program" | "task process" | "lineage server"
+    scope: str = "process"  # "process": the one process; "group": its process group
+    during: str = ""  # for a task process: what must be running for it to exist ("spark", "flow step")
+
+    def describe(self) -> str:
+        return f"{self.name} ({'with its process group' if self.scope == 'group' else 'the process'})"
+
+
+PROGRAMS = (
+    Component("postgres", "program"),
+    Component("redis", "program"),
+    Component("seaweedfs-master", "program"),
+    Component("seaweedfs-volume", "program"),
+    Component("seaweedfs-filer", "program"),
+    Component("seaweedfs-s3", "program"),
+    Component("spark-master", "program"),
+    Component("spark-worker", "program", "group"),
+    Component("airflow-api-server", "program", "group"),
+    Component("airflow-scheduler", "program", "group"),
+    Component("airflow-dag-processor", "program", "group"),
+    Component("airflow-triggerer", "program", "group"),
+    *(Component(worker, "program", "group") for worker in WORKERS),
+)
+TASK_PROCESSES = (
+    Component("spark-driver", "task process", during="spark"),
+    Component("metaflow-step", "task process", during="flow step"),
+)
+LINEAGE_SERVER = Component("lineage-server", "lineage server")
+COMPONENTS = {c.name: c for c in (*PROGRAMS, *TASK_PROCESSES, LINEAGE_SERVER)}
+
+
+def _mine(process: psutil.Process, deployment: str) -> bool:
+    try:
+        return process.environ().get(MARKER) == deployment
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+
+
+def _cmdline(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return ""
+
+
+def spark_drivers(deployment: str) -> list[psutil.Process]:
+    """The Spark driver JVMs tasks and flow steps run now (spark-submit's pyspark-shell)."""
+    return [p for p in psutil.process_iter() if "pyspark-shell" in _cmdline(p) and _mine(p, deployment)]
+
+
+def flow_steps(deployment: str) -> list[psutil.Process]:
+    """The flow's step processes running now (Metaflow starts each task as `<flow file> … step <name>`)."""
+    return [
+        p
+        for p in psutil.process_iter()
+        if " step " in _cmdline(p) and "train_model_flow.py" in _cmdline(p) and _mine(p, deployment)
+    ]
+
+
+def pids_of(component: Component, supervisor: Supervisor, deployment: str) -> list[int]:
+    """The processes a kill of the component ends now (empty: it is not running)."""
+    if component.kind == "program":
+        info = {p["name"]: p for p in supervisor.programs()}.get(component.name)
+        return [info["pid"]] if info and info["pid"] else []
+    if component.name == "spark-driver":
+        return [p.pid for p in spark_drivers(deployment)]
+    if component.name == "metaflow-step":
+        return [p.pid for p in flow_steps(deployment)]
+    return []
+
+
+def kill(component: Component, pid: int) -> None:
+    """SIGKILL: to the process, or to its process group."""
+    try:
+        if component.scope == "group":
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def freeze(pid: int) -> None:
+    """SIGSTOP: the process stands still at the moment it is in, until it is killed."""
+    os.kill(pid, signal.SIGSTOP)
+
+
+def back_again(component: Component, supervisor: Supervisor, old_pid: int) -> bool:
+    """supervisord runs the program again: RUNNING, with another pid."""
+    info = {p["name"]: p for p in supervisor.programs()}.get(component.name)
+    return bool(info) and info["statename"] == "RUNNING" and info["pid"] not in (0, old_pid)
+
+
+def wait_for(ready, seconds: float, step: float = 0.5):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            answer = ready()
+        except Exception:  # a service on its way back: not yet
+            answer = None
+        if answer:
+            return answer
+        time.sleep(step)
+    return None

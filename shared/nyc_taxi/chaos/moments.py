@@ -1,0 +1,382 @@
+"""When a chaos run kills: each moment waits for what it names to happen in the mission, kills its
+component there (``components.kill``), and returns what was running at that instant.
+
+Generic moments — `during <dag>.<task>` — wait until a try of that task has run for a seeded number of
+seconds. The named moments are the ones the systems underneath get wrong (Airflow, Celery, Iceberg,
+delivery); each is held open on purpose so that it is met every time, not by chance:
+
+- ``worker after commit``: the worker running the taxi merge, once raw's catalog entry points at the
+  merge's new metadata (the commit landed; the task has not said so);
+- ``staging load after writing``: the worker running the taxi stage, once staging's commit landed;
+- ``PostgreSQL mid-commit``: PostgreSQL while the catalog's UPDATE of a commit is in flight (a trigger
+  the chaos run installs holds that UPDATE for a few seconds, the moment it is killed in);
+- ``scheduler between queueing and recording``: the scheduler the instant a task's message reaches the
+  broker (seen on Redis's MONITOR), frozen there with SIGSTOP, then killed;
+- ``API server while a task reports success``: the API server frozen once a merge committed, killed
+  once the task has finished its work and is waiting for the answer to its report;
+- ``Redis while a task is queued``: both workers frozen so a task's message waits in Redis, Redis
+  killed, the workers let go;
+- ``lineage shipper after the server accepted``: the server holds its answer to a record it stored,
+  the process that sent it is killed before it can write its ledger;
+- ``lineage server down beyond every retry budget``: the server killed and kept down while tasks end
+  and give up shipping, then started again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from nyc_taxi.airflow_adapter.rest_api import RestApi
+from nyc_taxi.chaos import components
+from nyc_taxi.chaos.components import COMPONENTS, Component
+from nyc_taxi.core import team
+from nyc_taxi.core.settings import Settings
+from nyc_taxi.deployment.supervisor import Supervisor
+from nyc_taxi.fixtures.lineage_server import LineageServer
+
+TAXI, WEATHER, TRAINING = "ingest_yellow_taxi_data", "ingest_weather_data", "train_forecast_model"
+DOWN_BEYOND_RETRIES = 90  # seconds: every task ending meanwhile tries for LINEAGE_SHIP_SECONDS and gives up
+NAMED = (
+    "worker after commit",
+    "staging load after writing",
+    "PostgreSQL mid-commit",
+    "scheduler between queueing and recording",
+    "API server while a task reports success",
+    "Redis while a task is queued",
+    "lineage shipper after the server accepted",
+    "lineage server down beyond every retry budget",
+)
+
+
+@dataclass
+class Context:
+    """What a moment looks at and acts on."""
+
+    settings: Settings
+    server: LineageServer
+    stop: threading.Event
+
+    @property
+    def deployment(self) -> str:
+        return str(team.team_dir(self.settings))
+
+    def supervisor(self) -> Supervisor:
+        return Supervisor(self.settings)
+
+    def api(self) -> RestApi:
+        return RestApi(self.settings)
+
+    def running_tasks(self) -> list[dict]:
+        answer = self.api().call("/api/v2/dags/~/dagRuns/~/taskInstances?state=running&limit=50")
+        return answer["task_instances"]
+
+    def now(self) -> str:
+        """What is running: each task (DAG, task, try) and each flow step."""
+        try:
+            answer = self.api().call(
+                "/api/v2/dags/~/dagRuns/~/taskInstances?state=running&state=queued&limit=50", timeout=5
+            )
+            tasks = [
+                f"{t['dag_id']}.{t['task_id']} try {t['try_number']}{' (queued)' if t['state'] == 'queued' else ''}"
+                for t in answer["task_instances"]
+            ]
+        except Exception:
+            tasks = ["(the API does not answer)"]
+        steps = sorted({_step_name(p) for p in components.flow_steps(self.deployment)})
+        return "; ".join(tasks + [f"flow step {s}" for s in steps]) or "nothing running"
+
+    def wait(self, ready, seconds: float = 1800, step: float = 0.2):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.stop.is_set():
+            with contextlib.suppress(Exception):
+                if answer := ready():
+                    return answer
+            time.sleep(step)
+        raise TimeoutError("the moment never came")
+
+    def worker_running(self, task: dict) -> str:
+        """The Celery worker whose process tree runs the task instance (by the task's pid)."""
+        programs = {p["name"]: p["pid"] for p in self.supervisor().programs()}
+        process = psutil.Process(task["pid"])
+        for parent in [process, *process.parents()]:
+            for name in components.WORKERS:
+                if parent.pid == programs.get(name):
+                    return name
+        raise LookupError(f"no worker runs pid {task['pid']}")
+
+    def metadata_location(self, table: str) -> str | None:
+        db = team.Postgres(self.settings).connect("lakehouse")
+        try:
+            with db.cursor() as cursor:
+                cursor.execute("SELECT metadata_location FROM iceberg_tables WHERE table_name = %s", (table,))
+                found = cursor.fetchone()
+                return found[0] if found else None
+        finally:
+            db.close()
+
+
+def _step_name(process: psutil.Process) -> str:
+    try:
+        words = process.cmdline()
+        return words[words.index("step") + 1]
+    except (ValueError, IndexError, psutil.Error):
+        return "?"
+
+
+@dataclass
+class Kill:
+    """What a moment did: the component, the processes, what was running, when."""
+
+    component: str
+    pids: list[int]
+    moment: str
+    at: float
+    task: dict | None = None  # the task instance the moment was about, if any
+
+
+def _kill_program(ctx: Context, name: str, moment: str, task: dict | None = None, held: bool = False) -> Kill:
+    """Killed, and what was running then. A moment that passes by itself is killed first and described
+    after (Airflow still shows a killed task running until it misses its heartbeats); one the chaos run
+    holds open is described first, while the services it needs still answer."""
+    component = COMPONENTS[name]
+    (pid,) = components.pids_of(component, ctx.supervisor(), ctx.deployment)
+    said = ctx.now() if held else ""
+    components.kill(component, pid)
+    at = time.time()
+    return Kill(name, [pid], f"{moment} [{said or ctx.now()}]", at, task)
+
+
+def _running(ctx: Context, dag: str, task: str, after: float = 0.0) -> dict:
+    """A try of the task that has run at least ``after`` seconds."""
+
+    def found():
+        for t in ctx.running_tasks():
+            if (t["dag_id"], t["task_id"]) == (dag, task) and t.get("pid"):
+                started = t.get("start_date")
+                if not started or after <= 0:
+                    return t
+                from datetime import datetime
+
+                if (datetime.now().astimezone() - datetime.fromisoformat(started)).total_seconds() >= after:
+                    return t
+        return None
+
+    return ctx.wait(found)
+
+
+# ---- generic ------------------------------------------------------------------------------------------
+
+
+def during(ctx: Context, component: Component, dag: str, task: str, delay: float) -> Kill:
+    """``component`` killed once a try of ``dag.task`` has run ``delay`` seconds."""
+    running = _running(ctx, dag, task, delay)
+    moment = f"during {dag}.{task} try {running['try_number']}, {delay:.0f} s in"
+    if component.kind == "program":
+        name = component.name
+        if name in components.WORKERS:  # the worker that runs the task
+            name = ctx.worker_running(running)
+        return _kill_program(ctx, name, moment, running)
+    if component.kind == "task process":
+        pick = components.spark_drivers if component.name == "spark-driver" else components.flow_steps
+        processes = ctx.wait(lambda: pick(ctx.deployment), 300)
+        victim = processes[0]
+        what = f"flow step {_step_name(victim)}" if component.name == "metaflow-step" else "a Spark driver"
+        components.kill(component, victim.pid)
+        at = time.time()
+        return Kill(component.name, [victim.pid], f"{moment}; {what} [{ctx.now()}]", at, running)
+    raise ValueError(component.name)
+
+
+# ---- named --------------------------------------------------------------------------------------------
+
+
+def after_commit(ctx: Context, dag: str, task: str, table: str, moment: str) -> Kill:
+    """The worker running ``dag.task``, with its process group, once the task's commit to ``table``
+    landed in the catalog (before the task can report it)."""
+    running = _running(ctx, dag, task)
+    before = ctx.metadata_location(table)
+    ctx.wait(lambda: ctx.metadata_location(table) != before, step=0.02)
+    worker = ctx.worker_running(running)
+    return _kill_program(ctx, worker, f"{moment}: {dag}.{task} try {running['try_number']} committed {table}", running)
+
+
+def postgres_mid_commit(ctx: Context, table: str = "yellow_taxi_raw") -> Kill:
+    """PostgreSQL killed while a commit's UPDATE of ``table``'s catalog entry is in flight."""
+    db = team.Postgres(ctx.settings).connect("lakehouse")
+    db.autocommit = True
+    with db.cursor() as cursor:
+        cursor.execute(
+            "CREATE OR REPLACE FUNCTION chaos_hold() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$ LANGUAGE plpgsql"
+        )
+        cursor.execute("DROP TRIGGER IF EXISTS chaos_hold ON iceberg_tables")
+        cursor.execute(
+            "CREATE TRIGGER chaos_hold BEFORE UPDATE ON iceberg_tables FOR EACH ROW "
+            f"WHEN (NEW.table_name = '{table}') EXECUTE FUNCTION chaos_hold()"
+        )
+    db.close()
+
+    def in_flight():
+        probe = team.Postgres(ctx.settings).connect("lakehouse")
+        try:
+            with probe.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query ILIKE 'UPDATE iceberg_tables%%'"
+                )
+                return cursor.fetchone()[0] > 0
+        finally:
+            probe.close()
+
+    ctx.wait(in_flight, step=0.1)
+    killed = _kill_program(
+        ctx, "postgres", f"PostgreSQL mid-commit: the catalog's UPDATE of {table} in flight", held=True
+    )
+    threading.Thread(target=_drop_hold, args=(ctx,), daemon=True).start()
+    return killed
+
+
+def _drop_hold(ctx: Context) -> None:
+    def dropped():
+        db = team.Postgres(ctx.settings).connect("lakehouse")
+        db.autocommit = True
+        with db.cursor() as cursor:
+            cursor.execute("DROP TRIGGER IF EXISTS chaos_hold ON iceberg_tables")
+        db.close()
+        return True
+
+    ctx.wait(dropped, 600, 1)
+
+
+def scheduler_between_queueing_and_recording(ctx: Context) -> Kill:
+    """The scheduler frozen the instant a task's message reaches Redis (its MONITOR), then killed."""
+    import redis
+
+    client = redis.Redis.from_url(team.Redis(ctx.settings).url())
+    (pid,) = components.pids_of(COMPONENTS["airflow-scheduler"], ctx.supervisor(), ctx.deployment)
+    with client.monitor() as monitor:
+        for command in monitor.listen():
+            if ctx.stop.is_set():
+                raise TimeoutError("the moment never came")
+            words = command.get("command", "")
+            if words.upper().startswith("LPUSH") and "unacked" not in words:
+                os.kill(pid, signal.SIGSTOP)
+                break
+    said = f"scheduler between queueing and recording: a task's message just reached the broker [{ctx.now()}]"
+    components.kill(COMPONENTS["airflow-scheduler"], pid)
+    return Kill("airflow-scheduler", [pid], said, time.time())
+
+
+def api_server_while_reporting_success(
+    ctx: Context, dag: str = WEATHER, task: str = "merge_upsert_staging_into_raw_weather", table: str = "weather_raw"
+) -> Kill:
+    """The API server frozen once the merge committed; killed once the task finished its work (its
+    lineage COMPLETE is written) and waits on the report of its success."""
+    from nyc_taxi.lineage.write.destinations import openlineage_events_dir
+
+    running = _running(ctx, dag, task)
+    before = ctx.metadata_location(table)
+    ctx.wait(lambda: ctx.metadata_location(table) != before, step=0.05)
+    (pid,) = components.pids_of(COMPONENTS["airflow-api-server"], ctx.supervisor(), ctx.deployment)
+    os.kill(pid, signal.SIGSTOP)
+    job, run_id = f"{dag}.{task}", running["dag_run_id"]
+
+    def completed():
+        for path in openlineage_events_dir(ctx.settings).glob("*.jsonl"):
+            for line in path.read_text().splitlines():
+                if '"COMPLETE"' in line and job in line and run_id in line:
+                    return True
+        return False
+
+    try:
+        ctx.wait(completed, 120, 0.2)
+        said = (
+            f"API server while {job} try {running['try_number']} reports success (its work done, its report unanswered)"
+        )
+    except TimeoutError:
+        said = f"API server frozen after {job} committed; the task did not finish its work within 120 s"
+    components.kill(COMPONENTS["airflow-api-server"], pid)
+    return Kill("airflow-api-server", [pid], said, time.time(), running)
+
+
+def redis_while_queued(ctx: Context) -> Kill:
+    """Both workers frozen so the next task's message waits in Redis; Redis killed with it there."""
+    import redis
+
+    supervisor = ctx.supervisor()
+    workers = [
+        p for name in components.WORKERS for p in components.pids_of(COMPONENTS[name], supervisor, ctx.deployment)
+    ]
+    client = redis.Redis.from_url(team.Redis(ctx.settings).url())
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        ctx.wait(lambda: client.llen("default") > 0, 1800, 0.2)
+        killed = _kill_program(ctx, "redis", "Redis while a task's message waits in it (both workers held)", held=True)
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    return killed
+
+
+def shipper_after_accept(ctx: Context) -> Kill:
+    """The lineage server stores the next record and holds its answer; the process that sent it is
+    killed before it hears back (and so before it writes its ledger); then the server answers."""
+    log = ctx.server.log
+    Path(f"{log}.release").unlink(missing_ok=True)
+    Path(f"{log}.hold").touch()
+    ctx.wait(lambda: Path(f"{log}.held").exists(), 3600, 0.1)
+    senders = [p for p in psutil.process_iter() if _connected_to(p, ctx.server.port)]
+    pids = [p.pid for p in senders]
+    for p in senders:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    at = time.time()
+    said = f"lineage shipper after the server stored a record: {', '.join(_name(p) for p in senders) or 'no sender found'} [{ctx.now()}]"
+    for name in ("hold", "held"):
+        Path(f"{log}.{name}").unlink(missing_ok=True)
+    ctx.server.release()
+    return Kill("lineage shipper", pids, said, at)
+
+
+def _connected_to(process: psutil.Process, port: int) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return any(
+            c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+            for c in process.net_connections("tcp")
+        )
+    return False
+
+
+def server_down(ctx: Context, seconds: float = DOWN_BEYOND_RETRIES) -> Kill:
+    """The lineage server killed and kept down ``seconds``, then started again on its port."""
+    pid = ctx.server.process.pid
+    said = f"lineage server down for {seconds:.0f} s [{ctx.now()}]"
+    ctx.server.process.kill()
+    ctx.server.process.wait()
+    killed = Kill("lineage-server", [pid], said, time.time())
+
+    def again():
+        time.sleep(seconds)
+        ctx.server.start("ok")
+
+    threading.Thread(target=again, daemon=True).start()
+    return killed
+
+
+def lineage_server_killed(ctx: Context) -> Kill:
+    """The lineage server killed and started again at once (a crash its supervisor restarts)."""
+    return server_down(ctx, 2)
+
+
+def _name(process: psutil.Process) -> str:
+    with contextlib.suppress(psutil.Error):
+        return " ".join(process.cmdline()[1:4])[:80]
+    return str(process.pid)

@@ -1,0 +1,518 @@
+"""A chaos run: the team deployment's mission once clean, then again under faults — each a SIGKILL of
+one component at one moment, both chosen by the seed — and every faulty run's tables, files, lineage
+and delivery compared with the clean run's.
+
+Each run is a deployment of its own (a fresh state directory, `team up`, `create-infra`), its sources a
+fixture server, its lineage delivered to a lineage server stand-in (OpenLineage events and DataHub
+records). The faults of a run are spread over the mission's steps; each waits for its moment in a
+thread of its own and measures how long its component takes to be back. Everything is printed and the
+whole plan follows from the seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nyc_taxi.chaos import check, components, mission, moments
+from nyc_taxi.chaos.components import COMPONENTS, PROGRAMS, TASK_PROCESSES
+from nyc_taxi.core.processes import free_port
+from nyc_taxi.core.settings import Settings
+from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH, LineageServer
+from nyc_taxi.fixtures.server import FixtureServer
+
+RECOVERY_BOUND = 120  # seconds: a killed component runs and answers again within this, or the run fails
+TASK_BOUND = 600  # seconds: the task a fault hit is done (a later try, a resumed flow) within this
+STEPS = [s.name for s in mission.STEPS] + ["lineage replay"]
+# the tasks a generic fault may wait for, per step
+TASKS = {
+    "month": [
+        (moments.TAXI, "download_published_files"),
+        (moments.TAXI, "stage_landed_files"),
+        (moments.TAXI, "merge_upsert_staging_into_raw_yellow"),
+        (moments.WEATHER, "stage_landed_files"),
+        (moments.WEATHER, "merge_upsert_staging_into_raw_weather"),
+        (moments.TRAINING, "run_training_flow"),
+    ],
+    "backtest": [(moments.TRAINING, "run_training_flow")],
+}
+SPARK_TASKS = {"stage_landed_files", "merge_upsert_staging_into_raw_yellow", "run_training_flow"}
+# named moment -> (the steps it can happen in, the component it kills)
+NAMED = {
+    "worker after commit": ("month", "airflow-worker"),
+    "staging load after writing": ("month", "airflow-worker"),
+    "PostgreSQL mid-commit": ("month", "postgres"),
+    "scheduler between queueing and recording": ("month", "airflow-scheduler"),
+    "API server while a task reports success": ("month", "airflow-api-server"),
+    "Redis while a task is queued": ("month", "redis"),
+    "lineage shipper after the server accepted": ("lineage replay", "lineage shipper"),
+    "lineage server down beyond every retry budget": ("month", "lineage-server"),
+}
+
+
+@dataclass
+class Fault:
+    number: int
+    run: int
+    step: str
+    component: str
+    moment: str  # a named moment, or "during"
+    target: str = ""  # <dag>.<task> for a generic moment
+    delay: float = 0.0
+    # what happened
+    at: str = ""
+    pids: list[int] = field(default_factory=list)
+    recovered_s: float | None = None  # the component back: running and answering
+    task_done_s: float | None = None  # the task it hit done again (a later try), where it hit one
+    error: str = ""
+
+
+def plan(faults: int, seed: int, per_run: int) -> list[Fault]:
+    """The faults, from the seed: every named moment once (while they fit), the rest components and
+    tasks drawn at random; spread over runs of ``per_run`` faults, at most one named moment per step."""
+    rng = random.Random(seed)
+    named = list(NAMED)
+    rng.shuffle(named)
+    named = named[: max(0, min(len(named), faults))]
+    if faults <= 0:
+        return []
+    generic = faults - len(named)
+    runs = max(1, -(-faults // per_run))
+    slots = [(r, s) for r in range(1, runs + 1) for s in STEPS]
+    chosen: list[Fault] = []
+    taken: dict[tuple[int, str], int] = {}
+    for name in named:
+        where, component = NAMED[name]
+        fitting = [(r, s) for r, s in slots if s.startswith(where)]
+        free = [slot for slot in fitting if not taken.get(slot)] or fitting  # two in one step when they must
+        free = [slot for slot in free if sum(f.run == slot[0] for f in chosen) < per_run] or free
+        run, step = rng.choice(free)
+        taken[(run, step)] = 1
+        chosen.append(Fault(0, run, step, component, name))
+    kinds = [c for c in (*PROGRAMS, *TASK_PROCESSES) if c.name not in ("airflow-worker-2",)]
+    for _ in range(generic):
+        run = min(range(1, runs + 1), key=lambda r: (sum(f.run == r for f in chosen), rng.random()))
+        component = rng.choice(kinds)
+        steps = [s for s in STEPS if s != "lineage replay"]
+        step = rng.choice(steps)
+        tasks = TASKS["backtest" if step == "backtest" else "month"]
+        if component.name == "spark-driver":
+            tasks = [t for t in tasks if t[1] in SPARK_TASKS]
+        if component.name == "metaflow-step":
+            tasks = [t for t in tasks if t[0] == moments.TRAINING]
+        dag, task = rng.choice(tasks)
+        name = component.name.replace("airflow-worker-1", "airflow-worker")
+        chosen.append(Fault(0, run, step, name, "during", f"{dag}.{task}", round(rng.uniform(1, 8), 1)))
+    chosen.sort(key=lambda f: (f.run, STEPS.index(f.step), f.moment != "during"))
+    for number, fault in enumerate(chosen, 1):
+        fault.number = number
+    return chosen
+
+
+def _environment(state: Path, port: int, server: LineageServer, site_url: str, retries: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "OPENLINEAGE", "DATAHUB"))}
+    return env | {
+        "PROFILE": "team",
+        "STATE_DIR": str(state),
+        "AIRFLOW_PORT": str(port),
+        "SPARK_SERVER": "false",
+        "TLC_BASE_URL": site_url,
+        "NOAA_BASE_URL": site_url,
+        "OPENLINEAGE_URL": server.url,
+        "DATAHUB_GMS_URL": server.url,
+        "TASK_RETRIES": str(retries),
+        # a deployment's own choices, shorter than Airflow's defaults (300 s), so a lost task is failed
+        # and retried within minutes
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+        "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
+        "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "180",
+        "DATAHUB_TELEMETRY_ENABLED": "false",
+    }
+
+
+def _cli(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass
+class Result:
+    run: int
+    faults: list[Fault]
+    tables: dict
+    unreadable: list[str]
+    edges: set
+    columns: set
+    delivery: dict
+    datahub_missing: int
+    leftovers: list[str]
+    runs: list[dict]
+    seconds: float
+
+
+def mission_run(number: int, faults: list[Fault], work: Path, site_url: str, rows: int, retries: int, say) -> Result:
+    """One run of the mission on a deployment of its own, with its faults."""
+    state = work / f"run-{number}" / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    server = LineageServer(work / f"run-{number}" / "lineage-server.jsonl").start("ok")
+    port = free_port()
+    env = _environment(state, port, server, site_url, retries)
+    settings = Settings(_env_file=None, profile="team", state_dir=state, airflow_port=port, task_retries=retries)
+    started = time.monotonic()
+    try:
+        _cli(env, "nyc_taxi.cli.team", "down", "--delete-data")
+        for command in (("nyc_taxi.cli.team", "up"), ("nyc_taxi.cli.infra", "create")):
+            done = _cli(env, *command)
+            if done.returncode:
+                raise RuntimeError(f"{' '.join(command)}: {done.stdout[-1500:]}{done.stderr[-1500:]}")
+        progress = mission.Progress()
+        stop = threading.Event()
+        context = moments.Context(settings, server, stop)
+        threads = [
+            threading.Thread(target=_inject, args=(context, fault, progress, say), daemon=True) for fault in faults
+        ]
+        for thread in threads:
+            thread.start()
+        runs = mission.run(settings, env, progress)
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=TASK_BOUND)
+        _settle(settings, env)
+        return Result(
+            number,
+            faults,
+            check.tables(state),
+            check.unreadable_files(state),
+            *_lineage(settings, server, state),
+            _delivery(settings, server),
+            _datahub_missing(settings, server),
+            _leftovers(settings, env),
+            runs,
+            time.monotonic() - started,
+        )
+    finally:
+        if os.environ.get("CHAOS_KEEP") != "1":
+            _cli(env, "nyc_taxi.cli.team", "down", "--delete-data")
+        server.stop()
+
+
+def _inject(ctx: moments.Context, fault: Fault, progress: mission.Progress, say) -> None:
+    """Wait for the fault's step, then its moment; kill; measure the time until its component is back."""
+    try:
+        ctx.wait(
+            lambda: progress.step == fault.step or STEPS.index(progress.step or STEPS[0]) > STEPS.index(fault.step),
+            7200,
+            0.5,
+        )
+        killed = _kill(ctx, fault)
+        fault.at, fault.pids = killed.moment, killed.pids
+        say(f"  fault {fault.number}: killed {killed.component} {killed.pids} — {killed.moment}")
+        fault.recovered_s = _recovered(ctx, fault, killed)
+        say(f"  fault {fault.number}: {killed.component} back after {fault.recovered_s:.1f} s")
+        if killed.task is not None:
+            if components.wait_for(lambda: _task_done(ctx, killed.task), RECOVERY_BOUND, 1) is None:
+                raise RuntimeError(
+                    f"{killed.task['dag_id']}.{killed.task['task_id']} not done within {RECOVERY_BOUND} s"
+                )
+            fault.task_done_s = time.time() - killed.at
+            say(
+                f"  fault {fault.number}: {killed.task['dag_id']}.{killed.task['task_id']} done after {fault.task_done_s:.1f} s"
+            )
+    except TimeoutError:
+        fault.error = f"its moment did not come in step {fault.step}"
+        say(f"  fault {fault.number}: {fault.error}")
+    except Exception as error:  # the run goes on; the fault is reported as not carried out
+        fault.error = f"{type(error).__name__}: {error}"
+        say(f"  fault {fault.number}: {fault.error}")
+
+
+def _kill(ctx: moments.Context, fault: Fault) -> moments.Kill:
+    name = fault.moment
+    if name == "during":
+        dag, task = fault.target.split(".", 1)
+        component = COMPONENTS.get(fault.component) or COMPONENTS["airflow-worker-1"]
+        return moments.during(ctx, component, dag, task, fault.delay)
+    if name == "worker after commit":
+        return moments.after_commit(ctx, moments.TAXI, "merge_upsert_staging_into_raw_yellow", "yellow_taxi_raw", name)
+    if name == "staging load after writing":
+        return moments.after_commit(ctx, moments.TAXI, "stage_landed_files", "yellow_taxi_staging", name)
+    if name == "PostgreSQL mid-commit":
+        return moments.postgres_mid_commit(ctx)
+    if name == "scheduler between queueing and recording":
+        return moments.scheduler_between_queueing_and_recording(ctx)
+    if name == "API server while a task reports success":
+        return moments.api_server_while_reporting_success(ctx)
+    if name == "Redis while a task is queued":
+        return moments.redis_while_queued(ctx)
+    if name == "lineage shipper after the server accepted":
+        return moments.shipper_after_accept(ctx)
+    if name == "lineage server down beyond every retry budget":
+        return moments.server_down(ctx)
+    raise ValueError(name)
+
+
+def _recovered(ctx: moments.Context, fault: Fault, killed: moments.Kill) -> float:
+    """Seconds from the kill until the component is back: a program running again under supervisord
+    and answering; a task process's task done (a later try); the lineage server answering again."""
+    component = COMPONENTS.get(killed.component)
+
+    def back() -> bool:
+        if component is not None and component.kind == "program":
+            return components.back_again(component, ctx.supervisor(), killed.pids[0]) and _answers(ctx, component.name)
+        if killed.task is not None:
+            return _task_done(ctx, killed.task)
+        if killed.component == "lineage-server":
+            return ctx.server.process is not None and ctx.server.process.poll() is None and _reachable(ctx.server.port)
+        return True
+
+    found = components.wait_for(back, RECOVERY_BOUND, 0.5)
+    spent = time.time() - killed.at
+    if not found:
+        raise RuntimeError(f"{killed.component} not back within {RECOVERY_BOUND} s")
+    return spent
+
+
+def _answers(ctx: moments.Context, program: str) -> bool:
+    from nyc_taxi.airflow_adapter.rest_api import base_url, healthy
+    from nyc_taxi.core import team
+
+    if program == "postgres":
+        team.Postgres(ctx.settings).connect().close()
+    elif program == "redis":
+        import redis
+
+        redis.Redis.from_url(team.Redis(ctx.settings).url(), socket_timeout=2).ping()
+    elif program.startswith("seaweedfs"):
+        store = team.ObjectStore(ctx.settings)
+        client = store.client(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1})
+        first = client.list_objects_v2(Bucket=store.bucket, MaxKeys=1).get("Contents", [])
+        if first:
+            client.get_object(Bucket=store.bucket, Key=first[0]["Key"])["Body"].read(1)
+    elif program.startswith("spark"):
+        return team.SparkCluster(ctx.settings).workers_alive() > 0
+    elif program.startswith("airflow"):
+        return healthy(base_url(ctx.settings))
+    return True
+
+
+def _task_done(ctx: moments.Context, task: dict) -> bool:
+    from urllib.parse import quote
+
+    path = f"/api/v2/dags/{task['dag_id']}/dagRuns/{quote(task['dag_run_id'], safe='')}/taskInstances/{task['task_id']}"
+    return ctx.api().call(path, timeout=5)["state"] == "success"
+
+
+def _reachable(port: int) -> bool:
+    from nyc_taxi.core.processes import listening
+
+    return listening(port)
+
+
+def _settle(settings: Settings, env: dict[str, str]) -> None:
+    """The last shipping: what a task that was lost never shipped (the lineage server was down, a
+    shipper was killed) goes now, once more, in order."""
+    mission.replay(env)
+
+
+def _lineage(settings: Settings, server: LineageServer, state: Path) -> tuple[set, set]:
+    from nyc_taxi.lineage.write.delivery import OpenLineageServer
+
+    local = OpenLineageServer(settings)
+    events = [e for path in local.files() for e in local.read(path)]
+    return check.lineage_edges(_mission_events(events), check.VersionResolver(state))
+
+
+def _mission_events(events: list[dict]) -> list[dict]:
+    """The events of the mission's runs: the scheduler's runs for the current period left out."""
+    return [e for e in events if "scheduled__" not in json.dumps(e)]
+
+
+def _delivery(settings: Settings, server: LineageServer) -> dict:
+    from nyc_taxi.lineage.write.delivery import OpenLineageServer
+
+    local = OpenLineageServer(settings)
+    events = [e for path in local.files() for e in local.read(path)]
+    delivered = check.delivery(events, server.stored(OPENLINEAGE_PATH))
+    delivered["sent again"] = len(server.accepted(OPENLINEAGE_PATH)) - len(server.stored(OPENLINEAGE_PATH))
+    return delivered
+
+
+def _datahub_missing(settings: Settings, server: LineageServer) -> int:
+    """DataHub records of the outbox the server does not hold (by entity, aspect and value)."""
+    from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH
+    from nyc_taxi.lineage.write.delivery import DataHubServer
+
+    local = DataHubServer(settings)
+    records = {
+        json.dumps([r["entityUrn"], r["aspectName"], json.dumps(r["aspect"]["json"])])
+        for path in local.files()
+        for r in local.read(path)
+    }
+    stored = set()
+    for request in server.stored(DATAHUB_INGEST_PATH):
+        proposal = request["body"]["proposal"]
+        stored.add(
+            json.dumps(
+                [proposal["entityUrn"], proposal["aspectName"], json.dumps(json.loads(proposal["aspect"]["value"]))]
+            )
+        )
+    return len(records - stored)
+
+
+def _leftovers(settings: Settings, env: dict[str, str]) -> list[str]:
+    """What is left running or queued once the mission is over: DAG runs and task instances queued or
+    running, messages in the broker, processes of the deployment outside supervisord's programs."""
+    import psutil
+    import redis
+
+    from nyc_taxi.airflow_adapter.rest_api import RestApi
+    from nyc_taxi.core import team
+    from nyc_taxi.deployment.supervisor import MARKER, Supervisor
+
+    said = []
+    api = RestApi(settings)
+    for state in ("queued", "running"):
+        for ti in api.call(f"/api/v2/dags/~/dagRuns/~/taskInstances?state={state}&limit=50")["task_instances"]:
+            said.append(f"task {ti['dag_id']}.{ti['task_id']} {state}")
+    said += [f"DAG run {r['dag_id']} {r['dag_run_id']} {r['state']}" for r in api.active_runs()]
+    waiting = redis.Redis.from_url(team.Redis(settings).url()).llen("default")
+    if waiting:
+        said.append(f"{waiting} messages in the broker's queue")
+    supervisor = Supervisor(settings)
+    programs = {p["pid"] for p in supervisor.programs() if p["pid"]}
+    supervised = programs | {supervisor.pid()}
+    for pid in programs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            supervised |= {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    mine = str(Path(settings.state_dir) / "team")
+    for process in psutil.process_iter():
+        try:
+            if process.pid not in supervised and process.environ().get(MARKER) == mine:
+                said.append(f"process {process.pid} {' '.join(process.cmdline()[:4])[:100]}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return said
+
+
+def compare(clean: Result, faulty: Result) -> dict:
+    differences = check.table_differences(clean.tables, faulty.tables)
+    return {
+        "tables equal": not differences,
+        "table differences": differences,
+        "files readable": not faulty.unreadable,
+        "unreadable": faulty.unreadable[:20],
+        "lineage equal": clean.edges == faulty.edges and clean.columns == faulty.columns,
+        "edges only in the clean run": sorted(map(list, clean.edges - faulty.edges))[:20],
+        "edges only in the faulty run": sorted(map(list, faulty.edges - clean.edges))[:20],
+        "columns differ": len(clean.columns ^ faulty.columns),
+        "delivered once": not faulty.delivery["missing"]
+        and not faulty.delivery["twice"]
+        and not faulty.datahub_missing,
+        "delivery": {**faulty.delivery, "datahub records missing": faulty.datahub_missing},
+        "nothing left": not faulty.leftovers,
+        "leftovers": faulty.leftovers,
+        "runs failed": [r for r in faulty.runs if r["state"] != "success"],
+    }
+
+
+def chaos(faults: int, seed: int, per_run: int, rows: int, retries: int, work: Path, say=print) -> dict:
+    faults_planned = plan(faults, seed, per_run)
+    runs = len({f.run for f in faults_planned})
+    say(f"chaos run: {faults} faults, seed {seed}, {runs} runs with faults after a clean run")
+    for fault in faults_planned:
+        what = fault.moment if fault.moment != "during" else f"during {fault.target}, {fault.delay} s in"
+        say(f"  plan {fault.number:>2}: run {fault.run}, {fault.step}: kill {fault.component} — {what}")
+    site = work / "site"
+    mission.publish(site, rows)
+    report = {"seed": seed, "faults": faults, "rows": rows, "retries": retries, "runs": []}
+    started = time.monotonic()
+    with FixtureServer(site) as url:
+        say("clean run")
+        clean = mission_run(0, [], work, url, rows, retries, say)
+        say(
+            f"clean run: {clean.seconds:.0f} s; rows: " + ", ".join(f"{n} {t['rows']}" for n, t in clean.tables.items())
+        )
+        if clean.leftovers or clean.unreadable or any(r["state"] != "success" for r in clean.runs):
+            raise RuntimeError(
+                f"the clean run itself is not clean: {clean.leftovers or clean.unreadable or clean.runs}"
+            )
+        for number in sorted({f.run for f in faults_planned}):
+            these = [f for f in faults_planned if f.run == number]
+            say(f"run {number}: {len(these)} faults")
+            faulty = mission_run(number, these, work, url, rows, retries, say)
+            compared = compare(clean, faulty)
+            report["runs"].append(
+                {"run": number, "seconds": round(faulty.seconds), **compared, "faults": [asdict(f) for f in these]}
+            )
+            say(
+                f"run {number}: {faulty.seconds:.0f} s; "
+                + ", ".join(f"{k} {v}" for k, v in compared.items() if isinstance(v, bool))
+            )
+    report["seconds"] = round(time.monotonic() - started)
+    report["passed"] = all(
+        r["tables equal"]
+        and r["files readable"]
+        and r["lineage equal"]
+        and r["delivered once"]
+        and r["nothing left"]
+        and not r["runs failed"]
+        and all(
+            f["recovered_s"] is not None and f["recovered_s"] <= RECOVERY_BOUND and not f["error"] for f in r["faults"]
+        )
+        for r in report["runs"]
+    )
+    return report
+
+
+def table(report: dict) -> str:
+    """The report as a table: a row per fault, then a row per run."""
+    lines = [f"{'#':>3} {'component':<22} {'moment':<70} {'recovered':>9} {'tables':>7} {'lineage':>8}"]
+    for run in report["runs"]:
+        for f in run["faults"]:
+            moment = (f["at"] or f["moment"])[:70]
+            recovered = f"{f['recovered_s']:.0f} s" if f["recovered_s"] is not None else f["error"][:9] or "-"
+            lines.append(
+                f"{f['number']:>3} {f['component']:<22} {moment:<70} {recovered:>9} "
+                f"{'equal' if run['tables equal'] else 'DIFFER':>7} {'equal' if run['lineage equal'] else 'DIFFER':>8}"
+            )
+    lines.append("")
+    for run in report["runs"]:
+        lines.append(
+            f"run {run['run']}: {run['seconds']} s, tables {'equal' if run['tables equal'] else run['table differences']}, "
+            f"files {'readable' if run['files readable'] else run['unreadable'][:3]}, lineage "
+            f"{'equal' if run['lineage equal'] else 'DIFFERS'}, delivery {'once' if run['delivered once'] else run['delivery']}, "
+            f"left {'nothing' if run['nothing left'] else run['leftovers'][:5]}"
+        )
+    return "\n".join(lines)
+
+
+def main(faults: int, seed: int, per_run: int, rows: int, retries: int, out: Path | None, keep: bool) -> int:
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="chaos-"))
+    try:
+        report = chaos(faults, seed, per_run, rows, retries, work, lambda text: print(text, flush=True))
+        print()
+        print(table(report))
+        survived = sum(
+            1 for r in report["runs"] for f in r["faults"] if f["recovered_s"] is not None and not f["error"]
+        )
+        print(
+            f"\nfaults survived: {survived} of {faults}; wall {report['seconds']} s; {'PASSED' if report['passed'] else 'FAILED'}"
+        )
+        path = out or work / "chaos-report.json"
+        path.write_text(json.dumps(report, indent=2, default=str))
+        print(f"report: {path}")
+        return 0 if report["passed"] else 1
+    finally:
+        if not keep:
+            shutil.rmtree(work / "site", ignore_errors=True)

@@ -1,0 +1,107 @@
+"""The chaos run's own parts, without a deployment: its plan follows from the seed and holds every named
+moment, and each of its checks fails on the difference it is there to find (a check that cannot fail
+proves nothing)."""
+
+from __future__ import annotations
+
+import json
+
+from nyc_taxi.chaos import check
+from nyc_taxi.chaos.run import NAMED, plan
+from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH, LineageServer
+
+
+def test_the_plan_follows_from_the_seed_and_holds_every_named_moment():
+    first, again, other = plan(20, 7, 5), plan(20, 7, 5), plan(20, 8, 5)
+    assert [vars(f) for f in first] == [vars(f) for f in again]
+    assert [vars(f) for f in first] != [vars(f) for f in other]
+    assert len(first) == 20 and [f.number for f in first] == list(range(1, 21))
+    assert {f.moment for f in first if f.moment != "during"} == set(NAMED)
+    assert max(sum(f.run == r for f in first) for r in {f.run for f in first}) <= 5
+    assert {f.step for f in first if f.moment == "lineage shipper after the server accepted"} == {"lineage replay"}
+    assert all(f.target.startswith("train_forecast_model.") for f in first if f.component == "metaflow-step")
+
+
+def _tables(rows_by_table: dict[str, dict[str, dict]]) -> dict:
+    return {
+        name: {"by_key": {k: check._row_hash(v) for k, v in rows.items()}, "doubled": []}
+        for name, rows in rows_by_table.items()
+    }
+
+
+def test_the_table_check_finds_a_missing_an_extra_a_changed_and_a_doubled_row_and_ignores_when_rows_were_written():
+    row = {"row_key": "a", "fare": 1.0, "ingested_at": "2026-01-01T00:00:00"}
+    clean = _tables({name: {"a": row, "b": {**row, "row_key": "b"}} for name in check.TABLES})
+    same = _tables(
+        {name: {"a": {**row, "ingested_at": "2027-01-01"}, "b": {**row, "row_key": "b"}} for name in check.TABLES}
+    )
+    assert check.table_differences(clean, same) == {}  # written at another time, by another run: equal
+    changed = _tables({name: {"a": {**row, "fare": 2.0}, "c": {**row, "row_key": "c"}} for name in check.TABLES})
+    said = check.table_differences(clean, changed)
+    assert set(said) == set(check.TABLES) and all(v == "1 rows missing, 1 extra, 1 changed" for v in said.values())
+    doubled = _tables({name: {"a": row, "b": {**row, "row_key": "b"}} for name in check.TABLES})
+    doubled["yellow_taxi_raw"]["doubled"] = ['["a"]']
+    assert check.table_differences(clean, doubled) == {"yellow_taxi_raw": "1 keys twice"}
+
+
+def _event(job: str, kind: str, run: str, version: str, model: str = "ns/actuals", time: str = "t1") -> dict:
+    dataset = {"namespace": "iceberg://lakehouse", "name": "nyc_taxi.yellow_taxi_raw"}
+    return {
+        "eventType": kind,
+        "eventTime": time,
+        "run": {"runId": run},
+        "job": {"name": job},
+        "inputs": [{**dataset, "facets": {"version": {"datasetVersion": version}}}],
+        "outputs": [
+            {
+                "namespace": "metaflow://x",
+                "name": "nyc_taxi.model",
+                "facets": {
+                    "version": {"datasetVersion": f"TrainForecastModelFlow/{run}/train/1"},
+                    "columnLineage": {"fields": {"wet": {"inputFields": [{**dataset, "field": "pickup_datetime"}]}}},
+                },
+            }
+        ],
+    }
+
+
+def test_the_lineage_check_compares_what_the_versions_hold_not_their_ids():
+    contents = {"11": "rows:A", "12": "rows:A", "13": "rows:B"}  # two snapshots holding the same rows
+
+    def resolve(dataset, version):
+        return contents.get(version, version)
+
+    clean = check.lineage_edges([_event("Flow.train", "COMPLETE", "r1", "11")], resolve)
+    # another run id, another snapshot id of the same rows, a model named by another run: the same edges
+    assert check.lineage_edges([_event("Flow.train", "COMPLETE", "r9", "12")], resolve) == clean
+    # a failed try's events are not edges; a read of other rows is another edge
+    assert (
+        check.lineage_edges(
+            [_event("Flow.train", "FAIL", "r2", "13"), _event("Flow.train", "COMPLETE", "r1", "11")], resolve
+        )
+        == clean
+    )
+    assert check.lineage_edges([_event("Flow.train", "COMPLETE", "r1", "13")], resolve)[0] != clean[0]
+    edges, columns = clean
+    assert ("Flow.train", "read", "iceberg://lakehouse/nyc_taxi.yellow_taxi_raw", "rows:A") in edges
+    assert columns == {
+        (
+            "Flow.train",
+            "metaflow://x/nyc_taxi.model.wet",
+            "iceberg://lakehouse/nyc_taxi.yellow_taxi_raw.pickup_datetime",
+        )
+    }
+
+
+def test_the_delivery_check_finds_an_event_the_server_lacks_or_holds_twice(tmp_path):
+    events = [_event("Dag.task", kind, "r1", "11", time=kind) for kind in ("START", "COMPLETE")]
+    events.append(_event("Dag.task", "START", "r2", "11"))  # a try that never completed: not counted
+    server = LineageServer(tmp_path / "server.jsonl")
+    log = [{"path": OPENLINEAGE_PATH, "status": 201, "body": e} for e in events[:2]]
+    log.append(log[1])  # the same COMPLETE sent again (its answer was lost): stored once by its identity
+    server.log.write_text("".join(json.dumps(line) + "\n" for line in log))
+    stored = server.stored(OPENLINEAGE_PATH)
+    assert len(stored) == 2 and check.delivery(events, stored) == {"missing": [], "twice": []}
+    assert check.delivery(events, stored[:1]) == {"missing": [("r1", "COMPLETE")], "twice": []}
+    other_time = {**stored[1], "body": {**stored[1]["body"], "eventTime": "later"}}  # a second COMPLETE of a run
+    assert check.delivery(events, [*stored, other_time])["twice"] == [("r1", "COMPLETE")]

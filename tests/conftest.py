@@ -183,7 +183,7 @@ def airflow_state(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def dagbag(airflow_db, spark):
-    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models import DagBag
 
     from nyc_taxi.airflow_adapter.environment import DAGS_FOLDER
 

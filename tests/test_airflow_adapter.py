@@ -4,7 +4,7 @@ module of the plugin: if the plugin changes it, this fails, not the lineage quie
 from __future__ import annotations
 
 import pytest
-from datahub_airflow_plugin._config import get_lineage_config
+from plugin_internals import get_lineage_config
 
 from nyc_taxi.airflow_adapter.datahub_connection import plugin_connection, plugin_emitter
 

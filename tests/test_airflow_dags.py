@@ -115,7 +115,7 @@ import json, socket
 def refuse(*a, **k): raise AssertionError("network access while parsing DAGs")
 socket.socket.connect = refuse
 socket.create_connection = refuse
-from airflow.dag_processing.dagbag import DagBag
+from airflow.models import DagBag
 bag = DagBag(dag_folder={str(DAGS_FOLDER)!r})
 print(json.dumps({{"errors": {{k: str(v) for k, v in bag.import_errors.items()}},
     "tasks": {{d: sorted(dag.task_ids) for d, dag in bag.dags.items()}},

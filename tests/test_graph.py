@@ -142,10 +142,13 @@ def test_the_tree_reads_as_expected(graph, synthetic):
 
 
 def test_the_picture_has_every_node_and_edge_and_no_machine_path(graph, tmp_path):
-    from nyc_taxi.lineage.read.picture import write_picture
+    from nyc_taxi.lineage.read.site.drawing import node_id
+    from nyc_taxi.lineage.read.site.picture import write_picture
 
     svg, page = write_picture(graph, tmp_path)
     text = svg.read_text()
-    assert sorted(re.findall(r'<g id="(urn:li:[^"]+)" class="node"', text)) == sorted(graph.nodes)
+    # every node once, by the id its URN gives it (the site's convention), its URN in its tooltip
+    assert sorted(re.findall(r'<g id="(n[0-9a-f]{12})" class="node"', text)) == sorted(map(node_id, graph.nodes))
+    assert all(f"<title>{urn}" in text or urn in text for urn in graph.nodes)
     assert text.count('class="edge"') == len(graph.edges)
     assert str(tmp_path) not in text and str(tmp_path) not in page.read_text()

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 from airflow.sdk import Asset
-from datahub_airflow_plugin._airflow_asset_adapter import translate_airflow_asset_to_urn
-from datahub_airflow_plugin._datahub_ol_adapter import translate_ol_to_datahub_urn
 from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
 from openlineage.client.serde import Serde
 from openlineage.client.uuid import generate_new_uuid
+from plugin_internals import translate_airflow_asset_to_urn, translate_ol_to_datahub_urn
 
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core import jobs, registry

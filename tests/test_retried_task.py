@@ -28,7 +28,7 @@ MERGE = "merge_upsert_staging_into_raw_yellow"
 # single failure); both kinds of failure in one DAG run, the second met by a retry of the first.
 RUNNER = """
 import datetime as dt, json
-from airflow.dag_processing.dagbag import DagBag
+from airflow.models import DagBag
 from nyc_taxi.airflow_adapter.environment import DAGS_FOLDER
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.catalog import current_snapshot_id

@@ -183,7 +183,7 @@ def test_the_graph_picture_is_the_same_bytes_on_a_rebuild_and_names_no_machine_p
 
 
 def test_tool_colours_come_from_the_one_place(synthetic):
-    from nyc_taxi.lineage.read.picture import STYLE
+    from nyc_taxi.lineage.read.site.drawing import STYLE
 
     _, index = synthetic
     css = (index.parent / "assets" / "tools.css").read_text()

@@ -17,9 +17,9 @@ from types import SimpleNamespace
 import pyarrow.compute as pc
 import pytest
 from airflow.sdk import Asset
-from datahub_airflow_plugin._airflow_asset_adapter import translate_airflow_asset_to_urn
 from datahub_check import assert_valid_record_files
 from expected_loads import NYC_COUNTY_CODES, actuals_rows, expected_actuals, table_actuals
+from plugin_internals import translate_airflow_asset_to_urn
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table

@@ -61,7 +61,7 @@ def through_the_scheduler(api, specs: list[str]) -> int:
 
 
 def in_this_process(argv: list[str]) -> int:
-    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models import DagBag
 
     from nyc_taxi.airflow_adapter.environment import DAGS_FOLDER
 

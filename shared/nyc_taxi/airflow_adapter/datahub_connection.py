@@ -3,14 +3,15 @@
 
 The plugin offers no public call for "the emitter you are configured with": its
 ``get_lineage_config()`` lives in a private module. This reads the same two settings through
-Airflow's public configuration (``[datahub] enabled``, ``[datahub] conn_id``, a comma-separated list)
-and builds the emitter with the plugin's public hooks. ``tests/test_airflow_adapter.py`` compares the
-reading with the plugin's private one, so a change in the plugin fails there, loudly, not here quietly.
+Airflow's public configuration (``[datahub] enabled``, ``[datahub] conn_id``, a comma-separated list),
+with the defaults the plugin documents for them, and builds the emitter with the plugin's public hooks.
+``tests/test_airflow_adapter.py`` compares the reading with the plugin's private one, so a change in the
+plugin fails there, loudly, not here quietly.
 """
 
 from __future__ import annotations
 
-# The plugin's defaults for the two settings (datahub_airflow_plugin/_config.py).
+# The defaults the plugin's documentation gives the two settings (its configuration table).
 DEFAULT_ENABLED = True
 DEFAULT_CONN_ID = "datahub_rest_default"
 

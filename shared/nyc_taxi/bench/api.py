@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
+
+from nyc_taxi.airflow_adapter.rest_api import RestApi
 
 
 class _Standalone:
@@ -32,29 +30,25 @@ class _Standalone:
     def __init__(self, state: Path, env: dict[str, str]):
         from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
         from nyc_taxi.core.lakehouse import lakehouse
+        from nyc_taxi.core.processes import free_port
         from nyc_taxi.core.settings import Settings
 
-        settings = Settings(state_dir=state)
-        lakehouse(settings).create()
-        prepare_directories(settings)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        self.base = f"http://127.0.0.1:{port}"
-        self.passwords = settings.airflow_home / "simple_auth_manager_passwords.json.generated"
+        self.settings = Settings(state_dir=state, airflow_port=free_port())
+        lakehouse(self.settings).create()
+        prepare_directories(self.settings)
         self.env = {
             **os.environ,
             **env,
             "STATE_DIR": str(state),
-            **airflow_environment(settings),
-            "AIRFLOW__API__PORT": str(port),
+            **airflow_environment(self.settings),
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",  # only the triggered run
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
         }
         self.log = state / "standalone.log"
-        self.token = ""
+        self.api = None
 
-    def __enter__(self) -> _Standalone:
+    def __enter__(self) -> RestApi:
+        from nyc_taxi.airflow_adapter.rest_api import base_url, healthy
+
         subprocess.run(
             [sys.executable, "-m", "airflow", "db", "migrate"], env=self.env, check=True, capture_output=True
         )
@@ -66,18 +60,13 @@ class _Standalone:
             start_new_session=True,
         )
         deadline = time.monotonic() + 300
-        while not self._healthy():
+        while not healthy(base_url(self.settings), parts=("scheduler",)):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"airflow standalone did not come up:\n{self.log.read_text()[-3000:]}")
             time.sleep(2)
-        password = json.loads(self.passwords.read_text())["admin"]
-        self.token = self.call("POST", "/auth/token", {"username": "admin", "password": password})["access_token"]
-        while True:  # the DAG processor has parsed the DAG
-            try:
-                self.call("GET", "/api/v2/dags/ingest_yellow_taxi_data")
-                return self
-            except OSError:
-                time.sleep(2)
+        self.api = RestApi(self.settings)
+        self.api.wait(lambda: self.api.call("/api/v2/dags/ingest_yellow_taxi_data"), 300)  # the DAG is parsed
+        return self.api
 
     def __exit__(self, *exc) -> None:
         os.killpg(self.process.pid, signal.SIGTERM)
@@ -86,35 +75,17 @@ class _Standalone:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
 
-    def _healthy(self) -> bool:
-        try:
-            return self.call("GET", "/api/v2/monitor/health", timeout=5)["scheduler"]["status"] == "healthy"
-        except (OSError, KeyError, ValueError):
-            return False
-
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 60) -> dict:
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.load(response)
-
 
 def measure(work: Path, site_url: str, niceness: int, month: str) -> dict:
     """One month loaded through the scheduler while its run is polled; the answers' latencies."""
     env = {"TLC_BASE_URL": site_url, "NOAA_BASE_URL": site_url, "TASK_NICENESS": str(niceness)}
     with _Standalone(work / f"niceness-{niceness}", env) as airflow:
-        run = airflow.call(
-            "POST", "/api/v2/dags/ingest_yellow_taxi_data/dagRuns", {"logical_date": None, "conf": {"month": month}}
-        )
-        path = f"/api/v2/dags/ingest_yellow_taxi_data/dagRuns/{urllib.parse.quote(run['dag_run_id'])}"
+        run_id = airflow.trigger("ingest_yellow_taxi_data", {"month": month})
         latencies, state, started = [], None, time.monotonic()
         while state not in ("success", "failed"):
             asked = time.monotonic()
             with contextlib.suppress(OSError):  # no answer within 60 s counts as 60 s
-                state = airflow.call("GET", path)["state"]
+                state = airflow.run("ingest_yellow_taxi_data", run_id)["state"]
             latencies.append(time.monotonic() - asked)
             time.sleep(0.5)
         wall = time.monotonic() - started

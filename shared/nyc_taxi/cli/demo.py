@@ -259,8 +259,8 @@ def _explain(settings, images: Path | None) -> None:
 
 def _site(settings, images: Path | None, stale) -> None:
     from nyc_taxi.lineage.read.lite import load_graph
-    from nyc_taxi.lineage.read.picture import write_picture
     from nyc_taxi.lineage.read.site.build import build_site
+    from nyc_taxi.lineage.read.site.picture import write_picture
 
     _svg, page = write_picture(load_graph(settings), images or settings.lineage_dir / "picture")
     _say("the lineage site (bash run lineage --site): a page per dataset, job and run; versions, columns, evolution")

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(f"DataHub Lite: {store.database} ({loaded.new_records} new records loaded)", file=sys.stderr)
     if args.graph:
-        from nyc_taxi.lineage.read.picture import write_picture
+        from nyc_taxi.lineage.read.site.picture import write_picture
 
         svg, page = write_picture(graph, args.out or settings.lineage_dir / "picture")
         print(json.dumps({"svg": str(svg), "html": str(page)}) if args.json else f"wrote {svg} and {page}")

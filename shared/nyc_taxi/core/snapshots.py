@@ -107,15 +107,14 @@ def data_changes(table, since: int | None, column: str, until: int | None = None
     changed since."""
     from pyiceberg.conversions import from_bytes
     from pyiceberg.manifest import ManifestEntryStatus
+    from pyiceberg.table.snapshots import ancestors_between_ids, is_ancestor_of
 
-    by_id = {s.snapshot_id: s for s in table.snapshots()}
-    current = by_id.get(until) if until is not None else table.current_snapshot()
-    chain = []
-    while current is not None and current.snapshot_id != since:
-        chain.append(current)
-        current = by_id.get(current.parent_snapshot_id) if current.parent_snapshot_id is not None else None
-    if since is not None and current is None:
+    current = table.snapshot_by_id(until) if until is not None else table.current_snapshot()
+    if current is None:
+        return None if since is not None else []
+    if since is not None and not is_ancestor_of(current.snapshot_id, since, table.metadata):
         return None
+    chain = list(ancestors_between_ids(since, current.snapshot_id, table.metadata))  # newest first
     field = table.schema().find_field(column)
     changes = []
     for snapshot in reversed(chain):

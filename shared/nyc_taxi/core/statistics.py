@@ -19,7 +19,7 @@ import uuid
 
 from nyc_taxi.core.datasets import Table
 from nyc_taxi.core.settings import Settings
-from nyc_taxi.core.spark import java_table
+from nyc_taxi.core.tables import set_property
 
 COUNTS_PROPERTY = "nyc-taxi.counts"  # {"snapshot-id": ..., "definition-sha256": ..., "counts": {...}}
 
@@ -38,17 +38,15 @@ def observing(frame, aggregates: dict[str, str]):
     return frame.observe(observation, *(expr(sql).alias(name) for name, sql in aggregates.items())), observation
 
 
-def record_counts(spark, table: Table, snapshot_id: int, aggregates: dict[str, str], counts: dict, settings: Settings):
+def record_counts(table: Table, snapshot_id: int, aggregates: dict[str, str], counts: dict, settings: Settings):
     """Record ``counts`` (measured by ``aggregates`` on the rows of ``snapshot_id``) in ``table``'s
-    metadata: a metadata-only commit (no snapshot), through Iceberg's Java API in the session's JVM."""
+    metadata: a metadata-only commit (no snapshot)."""
     record = {
         "snapshot-id": snapshot_id,
         "definition-sha256": definition_digest(aggregates),
         "counts": {name: int(value) for name, value in counts.items()},
     }
-    java_table(spark, table, settings).updateProperties().set(
-        COUNTS_PROPERTY, json.dumps(record, sort_keys=True)
-    ).commit()
+    set_property(table, COUNTS_PROPERTY, json.dumps(record, sort_keys=True), settings)
 
 
 def recorded_counts(table, snapshot_id: int, aggregates: dict[str, str]) -> dict[str, int] | None:

@@ -102,6 +102,19 @@ def _declare_properties(iceberg, table: Table) -> None:
         log.info("%s: %s set as the registry declares", table.name, ", ".join(sorted(changed)))
 
 
+def set_property(table: Table, key: str, value: str, settings: Settings | None = None) -> None:
+    """One table property, in a metadata-only commit (no snapshot) through pyiceberg; made again on the
+    table's new state when another writer committed first."""
+    from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.core.commits import retry_on_conflict
+
+    def commit() -> None:
+        with load_table(table, settings).transaction() as transaction:
+            transaction.set_properties({key: value})
+
+    retry_on_conflict(f"setting {key} on {table.name}", commit)
+
+
 def pinned(table: Table, snapshot, settings: Settings | None = None) -> str:
     """The table for Spark SQL, read at ``snapshot`` (a pyiceberg snapshot or id): a run reads exactly
     the version its lineage reports, whatever another writer commits meanwhile."""

@@ -18,9 +18,8 @@ from nyc_taxi.core.intervals import Intervals
 from nyc_taxi.core.naming import spark_table
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.snapshots import commit_properties, data_changes
-from nyc_taxi.core.spark import java_table
 from nyc_taxi.core.sql import SqlFolder
-from nyc_taxi.core.tables import ensure_tables, pinned
+from nyc_taxi.core.tables import ensure_tables, pinned, set_property
 from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.forecast import model as models
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
@@ -137,14 +136,14 @@ class Coverage:
             return None
         return cls(record["actuals-snapshot"], record["raw-snapshot"], Intervals.parse(record["hours"]))
 
-    def record(self, spark, settings: Settings) -> None:
-        """A metadata-only commit (no snapshot), through Iceberg's Java API in the session's JVM."""
+    def record(self, settings: Settings) -> None:
+        """A metadata-only commit (no snapshot)."""
         value = {
             "actuals-snapshot": self.actuals_snapshot,
             "raw-snapshot": self.raw_snapshot,
             "hours": self.hours.text(),
         }
-        java_table(spark, ACTUALS, settings).updateProperties().set(COMPUTED_FROM, json.dumps(value)).commit()
+        set_property(ACTUALS, COMPUTED_FROM, json.dumps(value), settings)
 
     def still_counted(self, raw_table, raw_snapshot) -> Intervals:
         """Its hours that raw has not changed since: less the days of every data file raw's later commits
@@ -267,7 +266,7 @@ def compute_actuals(
             computed.unpersist()
             counts.unpersist()
         now = load_table(ACTUALS, settings).current_snapshot()
-        Coverage(now.snapshot_id if now else None, raw_snapshot.snapshot_id, valid | hours).record(spark, settings)
+        Coverage(now.snapshot_id if now else None, raw_snapshot.snapshot_id, valid | hours).record(settings)
         return raw_snapshot, counted, rows, changes
 
     before = current_snapshot(ACTUALS, settings)

@@ -113,7 +113,7 @@ def stage(
         snapshot = current_snapshot(staging, settings)
         if observation is not None and snapshot.summary.get(LANDED_VERSION) == version:  # this write's snapshot
             try:
-                record_counts(spark, staging, snapshot.snapshot_id, counted, observation.get, settings)
+                record_counts(staging, snapshot.snapshot_id, counted, observation.get, settings)
             except Exception:  # the load stands: a reader without the record counts for itself
                 log.warning(
                     "could not record %s's counts; the merge will count them by scanning", staging.name, exc_info=True

@@ -1,5 +1,5 @@
 """The cross-tool lineage graph: nodes, typed edges, and walking them. No reading, no rendering
-(``lite.py`` builds a graph from DataHub Lite; ``render.py`` and ``picture.py`` show one)."""
+(``lite.py`` builds a graph from DataHub Lite; ``render.py`` and ``site/`` show one)."""
 
 from __future__ import annotations
 

@@ -295,7 +295,7 @@ def tool_css() -> str:
         f".{kind_class('state-' + state)}{{background:{colour};color:#fff;}}"
         for state, colour in sorted(drawing.STATE_COLOURS.items())
     ]
-    return "/* generated from picture.STYLE and drawing.STATE_COLOURS */\n" + "\n".join(rules) + "\n"
+    return "/* generated from drawing.STYLE and drawing.STATE_COLOURS */\n" + "\n".join(rules) + "\n"
 
 
 __all__ = ["build_site", "default_dir", "draw", "site_data", "write_site"]

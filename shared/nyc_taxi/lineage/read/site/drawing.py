@@ -2,8 +2,8 @@
 each column's lineage, the evolution. We say what is a node and an edge; dot places them.
 
 Node and edge ids come from URNs (``node_id``, ``edge_id``), so the site's scripts find a node by its
-URN, and a picture only changes when the graph does. Tool colours, shapes and edge styles are the
-lineage picture's (``picture.STYLE``): one place for them.
+URN, and a picture only changes when the graph does. Tool colours, shapes and edge styles are
+defined here once, for the site and for the picture of the whole graph (``picture``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,41 @@ import re
 from collections.abc import Callable
 
 from nyc_taxi.lineage.read.columns import ColumnStep
-from nyc_taxi.lineage.read.graph import Edge, LineageGraph, Node
-from nyc_taxi.lineage.read.picture import EDGE_STYLE, SHAPES, STYLE, node_id, pipeline_box
+from nyc_taxi.lineage.read.graph import Edge, EdgeKind, LineageGraph, Node
 
 FONT = "Helvetica"
+STYLE = {  # per tool: fill colour of its nodes and boxes, the same everywhere
+    "Airflow": "#e3f0fc",
+    "Metaflow": "#fdebd8",
+    "Iceberg": "#e6f4ea",
+    "files": "#f1f1f1",
+    "source": "#fff6d5",
+}
+SHAPES = {"dataset": "cylinder", "job": "box", "model": "box3d"}
+EDGE_STYLE = {
+    EdgeKind.THEN: {"style": "dashed", "color": "#888888"},
+    EdgeKind.TRAINED: {"color": "#b35900"},
+    EdgeKind.USED: {"color": "#b35900"},
+    EdgeKind.STARTS: {"style": "bold", "color": "#1f6feb"},
+}
+
+
+def node_id(urn: str) -> str:
+    return "n" + hashlib.sha1(urn.encode()).hexdigest()[:12]  # stable, so the picture only changes with the graph
+
+
+def pipeline_box(tool: str, pipeline: str, font: str = "Helvetica") -> dict:
+    """The box around a DAG's tasks or a flow's steps: the same in every picture."""
+    return {
+        "label": f"{tool} {'DAG' if tool == 'Airflow' else 'flow'} {pipeline}",
+        "style": "rounded,filled",
+        "color": "#9aa0a6",
+        "fillcolor": STYLE.get(tool, "#ffffff") + "80",
+        "fontname": font,
+        "fontsize": "12",
+    }
+
+
 STATE_COLOURS = {"success": "#1a7f37", "failure": "#cf222e", "running": "#0969da", "skipped": "#6e7781"}
 STATE_MARKS = {"success": "✓", "failure": "✗", "running": "…", "skipped": "–"}
 STALE_COLOUR = "#bc4c00"

@@ -123,3 +123,15 @@ def test_a_taken_port_stops_team_up_with_its_name_before_anything_starts(tmp_pat
         assert not Supervisor(Settings(_env_file=None, profile="team", state_dir=tmp_path)).running()
     finally:
         subprocess.run([sys.executable, "-m", "nyc_taxi.cli.team", "down", "--delete-data"], env=env, timeout=300)
+
+
+def test_the_runner_handle_the_training_task_stops_its_flow_with_is_there():
+    """RunFlowOperator.on_kill stops the flow through Metaflow's ExecutingRun.command_obj.kill(): the
+    Runner API has no public call for it. A Metaflow release that moves it fails here, loudly."""
+    import inspect
+
+    from metaflow.runner.metaflow_runner import ExecutingRun
+    from metaflow.runner.subprocess_manager import CommandManager
+
+    assert "command_obj" in inspect.signature(ExecutingRun.__init__).parameters
+    assert callable(CommandManager.kill)

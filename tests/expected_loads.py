@@ -154,3 +154,41 @@ def quality_counts(path: Path, year: int, month: int) -> dict[str, int]:
         "flex_fare_null_block": count(pc.equal(trips["payment_type"], 0)),
         "unknown_pickup_zone": count(pc.or_(pc.less(trips["PULocationID"], 1), pc.greater(trips["PULocationID"], 265))),
     }
+
+
+def expected_daily_prcp(site) -> dict[dt.date, float]:
+    """Independent: NYC's mean precipitation per day, read straight from the fixture CSV files."""
+    per_day: dict[dt.date, list[float]] = {}
+    for path in sorted(site.rglob("prcp-*-cty-scaled.csv")):
+        for line in path.read_text().splitlines():
+            fields = [f.strip() for f in line.split(",")]
+            if fields[1] not in NYC_COUNTY_CODES:
+                continue
+            year, month = int(fields[3]), int(fields[4])
+            for day, value in enumerate(fields[6:], start=1):
+                if float(value) != -999.99:
+                    per_day.setdefault(dt.date(year, month, day), []).append(float(value))
+    return {day: sum(values) / len(values) for day, values in per_day.items()}
+
+
+def expected_weather_adjusted(
+    actuals: dict, prcp: dict[dt.date, float], as_of: dt.datetime, horizon: int
+) -> tuple[float, dict]:
+    """Independent: a week earlier's count, times (actual / a week earlier on wet training days) over
+    (the same on dry days) when the forecast day is wet (1 mm or more)."""
+    week = dt.timedelta(hours=168)
+    training = {key: count for key, count in actuals.items() if key[1] < as_of}
+    sums = {True: [0, 0], False: [0, 0]}
+    for (zone, hour), count in training.items():
+        if (zone, hour - week) in training and hour.date() in prcp:
+            wet = prcp[hour.date()] >= 1.0
+            sums[wet][0] += count
+            sums[wet][1] += training[(zone, hour - week)]
+    factor = (sums[True][0] / sums[True][1]) / (sums[False][0] / sums[False][1])
+    zones = {zone for zone, _ in training}
+    return factor, {
+        (zone, as_of + dt.timedelta(hours=h)): training.get((zone, as_of + dt.timedelta(hours=h) - week), 0)
+        * (factor if prcp.get((as_of + dt.timedelta(hours=h)).date(), 0.0) >= 1.0 else 1.0)
+        for zone in zones
+        for h in range(horizon)
+    }

@@ -17,14 +17,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from expected_loads import (
     actuals_rows,
     comparable,
     expected_actuals,
+    expected_daily_prcp,
     expected_taxi_rows,
     expected_weather,
+    expected_weather_adjusted,
     seasonal_naive,
     table_actuals,
 )
@@ -62,7 +65,17 @@ def _team(env: dict, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def team(site, tmp_path_factory):
+def lineage_server(tmp_path_factory):
+    """The lineage server the deployment delivers to (OpenLineage events and DataHub records)."""
+    from nyc_taxi.fixtures.lineage_server import LineageServer
+
+    server = LineageServer(tmp_path_factory.mktemp("lineage-server") / "requests.jsonl").start("ok")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def team(site, tmp_path_factory, lineage_server):
     """The team profile's deployment, brought up once for this module under a state directory of its
     own, and down (its services' data removed) afterwards: (settings, environment)."""
     from nyc_taxi.core.settings import Settings
@@ -71,6 +84,8 @@ def team(site, tmp_path_factory):
     # the session's local-profile Airflow settings stay out: the team profile derives its own
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env |= {"PROFILE": "team", "STATE_DIR": str(state), "AIRFLOW_PORT": str(_free_port()), "SPARK_SERVER": "false"}
+    # lineage delivered as it goes; a task retried as often as the chaos tests' faults may hit it
+    env |= {"OPENLINEAGE_URL": lineage_server.url, "DATAHUB_GMS_URL": lineage_server.url, "TASK_RETRIES": "3"}
     # a deployment's own choices, shorter than Airflow's defaults (300 s each) so a lost worker's task
     # is failed and retried within the test's patience
     env |= {
@@ -88,7 +103,7 @@ def team(site, tmp_path_factory):
             [sys.executable, "-m", "nyc_taxi.cli.infra", "create"], env=env, capture_output=True, text=True
         )
         assert created.returncode == 0, created.stderr
-        yield Settings(profile="team", state_dir=state, airflow_port=int(env["AIRFLOW_PORT"])), env
+        yield Settings(profile="team", state_dir=state, airflow_port=int(env["AIRFLOW_PORT"]), task_retries=3), env
     finally:
         down = _team(env, "down", "--delete-data")
         print(down.stdout, down.stderr)
@@ -533,6 +548,150 @@ def test_postgres_and_the_scheduler_killed_in_the_middle_of_a_merge_come_back_an
         assert _restarts(env, program) >= 1
     assert _finished(_api(settings), TAXI, run_id)["state"] == "success"
     _raw_holds_exactly(settings, taxi_file)
+
+
+# ---- chaos: the mission under faults, each at its moment ------------------------------------------------
+
+CHAOS_MONTHS = ((2019, 3), (2019, 4))
+CHAOS_ROWS = 20_000
+
+
+@pytest.fixture(scope="module")
+def chaos(team, lineage_server, site):
+    """The chaos run's mission on this module's deployment — two months (both ingestion DAGs each, the
+    training the scheduler starts after each merge), a weather-adjusted backtest, the last shipping of
+    lineage — under the eight named moments (each held open so it is met every time) and two faults
+    inside tasks: (settings, the faults as they went, the mission's DAG runs, the taxi files)."""
+    from nyc_taxi.chaos import mission
+    from nyc_taxi.chaos.run import Fault, with_faults
+
+    settings, env = team
+    files = mission.publish(site, CHAOS_ROWS, CHAOS_MONTHS)
+    first, second = (f"month {y:04d}-{m:02d}" for y, m in CHAOS_MONTHS)
+    faults = [
+        Fault(1, 1, first, "lineage-server", "lineage server down beyond every retry budget"),
+        Fault(2, 1, first, "airflow-worker", "staging load after writing"),
+        Fault(3, 1, first, "airflow-worker", "worker after commit"),
+        Fault(4, 1, first, "spark-driver", "during", "ingest_weather_data.stage_landed_files", 1.0),
+        Fault(5, 1, second, "postgres", "PostgreSQL mid-commit"),
+        Fault(6, 1, second, "airflow-api-server", "API server while a task reports success"),
+        Fault(7, 1, second, "airflow-scheduler", "scheduler between queueing and recording"),
+        Fault(8, 1, "backtest", "redis", "Redis while a task is queued"),
+        Fault(9, 1, "backtest", "metaflow-step", "during", "train_forecast_model.run_training_flow", 5.0),
+        Fault(10, 1, "lineage replay", "lineage shipper", "lineage shipper after the server accepted"),
+    ]
+    started = dt.datetime.now(dt.UTC)
+    runs = with_faults(settings, env, lineage_server, faults, print, months=CHAOS_MONTHS)
+    ours = [r for r in runs if dt.datetime.fromisoformat(r["run_after"]) >= started]
+    return SimpleNamespace(
+        settings=settings, env=env, faults={f.moment: f for f in faults}, all=faults, runs=ours, files=files
+    )
+
+
+def test_chaos_every_fault_met_its_moment_and_what_it_killed_came_back_within_its_bound(chaos):
+    from nyc_taxi.chaos.run import RECOVERY_BOUND, TASK_BOUND
+
+    for fault in chaos.all:
+        assert not fault.error and fault.at and fault.pids, vars(fault)
+        assert fault.recovered_s is not None and fault.recovered_s <= RECOVERY_BOUND, vars(fault)
+        assert fault.task_done_s is None or fault.task_done_s <= TASK_BOUND, vars(fault)
+    assert all(r["state"] == "success" for r in chaos.runs) and len(chaos.runs) >= 5, chaos.runs
+
+
+def test_chaos_tables_equal_an_independent_reading_and_every_file_and_manifest_reads(chaos, site):
+    from nyc_taxi.chaos import check
+    from nyc_taxi.core.catalog import load_table
+
+    settings = chaos.settings
+    for taxi_file in chaos.files:
+        _raw_holds_exactly(settings, taxi_file)
+    for year, month in CHAOS_MONTHS:
+        _check_weather(settings, site, year, month)
+    # staging holds the last month staged, each row once: a retried stage replaced it, never appended
+    staging = load_table(registry.YELLOW_TAXI_STAGING, settings).scan().to_arrow()
+    assert comparable(staging).equals(comparable(expected_taxi_rows(chaos.files[-1])))
+    # the trainings the scheduler started after each merge, from an independent count of the files
+    for year, month in CHAOS_MONTHS:
+        as_of = dt.datetime(year + month // 12, month % 12 + 1, 1)
+        counted = expected_actuals(chaos.files, as_of - dt.timedelta(days=28), as_of)
+        assert _forecasts_of(settings, as_of) == seasonal_naive(counted, as_of, 24), as_of
+    # the weather-adjusted backtest, recomputed from the files: counts and the rain of NOAA's files
+    as_of = dt.datetime(*CHAOS_MONTHS[-1], 15)
+    counted = expected_actuals(chaos.files, as_of - dt.timedelta(days=28), as_of + dt.timedelta(hours=24))
+    _, expected = expected_weather_adjusted(counted, expected_daily_prcp(site), as_of, 24)
+    predicted = _forecasts_of(settings, as_of)
+    assert predicted.keys() == expected.keys()
+    assert all(abs(predicted[k] - expected[k]) < 1e-9 for k in expected)
+    assert check.unreadable_files(settings.state_dir) == []
+
+
+def test_chaos_lineage_reached_the_server_once_and_nothing_is_left_running_or_queued(chaos, lineage_server):
+    from nyc_taxi.chaos import check
+    from nyc_taxi.chaos.run import _datahub_missing, _leftovers
+    from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH
+    from nyc_taxi.lineage.write.delivery import OpenLineageServer
+
+    local = OpenLineageServer(chaos.settings)
+    events = [e for path in local.files() for e in local.read(path)]
+    delivered = check.delivery(events, lineage_server.stored(OPENLINEAGE_PATH))
+    assert delivered == {"missing": [], "twice": []}
+    assert _datahub_missing(chaos.settings, lineage_server) == 0
+    # the shipper killed after the server stored a record sent it again; the server keeps it once
+    assert len(lineage_server.accepted(OPENLINEAGE_PATH)) + len(
+        lineage_server.accepted("/aspects?action=ingestProposal")
+    ) > len(lineage_server.stored(OPENLINEAGE_PATH)) + len(lineage_server.stored("/aspects?action=ingestProposal"))
+    assert _leftovers(chaos.settings, chaos.env) == []
+
+
+def test_chaos_a_merge_lost_after_its_commit_is_committed_once_and_its_training_still_runs(chaos):
+    """The worker running the taxi merge killed once the commit landed: the retry finds the commit as its
+    task run's own, commits nothing, and emits the asset event the lost try never did — the training the
+    scheduler starts after that merge ran (its forecasts are checked above)."""
+    from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.core.snapshots import COMMITTED_BY, MONTH
+
+    fault = chaos.faults["worker after commit"]
+    month = f"{CHAOS_MONTHS[0][0]:04d}-{CHAOS_MONTHS[0][1]:02d}"
+    raw = load_table(registry.YELLOW_TAXI_RAW, chaos.settings)
+    commits = [s for s in raw.snapshots() if (s.summary or {}).get(MONTH) == month]
+    assert len(commits) == 1 and "merge_upsert_staging_into_raw_yellow" in commits[0].summary.get(COMMITTED_BY), commits
+    task = _task(_api(chaos.settings), TAXI, fault.task["dag_run_id"], TAXI_MERGE)
+    assert task["state"] == "success" and task["try_number"] >= 2, task
+    trainings = [r for r in chaos.runs if r["type"] == "asset_triggered"]
+    assert len(trainings) == 2 and all(r["state"] == "success" for r in trainings), trainings
+
+
+@pytest.mark.parametrize(
+    ("moment", "said"),
+    [
+        ("worker after commit", "committed yellow_taxi_raw"),
+        ("staging load after writing", "committed yellow_taxi_staging"),
+        ("PostgreSQL mid-commit", "UPDATE of yellow_taxi_raw in flight"),
+        ("scheduler between queueing and recording", "just reached the broker"),
+        ("API server while a task reports success", "reports success"),
+        ("Redis while a task is queued", "(queued)"),
+        ("lineage shipper after the server accepted", "after the server stored a record"),
+        ("lineage server down beyond every retry budget", "down for 90 s"),
+    ],
+)
+def test_chaos_each_named_moment_was_met_and_its_component_came_back(chaos, moment, said):
+    """Each moment the systems underneath get wrong, met where it says (what was running then is in its
+    description), its component back under supervisord within the bound; the tests above check the data."""
+    from nyc_taxi.chaos.run import RECOVERY_BOUND
+
+    fault = chaos.faults[moment]
+    assert said in fault.at and not fault.error, vars(fault)
+    assert fault.recovered_s is not None and fault.recovered_s <= RECOVERY_BOUND, vars(fault)
+
+
+def test_chaos_postgres_killed_mid_commit_deleted_no_file_a_table_may_reference(chaos):
+    """PostgreSQL killed while the catalog's UPDATE of raw's commit was in flight: the commit did not
+    happen, the writer retried, and every table's current metadata, manifests and data files read."""
+    from nyc_taxi.chaos import check
+
+    fault = chaos.faults["PostgreSQL mid-commit"]
+    assert "in flight" in fault.at and "merge_upsert_staging_into_raw_yellow" in fault.at, fault.at
+    assert check.unreadable_files(chaos.settings.state_dir) == []
 
 
 def test_down_in_the_middle_of_a_training_run_leaves_no_process_and_up_finds_every_object(team, site):

@@ -18,7 +18,13 @@ import pyarrow.compute as pc
 import pytest
 from airflow.sdk import Asset
 from datahub_check import assert_valid_record_files
-from expected_loads import NYC_COUNTY_CODES, actuals_rows, expected_actuals, table_actuals
+from expected_loads import (
+    actuals_rows,
+    expected_actuals,
+    expected_daily_prcp,
+    expected_weather_adjusted,
+    table_actuals,
+)
 from plugin_internals import translate_airflow_asset_to_urn
 
 from nyc_taxi.core import datasets as registry
@@ -252,42 +258,6 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     assert tags["metaflow.origin_run_id"] == run_id
 
 
-def expected_daily_prcp(site) -> dict[dt.date, float]:
-    """Independent: NYC's mean precipitation per day, read straight from the fixture CSV files."""
-    per_day: dict[dt.date, list[float]] = {}
-    for path in sorted(site.rglob("prcp-2024*-cty-scaled.csv")):
-        for line in path.read_text().splitlines():
-            fields = [f.strip() for f in line.split(",")]
-            if fields[1] not in NYC_COUNTY_CODES:
-                continue
-            year, month = int(fields[3]), int(fields[4])
-            for day, value in enumerate(fields[6:], start=1):
-                if float(value) != -999.99:
-                    per_day.setdefault(dt.date(year, month, day), []).append(float(value))
-    return {day: sum(values) / len(values) for day, values in per_day.items()}
-
-
-def expected_weather_adjusted(actuals: dict, prcp: dict[dt.date, float]) -> tuple[float, dict]:
-    """Independent: a week earlier's count, times (actual / a week earlier on wet training days) over
-    (the same on dry days) when the forecast day is wet (1 mm or more)."""
-    week = dt.timedelta(hours=168)
-    training = {key: count for key, count in actuals.items() if key[1] < AS_OF}
-    sums = {True: [0, 0], False: [0, 0]}
-    for (zone, hour), count in training.items():
-        if (zone, hour - week) in training and hour.date() in prcp:
-            wet = prcp[hour.date()] >= 1.0
-            sums[wet][0] += count
-            sums[wet][1] += training[(zone, hour - week)]
-    factor = (sums[True][0] / sums[True][1]) / (sums[False][0] / sums[False][1])
-    zones = {zone for zone, _ in training}
-    return factor, {
-        (zone, AS_OF + dt.timedelta(hours=h)): training.get((zone, AS_OF + dt.timedelta(hours=h) - week), 0)
-        * (factor if prcp.get((AS_OF + dt.timedelta(hours=h)).date(), 0.0) >= 1.0 else 1.0)
-        for zone in zones
-        for h in range(HORIZON)
-    }
-
-
 def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as_computed(
     loaded, backtest, site, settings, lineage_backend
 ):
@@ -338,7 +308,9 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
     assert identity(registry.WEATHER_RAW).datahub_urn in latest["inputDatasets"]
 
     # the forecasts equal an independent computation from the fixture files (counts and rain)
-    factor, expected = expected_weather_adjusted(expected_actuals(loaded, *WINDOW), expected_daily_prcp(site))
+    factor, expected = expected_weather_adjusted(
+        expected_actuals(loaded, *WINDOW), expected_daily_prcp(site), AS_OF, HORIZON
+    )
     rows = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
     assert {r["model_name"] for r in rows} == {"weather_adjusted"} and len(rows) == len(expected)
     for row in rows:

@@ -23,7 +23,6 @@ from nyc_taxi.core.settings import Settings
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 
 MONTHS = ((2024, 1), (2024, 2))
-BACKTEST = {"as_of_datetime": "2024-02-15T00:00", "model": "weather_adjusted"}
 
 
 @dataclass(frozen=True)
@@ -32,22 +31,32 @@ class Step:
     runs: tuple[tuple[str, dict], ...]  # (DAG id, conf) triggered together
 
 
-STEPS = (
-    *(
-        Step(
-            f"month {y:04d}-{m:02d}",
-            tuple((dag.name, {"month": f"{y:04d}-{m:02d}"}) for dag in (INGEST_YELLOW_TAXI_DATA, INGEST_WEATHER_DATA)),
-        )
-        for y, m in MONTHS
-    ),
-    Step("backtest", ((TRAIN_FORECAST_MODEL.name, BACKTEST),)),
-)
+def steps(months=MONTHS) -> tuple[Step, ...]:
+    """Each month's two ingestion runs, then a weather-adjusted backtest in the middle of the last month."""
+    year, month = months[-1]
+    backtest = {"as_of_datetime": f"{year:04d}-{month:02d}-15T00:00", "model": "weather_adjusted"}
+    return (
+        *(
+            Step(
+                f"month {y:04d}-{m:02d}",
+                tuple((d.name, {"month": f"{y:04d}-{m:02d}"}) for d in (INGEST_YELLOW_TAXI_DATA, INGEST_WEATHER_DATA)),
+            )
+            for y, m in months
+        ),
+        Step("backtest", ((TRAIN_FORECAST_MODEL.name, backtest),)),
+    )
 
 
-def publish(site: Path, rows: int) -> None:
-    for year, month in MONTHS:
-        add_taxi_month(site, year, month, rows=rows, seed=month)
+STEPS = steps()
+
+
+def publish(site: Path, rows: int, months=MONTHS) -> list[Path]:
+    """The months' taxi files and weather files on the fixture site; the taxi files."""
+    taxi = []
+    for year, month in months:
+        taxi.append(add_taxi_month(site, year, month, rows=rows, seed=month))
         add_weather_month(site, year, month, seed=month)
+    return taxi
 
 
 @dataclass
@@ -55,6 +64,7 @@ class Progress:
     """Where the mission is, for the faults to find their moment: the step, the runs it triggered."""
 
     step: str = ""
+    passed: list[str] = field(default_factory=list)  # the steps done
     triggered: list[tuple[str, str]] = field(default_factory=list)  # (DAG id, run id)
     done: bool = False
 
@@ -65,16 +75,20 @@ def run(
     progress: Progress,
     seconds: float = 3600,
     before_replay: Callable[[], None] | None = None,
+    months=MONTHS,
 ) -> list[dict]:
     """The mission's steps on a running deployment; every DAG run it saw, with its state."""
     api = RestApi(settings)
-    for step in STEPS:
+    for step in steps(months):
+        if progress.step:
+            progress.passed.append(progress.step)
         progress.step = step.name
         for dag_id, conf in step.runs:
             api.wait(lambda dag_id=dag_id: api.call(f"/api/v2/dags/{dag_id}"), 300)  # parsed by the DAG processor
             run_id = api.wait(lambda dag_id=dag_id, conf=conf: api.trigger(dag_id, conf), 300)
             progress.triggered.append((dag_id, run_id))
         _idle(api, seconds)
+    progress.passed.append(progress.step)
     progress.step = "lineage replay"
     if before_replay:
         before_replay()
@@ -128,6 +142,7 @@ def runs(api: RestApi) -> list[dict]:
                         "state": run["state"],
                         "type": run["run_type"],
                         "conf": run.get("conf"),
+                        "run_after": run.get("run_after"),
                     }
                 )
     return found

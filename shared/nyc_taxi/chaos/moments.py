@@ -148,7 +148,8 @@ def _kill_program(ctx: Context, name: str, moment: str, task: dict | None = None
     holds open is described first, while the services it needs still answer."""
     component = COMPONENTS[name]
     (pid,) = components.pids_of(component, ctx.supervisor(), ctx.deployment)
-    said = ctx.now() if held else ""
+    # what runs is read through the API server, which needs its database: described before it goes
+    said = ctx.now() if held or name in ("airflow-api-server", "postgres") else ""
     components.kill(component, pid)
     at = time.time()
     return Kill(name, [pid], f"{moment} [{said or ctx.now()}]", at, task)

@@ -73,6 +73,7 @@ class Fault:
     pids: list[int] = field(default_factory=list)
     recovered_s: float | None = None  # the component back: running and answering
     task_done_s: float | None = None  # the task it hit done again (a later try), where it hit one
+    task: dict | None = None  # that task instance, as the moment saw it
     error: str = ""
 
 
@@ -174,19 +175,7 @@ def mission_run(number: int, faults: list[Fault], work: Path, site_url: str, row
             done = _cli(env, *command)
             if done.returncode:
                 raise RuntimeError(f"{' '.join(command)}: {done.stdout[-1500:]}{done.stderr[-1500:]}")
-        progress = mission.Progress()
-        stop = threading.Event()
-        context = moments.Context(settings, server, stop)
-        threads = [
-            threading.Thread(target=_inject, args=(context, fault, progress, say), daemon=True) for fault in faults
-        ]
-        for thread in threads:
-            thread.start()
-        runs = mission.run(settings, env, progress)
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=TASK_BOUND)
-        _settle(settings, env)
+        runs = with_faults(settings, env, server, faults, say)
         return Result(
             number,
             faults,
@@ -205,6 +194,27 @@ def mission_run(number: int, faults: list[Fault], work: Path, site_url: str, row
         server.stop()
 
 
+def with_faults(
+    settings: Settings, env: dict[str, str], server: LineageServer, faults: list[Fault], say, months=mission.MONTHS
+) -> list[dict]:
+    """The mission on a running deployment while each fault waits for its moment in a thread of its own;
+    then the last shipping (what a lost task never shipped goes now, in order). The mission's DAG runs."""
+    progress = mission.Progress()
+    stop = threading.Event()
+    context = moments.Context(settings, server, stop)
+    threads = [threading.Thread(target=_inject, args=(context, f, progress, say), daemon=True) for f in faults]
+    for thread in threads:
+        thread.start()
+    try:
+        runs = mission.run(settings, env, progress, months=months)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=TASK_BOUND)
+    mission.replay(env)
+    return runs
+
+
 def _inject(ctx: moments.Context, fault: Fault, progress: mission.Progress, say) -> None:
     """Wait for the fault's step, then its moment; kill; measure the time until its component is back."""
     try:
@@ -214,7 +224,7 @@ def _inject(ctx: moments.Context, fault: Fault, progress: mission.Progress, say)
             0.5,
         )
         killed = _kill(ctx, fault)
-        fault.at, fault.pids = killed.moment, killed.pids
+        fault.at, fault.pids, fault.task = killed.moment, killed.pids, killed.task
         say(f"  fault {fault.number}: killed {killed.component} {killed.pids} — {killed.moment}")
         fault.recovered_s = _recovered(ctx, fault, killed)
         say(f"  fault {fault.number}: {killed.component} back after {fault.recovered_s:.1f} s")
@@ -315,12 +325,6 @@ def _reachable(port: int) -> bool:
     from nyc_taxi.core.processes import listening
 
     return listening(port)
-
-
-def _settle(settings: Settings, env: dict[str, str]) -> None:
-    """The last shipping: what a task that was lost never shipped (the lineage server was down, a
-    shipper was killed) goes now, once more, in order."""
-    mission.replay(env)
 
 
 def _lineage(settings: Settings, server: LineageServer, state: Path) -> tuple[set, set]:

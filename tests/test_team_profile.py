@@ -668,7 +668,7 @@ def test_chaos_a_merge_lost_after_its_commit_is_committed_once_and_its_training_
         ("staging load after writing", "committed yellow_taxi_staging"),
         ("PostgreSQL mid-commit", "UPDATE of yellow_taxi_raw in flight"),
         ("scheduler between queueing and recording", "just reached the broker"),
-        ("API server while a task reports success", "reports success"),
+        ("API server while a task reports success", "reports success (its state then: running)"),
         ("Redis while a task is queued", "(queued)"),
         ("lineage shipper after the server accepted", "after the server stored a record"),
         ("lineage server down beyond every retry budget", "down for 90 s"),

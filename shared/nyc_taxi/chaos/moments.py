@@ -275,35 +275,58 @@ def scheduler_between_queueing_and_recording(ctx: Context) -> Kill:
 
 
 def api_server_while_reporting_success(
-    ctx: Context, dag: str = WEATHER, task: str = "merge_upsert_staging_into_raw_weather", table: str = "weather_raw"
+    ctx: Context, dag: str = WEATHER, task: str = "merge_upsert_staging_into_raw_weather"
 ) -> Kill:
-    """The API server frozen once the merge committed; killed once the task finished its work (its
-    lineage COMPLETE is written) and waits on the report of its success."""
+    """The API server frozen the instant the task has finished its work (its lineage COMPLETE written,
+    after its XCom went through the API) and is about to report its success, killed while that report
+    waits on it. What the task's state was in Airflow's database at the freeze says whether the report
+    was still pending."""
     from nyc_taxi.lineage.write.destinations import openlineage_events_dir
 
     running = _running(ctx, dag, task)
-    before = ctx.metadata_location(table)
-    ctx.wait(lambda: ctx.metadata_location(table) != before, step=0.05)
+    job, run_id = f"{dag}.{task}", running["dag_run_id"]
+    lines = _Follower(openlineage_events_dir(ctx.settings))
+    ctx.wait(lambda: any('"COMPLETE"' in line and job in line and run_id in line for line in lines.new()), step=0.02)
     (pid,) = components.pids_of(COMPONENTS["airflow-api-server"], ctx.supervisor(), ctx.deployment)
     os.kill(pid, signal.SIGSTOP)
-    job, run_id = f"{dag}.{task}", running["dag_run_id"]
-
-    def completed():
-        for path in openlineage_events_dir(ctx.settings).glob("*.jsonl"):
-            for line in path.read_text().splitlines():
-                if '"COMPLETE"' in line and job in line and run_id in line:
-                    return True
-        return False
-
-    try:
-        ctx.wait(completed, 120, 0.2)
-        said = (
-            f"API server while {job} try {running['try_number']} reports success (its work done, its report unanswered)"
-        )
-    except TimeoutError:
-        said = f"API server frozen after {job} committed; the task did not finish its work within 120 s"
+    state = _task_state(ctx, running)
+    time.sleep(3)  # the report of its success is sent and waits on the frozen server
     components.kill(COMPONENTS["airflow-api-server"], pid)
+    said = f"API server while {job} try {running['try_number']} reports success (its state then: {state})"
     return Kill("airflow-api-server", [pid], said, time.time(), running)
+
+
+class _Follower:
+    """The lines appended to the files of a folder since the last look."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.read = folder, {}
+        self.new()  # what is there already is not new
+
+    def new(self) -> list[str]:
+        found = []
+        for path in sorted(self.folder.glob("*.jsonl")):
+            with path.open() as stream:
+                stream.seek(self.read.get(path, 0))
+                text = stream.read()
+                self.read[path] = stream.tell()
+            found += text.splitlines()
+        return found
+
+
+def _task_state(ctx: Context, task: dict) -> str:
+    """The task instance's state in Airflow's database (read directly: the API server is frozen)."""
+    db = team.Postgres(ctx.settings).connect("airflow")
+    try:
+        with db.cursor() as cursor:
+            cursor.execute(
+                "SELECT state FROM task_instance WHERE dag_id = %s AND task_id = %s AND run_id = %s",
+                (task["dag_id"], task["task_id"], task["dag_run_id"]),
+            )
+            found = cursor.fetchone()
+            return found[0] if found else "?"
+    finally:
+        db.close()
 
 
 def redis_while_queued(ctx: Context) -> Kill:

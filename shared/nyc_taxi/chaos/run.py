@@ -218,21 +218,15 @@ def with_faults(
 def _inject(ctx: moments.Context, fault: Fault, progress: mission.Progress, say) -> None:
     """Wait for the fault's step, then its moment; kill; measure the time until its component is back."""
     try:
-        ctx.wait(
-            lambda: progress.step == fault.step or STEPS.index(progress.step or STEPS[0]) > STEPS.index(fault.step),
-            7200,
-            0.5,
-        )
+        ctx.wait(lambda: progress.step == fault.step or fault.step in progress.passed, 7200, 0.5)
         killed = _kill(ctx, fault)
         fault.at, fault.pids, fault.task = killed.moment, killed.pids, killed.task
         say(f"  fault {fault.number}: killed {killed.component} {killed.pids} — {killed.moment}")
         fault.recovered_s = _recovered(ctx, fault, killed)
         say(f"  fault {fault.number}: {killed.component} back after {fault.recovered_s:.1f} s")
         if killed.task is not None:
-            if components.wait_for(lambda: _task_done(ctx, killed.task), RECOVERY_BOUND, 1) is None:
-                raise RuntimeError(
-                    f"{killed.task['dag_id']}.{killed.task['task_id']} not done within {RECOVERY_BOUND} s"
-                )
+            if components.wait_for(lambda: _task_done(ctx, killed.task), TASK_BOUND, 1) is None:
+                raise RuntimeError(f"{killed.task['dag_id']}.{killed.task['task_id']} not done within {TASK_BOUND} s")
             fault.task_done_s = time.time() - killed.at
             say(
                 f"  fault {fault.number}: {killed.task['dag_id']}.{killed.task['task_id']} done after {fault.task_done_s:.1f} s"

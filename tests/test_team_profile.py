@@ -578,7 +578,7 @@ def chaos(team, lineage_server, site):
         Fault(7, 1, second, "airflow-scheduler", "scheduler between queueing and recording"),
         Fault(8, 1, "backtest", "redis", "Redis while a task is queued"),
         Fault(9, 1, "backtest", "metaflow-step", "during", "train_forecast_model.run_training_flow", 5.0),
-        Fault(10, 1, "lineage replay", "lineage shipper", "lineage shipper after the server accepted"),
+        Fault(10, 1, "backtest", "lineage shipper", "lineage shipper after the server accepted"),
     ]
     started = dt.datetime.now(dt.UTC)
     runs = with_faults(settings, env, lineage_server, faults, print, months=CHAOS_MONTHS)

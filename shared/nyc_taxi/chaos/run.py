@@ -54,7 +54,8 @@ NAMED = {
     "scheduler between queueing and recording": ("month", "airflow-scheduler"),
     "API server while a task reports success": ("month", "airflow-api-server"),
     "Redis while a task is queued": ("month", "redis"),
-    "lineage shipper after the server accepted": ("lineage replay", "lineage shipper"),
+    # records flow while tasks and steps end (the last shipping may find nothing left to send)
+    "lineage shipper after the server accepted": ("month", "lineage shipper"),
     "lineage server down beyond every retry budget": ("month", "lineage-server"),
 }
 

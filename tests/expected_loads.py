@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -156,18 +157,19 @@ def quality_counts(path: Path, year: int, month: int) -> dict[str, int]:
     }
 
 
-def expected_daily_prcp(site) -> dict[dt.date, float]:
-    """Independent: NYC's mean precipitation per day, read straight from the fixture CSV files."""
+def expected_daily_prcp(site, months: Iterable[tuple[int, int]]) -> dict[dt.date, float]:
+    """Independent: NYC's mean precipitation per day of the months loaded, read straight from the fixture
+    CSV files (only those: other tests of the session put broken files beside them)."""
     per_day: dict[dt.date, list[float]] = {}
-    for path in sorted(site.rglob("prcp-*-cty-scaled.csv")):
+    for year, month in months:
+        path = site / f"pub/data/daily-grids/v1-0-0/averages/{year}/prcp-{year}{month:02d}-cty-scaled.csv"
         for line in path.read_text().splitlines():
             fields = [f.strip() for f in line.split(",")]
             if fields[1] not in NYC_COUNTY_CODES:
                 continue
-            year, month = int(fields[3]), int(fields[4])
             for day, value in enumerate(fields[6:], start=1):
                 if float(value) != -999.99:
-                    per_day.setdefault(dt.date(year, month, day), []).append(float(value))
+                    per_day.setdefault(dt.date(int(fields[3]), int(fields[4]), day), []).append(float(value))
     return {day: sum(values) / len(values) for day, values in per_day.items()}
 
 

@@ -243,8 +243,14 @@ def test_picture_renders_in_chromium_and_shows_every_node(graph, demo, browser):
     svg = page.locator("svg").first
     box = svg.bounding_box()
     assert box and box["width"] > 500 and box["height"] > 100
-    rendered = page.locator("g.node").evaluate_all("nodes => nodes.map(n => n.id)")
-    assert sorted(rendered) == sorted(graph.nodes)  # every node, each once, by URN
+    from nyc_taxi.lineage.read.site.drawing import node_id
+
+    rendered = page.locator("g.node").evaluate_all(
+        "nodes => nodes.map(n => [n.id, n.querySelector('a').getAttribute('xlink:title')])"
+    )
+    assert sorted(map(tuple, rendered)) == sorted(
+        (node_id(urn), urn) for urn in graph.nodes
+    )  # every node, once, its URN on hover
     assert page.locator("g.edge").count() == len(graph.edges)
     page.close()
 

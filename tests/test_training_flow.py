@@ -309,7 +309,7 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
 
     # the forecasts equal an independent computation from the fixture files (counts and rain)
     factor, expected = expected_weather_adjusted(
-        expected_actuals(loaded, *WINDOW), expected_daily_prcp(site), AS_OF, HORIZON
+        expected_actuals(loaded, *WINDOW), expected_daily_prcp(site, [(2024, 9), (2024, 10)]), AS_OF, HORIZON
     )
     rows = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
     assert {r["model_name"] for r in rows} == {"weather_adjusted"} and len(rows) == len(expected)

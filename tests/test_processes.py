@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import time
 
+import pytest
+
 from nyc_taxi.core.processes import alive, read_record, write_private
 
 
@@ -27,3 +29,42 @@ def test_a_record_is_private_and_whole(tmp_path):
     assert read_record(path) == {"port": 5432, "password": "x" * 64}
     assert read_record(tmp_path / "none.json") is None
     assert [p.name for p in path.parent.iterdir()] == ["service.json"]  # nothing half-written left beside it
+
+
+FORKS_AND_DIES = """
+import os, sys, time
+if sys.argv[1] == "with-local-settings":
+    import airflow_local_settings  # what Airflow imports in each of its processes
+child = os.fork()
+if child == 0:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # the parent's output ends with the parent, not with this child
+    os.dup2(devnull, 2)
+    time.sleep(60)
+    os._exit(0)
+print(child, flush=True)
+os._exit(0)  # the component dies, with no chance to stop what it forked
+"""
+
+
+@pytest.mark.parametrize("local_settings", [True, False])
+def test_a_process_an_airflow_component_forks_ends_when_the_component_does(local_settings):
+    """With the project's airflow_local_settings (every Airflow process loads it), a forked child ends
+    with its parent; without, it runs on, orphaned (what a chaos run found of the scheduler's pool)."""
+    import os
+    import sys
+
+    from nyc_taxi.airflow_adapter.environment import LOCAL_SETTINGS
+
+    argument = "with-local-settings" if local_settings else "without"
+    env = {**os.environ, "PYTHONPATH": str(LOCAL_SETTINGS)}
+    done = subprocess.run([sys.executable, "-c", FORKS_AND_DIES, argument], env=env, capture_output=True, text=True)
+    child = int(done.stdout)
+    try:
+        deadline = time.monotonic() + 10
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert alive(child) is not local_settings
+    finally:
+        if alive(child):
+            os.kill(child, 9)

@@ -11,6 +11,7 @@ DataHub (`DATAHUB_GMS_URL`) or OpenLineage endpoint (`OPENLINEAGE_URL`) at the e
 from __future__ import annotations
 
 import json
+import os
 import shlex
 
 from nyc_taxi.core.lakehouse import lakehouse
@@ -18,6 +19,7 @@ from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
 from nyc_taxi.lineage.write.destinations import datahub_file, openlineage_file
 
 DAGS_FOLDER = REPO_ROOT / "airflow" / "dags"
+LOCAL_SETTINGS = REPO_ROOT / "airflow" / "config"  # airflow_local_settings.py: what every Airflow process loads
 
 
 def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
@@ -28,8 +30,10 @@ def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
         if settings.datahub_platform_instance
         else {}
     )
+    paths = [str(LOCAL_SETTINGS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {
         **instance,
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

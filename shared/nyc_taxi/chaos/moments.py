@@ -123,6 +123,13 @@ class Context:
             db.close()
 
 
+def _descends(process: psutil.Process, ancestor: int) -> bool:
+    """Whether the process runs under ``ancestor`` (a task's Spark driver, its flow's steps)."""
+    with contextlib.suppress(psutil.Error):
+        return any(parent.pid == ancestor for parent in process.parents())
+    return False
+
+
 def _step_name(process: psutil.Process) -> str:
     try:
         words = process.cmdline()
@@ -187,7 +194,7 @@ def during(ctx: Context, component: Component, dag: str, task: str, delay: float
         return _kill_program(ctx, name, moment, running)
     if component.kind == "task process":
         pick = components.spark_drivers if component.name == "spark-driver" else components.flow_steps
-        processes = ctx.wait(lambda: pick(ctx.deployment), 300)
+        processes = ctx.wait(lambda: [p for p in pick(ctx.deployment) if _descends(p, running["pid"])], 300)
         victim = processes[0]
         what = f"flow step {_step_name(victim)}" if component.name == "metaflow-step" else "a Spark driver"
         components.kill(component, victim.pid)
@@ -277,56 +284,35 @@ def scheduler_between_queueing_and_recording(ctx: Context) -> Kill:
 def api_server_while_reporting_success(
     ctx: Context, dag: str = WEATHER, task: str = "merge_upsert_staging_into_raw_weather"
 ) -> Kill:
-    """The API server frozen the instant the task has finished its work (its lineage COMPLETE written,
-    after its XCom went through the API) and is about to report its success, killed while that report
-    waits on it. What the task's state was in Airflow's database at the freeze says whether the report
-    was still pending."""
-    from nyc_taxi.lineage.write.destinations import openlineage_events_dir
-
+    """The API server frozen the instant the task's result (its XCom) is stored — the next thing the
+    task sends is the report of its success — and killed while that report waits on it. The task's
+    state in Airflow's database at the freeze says whether the report was still pending."""
     running = _running(ctx, dag, task)
-    job, run_id = f"{dag}.{task}", running["dag_run_id"]
-    lines = _Follower(openlineage_events_dir(ctx.settings))
-    ctx.wait(lambda: any('"COMPLETE"' in line and job in line and run_id in line for line in lines.new()), step=0.02)
-    (pid,) = components.pids_of(COMPONENTS["airflow-api-server"], ctx.supervisor(), ctx.deployment)
-    os.kill(pid, signal.SIGSTOP)
-    state = _task_state(ctx, running)
-    time.sleep(3)  # the report of its success is sent and waits on the frozen server
-    components.kill(COMPONENTS["airflow-api-server"], pid)
-    said = f"API server while {job} try {running['try_number']} reports success (its state then: {state})"
-    return Kill("airflow-api-server", [pid], said, time.time(), running)
-
-
-class _Follower:
-    """The lines appended to the files of a folder since the last look."""
-
-    def __init__(self, folder: Path):
-        self.folder, self.read = folder, {}
-        self.new()  # what is there already is not new
-
-    def new(self) -> list[str]:
-        found = []
-        for path in sorted(self.folder.glob("*.jsonl")):
-            with path.open() as stream:
-                stream.seek(self.read.get(path, 0))
-                text = stream.read()
-                self.read[path] = stream.tell()
-            found += text.splitlines()
-        return found
-
-
-def _task_state(ctx: Context, task: dict) -> str:
-    """The task instance's state in Airflow's database (read directly: the API server is frozen)."""
+    key = (running["dag_id"], running["task_id"], running["dag_run_id"])
     db = team.Postgres(ctx.settings).connect("airflow")
+    db.autocommit = True
     try:
         with db.cursor() as cursor:
-            cursor.execute(
-                "SELECT state FROM task_instance WHERE dag_id = %s AND task_id = %s AND run_id = %s",
-                (task["dag_id"], task["task_id"], task["dag_run_id"]),
-            )
-            found = cursor.fetchone()
-            return found[0] if found else "?"
+
+            def stored() -> bool:
+                cursor.execute(
+                    "SELECT count(*) FROM xcom WHERE dag_id = %s AND task_id = %s AND run_id = %s "
+                    "AND key = 'return_value'",
+                    key,
+                )
+                return cursor.fetchone()[0] > 0
+
+            ctx.wait(stored, step=0.005)
+            (pid,) = components.pids_of(COMPONENTS["airflow-api-server"], ctx.supervisor(), ctx.deployment)
+            os.kill(pid, signal.SIGSTOP)
+            cursor.execute("SELECT state FROM task_instance WHERE dag_id = %s AND task_id = %s AND run_id = %s", key)
+            state = (cursor.fetchone() or ["?"])[0]
     finally:
         db.close()
+    time.sleep(3)  # the report of its success is sent and waits on the frozen server
+    components.kill(COMPONENTS["airflow-api-server"], pid)
+    said = f"API server while {dag}.{task} try {running['try_number']} reports success (its state then: {state})"
+    return Kill("airflow-api-server", [pid], said, time.time(), running)
 
 
 def redis_while_queued(ctx: Context) -> Kill:
@@ -358,12 +344,12 @@ def shipper_after_accept(ctx: Context) -> Kill:
     Path(f"{log}.hold").touch()
     ctx.wait(lambda: Path(f"{log}.held").exists(), 3600, 0.1)
     senders = [p for p in psutil.process_iter() if _connected_to(p, ctx.server.port)]
-    pids = [p.pid for p in senders]
+    pids, names, running = [p.pid for p in senders], [_name(p) for p in senders], ctx.now()
     for p in senders:
         with contextlib.suppress(psutil.Error):
             p.kill()
     at = time.time()
-    said = f"lineage shipper after the server stored a record: {', '.join(_name(p) for p in senders) or 'no sender found'} [{ctx.now()}]"
+    said = f"lineage shipper after the server stored a record: {', '.join(names) or 'no sender found'} [{running}]"
     for name in ("hold", "held"):
         Path(f"{log}.{name}").unlink(missing_ok=True)
     ctx.server.release()

@@ -32,7 +32,7 @@ def test_a_record_is_private_and_whole(tmp_path):
 
 
 FORKS_AND_DIES = """
-import os, sys, time
+import os, subprocess, sys, threading, time
 if sys.argv[1] == "with-local-settings":
     import airflow_local_settings  # what Airflow imports in each of its processes
 child = os.fork()
@@ -42,7 +42,14 @@ if child == 0:
     os.dup2(devnull, 2)
     time.sleep(60)
     os._exit(0)
-print(child, flush=True)
+# what a thread starts (as the task starts its Spark JVM: Popen with a preexec_fn runs the fork hooks)
+started = []
+thread = threading.Thread(target=lambda: started.append(subprocess.Popen(
+    ["sleep", "60"], preexec_fn=lambda: None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+thread.start()
+thread.join()  # the thread has ended; what it started must not end with it
+time.sleep(0.5)
+print(child, started[0].pid, started[0].poll() is None, flush=True)
 os._exit(0)  # the component dies, with no chance to stop what it forked
 """
 
@@ -50,7 +57,8 @@ os._exit(0)  # the component dies, with no chance to stop what it forked
 @pytest.mark.parametrize("local_settings", [True, False])
 def test_a_process_an_airflow_component_forks_ends_when_the_component_does(local_settings):
     """With the project's airflow_local_settings (every Airflow process loads it), a forked child ends
-    with its parent; without, it runs on, orphaned (what a chaos run found of the scheduler's pool)."""
+    with its parent; without, it runs on, orphaned (what a chaos run found of the scheduler's pool).
+    Either way, what a thread started outlives the thread."""
     import os
     import sys
 
@@ -59,12 +67,15 @@ def test_a_process_an_airflow_component_forks_ends_when_the_component_does(local
     argument = "with-local-settings" if local_settings else "without"
     env = {**os.environ, "PYTHONPATH": str(LOCAL_SETTINGS)}
     done = subprocess.run([sys.executable, "-c", FORKS_AND_DIES, argument], env=env, capture_output=True, text=True)
-    child = int(done.stdout)
+    child, thread_child, outlived_its_thread = done.stdout.split()
+    child, thread_child = int(child), int(thread_child)
     try:
+        assert outlived_its_thread == "True"
         deadline = time.monotonic() + 10
         while alive(child) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert alive(child) is not local_settings
     finally:
-        if alive(child):
-            os.kill(child, 9)
+        for pid in (child, thread_child):
+            if alive(pid):
+                os.kill(pid, 9)

@@ -12,8 +12,8 @@ delivery); each is held open on purpose so that it is met every time, not by cha
   the chaos run installs holds that UPDATE for a few seconds, the moment it is killed in);
 - ``scheduler between queueing and recording``: the scheduler the instant a task's message reaches the
   broker (seen on Redis's MONITOR), frozen there with SIGSTOP, then killed;
-- ``API server while a task reports success``: the API server frozen once a merge committed, killed
-  once the task has finished its work and is waiting for the answer to its report;
+- ``API server while a task reports success``: a trigger holds the UPDATE that records the weather
+  merge's success in Airflow's database; the API server making it is killed while it waits;
 - ``Redis while a task is queued``: both workers frozen so a task's message waits in Redis, Redis
   killed, the workers let go;
 - ``lineage shipper after the server accepted``: the server holds its answer to a record it stored,
@@ -216,50 +216,68 @@ def after_commit(ctx: Context, dag: str, task: str, table: str, moment: str) -> 
     return _kill_program(ctx, worker, f"{moment}: {dag}.{task} try {running['try_number']} committed {table}", running)
 
 
-def postgres_mid_commit(ctx: Context, table: str = "yellow_taxi_raw") -> Kill:
-    """PostgreSQL killed while a commit's UPDATE of ``table``'s catalog entry is in flight."""
-    db = team.Postgres(ctx.settings).connect("lakehouse")
-    db.autocommit = True
-    with db.cursor() as cursor:
-        cursor.execute(
-            "CREATE OR REPLACE FUNCTION chaos_hold() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$ LANGUAGE plpgsql"
-        )
-        cursor.execute("DROP TRIGGER IF EXISTS chaos_hold ON iceberg_tables")
-        cursor.execute(
-            "CREATE TRIGGER chaos_hold BEFORE UPDATE ON iceberg_tables FOR EACH ROW "
-            f"WHEN (NEW.table_name = '{table}') EXECUTE FUNCTION chaos_hold()"
-        )
-    db.close()
+def _hold(ctx: Context, database: str, table: str, when: str) -> None:
+    """A trigger that holds each UPDATE of ``table`` matching ``when`` for 5 s before it is made: a
+    moment made to last, so the kill lands inside it every time. Installed through ``ctx.wait``: the
+    database may be coming back from an earlier fault of the same step."""
 
-    def in_flight():
-        probe = team.Postgres(ctx.settings).connect("lakehouse")
+    def installed() -> bool:
+        db = team.Postgres(ctx.settings).connect(database)
+        db.autocommit = True
         try:
-            with probe.cursor() as cursor:
+            with db.cursor() as cursor:
                 cursor.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query ILIKE 'UPDATE iceberg_tables%%'"
+                    "CREATE OR REPLACE FUNCTION chaos_hold() RETURNS trigger AS $$ "
+                    "BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$ LANGUAGE plpgsql"
                 )
-                return cursor.fetchone()[0] > 0
+                cursor.execute(f"DROP TRIGGER IF EXISTS chaos_hold ON {table}")
+                cursor.execute(
+                    f"CREATE TRIGGER chaos_hold BEFORE UPDATE ON {table} FOR EACH ROW WHEN ({when}) "
+                    "EXECUTE FUNCTION chaos_hold()"
+                )
+            return True
         finally:
-            probe.close()
+            db.close()
 
-    ctx.wait(in_flight, step=0.1)
-    killed = _kill_program(
-        ctx, "postgres", f"PostgreSQL mid-commit: the catalog's UPDATE of {table} in flight", held=True
-    )
-    threading.Thread(target=_drop_hold, args=(ctx,), daemon=True).start()
-    return killed
+    ctx.wait(installed, 600, 1)
 
 
-def _drop_hold(ctx: Context) -> None:
+def _held(ctx: Context, database: str) -> bool:
+    """Whether an UPDATE is being held by the trigger now (its backend sleeps in ``chaos_hold``)."""
+    probe = team.Postgres(ctx.settings).connect(database)
+    try:
+        with probe.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND state = 'active' "
+                "AND wait_event = 'PgSleep' AND query ILIKE 'UPDATE%%'",
+                (database,),
+            )
+            return cursor.fetchone()[0] > 0
+    finally:
+        probe.close()
+
+
+def _drop_hold(ctx: Context, database: str, table: str) -> None:
     def dropped():
-        db = team.Postgres(ctx.settings).connect("lakehouse")
+        db = team.Postgres(ctx.settings).connect(database)
         db.autocommit = True
         with db.cursor() as cursor:
-            cursor.execute("DROP TRIGGER IF EXISTS chaos_hold ON iceberg_tables")
+            cursor.execute(f"DROP TRIGGER IF EXISTS chaos_hold ON {table}")
         db.close()
         return True
 
     ctx.wait(dropped, 600, 1)
+
+
+def postgres_mid_commit(ctx: Context, table: str = "yellow_taxi_raw") -> Kill:
+    """PostgreSQL killed while a commit's UPDATE of ``table``'s catalog entry is in flight."""
+    _hold(ctx, "lakehouse", "iceberg_tables", f"NEW.table_name = '{table}'")
+    ctx.wait(lambda: _held(ctx, "lakehouse"), step=0.1)
+    killed = _kill_program(
+        ctx, "postgres", f"PostgreSQL mid-commit: the catalog's UPDATE of {table} in flight", held=True
+    )
+    threading.Thread(target=_drop_hold, args=(ctx, "lakehouse", "iceberg_tables"), daemon=True).start()
+    return killed
 
 
 def scheduler_between_queueing_and_recording(ctx: Context) -> Kill:
@@ -284,34 +302,35 @@ def scheduler_between_queueing_and_recording(ctx: Context) -> Kill:
 def api_server_while_reporting_success(
     ctx: Context, dag: str = WEATHER, task: str = "merge_upsert_staging_into_raw_weather"
 ) -> Kill:
-    """The API server frozen the instant the task's result (its XCom) is stored — the next thing the
-    task sends is the report of its success — and killed while that report waits on it. The task's
-    state in Airflow's database at the freeze says whether the report was still pending."""
-    running = _running(ctx, dag, task)
-    key = (running["dag_id"], running["task_id"], running["dag_run_id"])
-    db = team.Postgres(ctx.settings).connect("airflow")
-    db.autocommit = True
+    """The API server killed while the task's report of its success is in flight: a trigger holds the
+    UPDATE that would record ``success`` in Airflow's database, and the API server making it is killed
+    then (its transaction never commits). The task's state, read at that instant, is still running."""
+    _hold(
+        ctx,
+        "airflow",
+        "task_instance",
+        f"NEW.dag_id = '{dag}' AND NEW.task_id = '{task}' AND NEW.state = 'success' "
+        "AND OLD.state IS DISTINCT FROM 'success'",
+    )
     try:
-        with db.cursor() as cursor:
-
-            def stored() -> bool:
+        ctx.wait(lambda: _held(ctx, "airflow"), step=0.05)
+        (pid,) = components.pids_of(COMPONENTS["airflow-api-server"], ctx.supervisor(), ctx.deployment)
+        db = team.Postgres(ctx.settings).connect("airflow")
+        try:
+            with db.cursor() as cursor:
                 cursor.execute(
-                    "SELECT count(*) FROM xcom WHERE dag_id = %s AND task_id = %s AND run_id = %s "
-                    "AND key = 'return_value'",
-                    key,
+                    "SELECT run_id, try_number, state FROM task_instance WHERE dag_id = %s AND task_id = %s "
+                    "ORDER BY start_date DESC NULLS LAST LIMIT 1",
+                    (dag, task),
                 )
-                return cursor.fetchone()[0] > 0
-
-            ctx.wait(stored, step=0.005)
-            (pid,) = components.pids_of(COMPONENTS["airflow-api-server"], ctx.supervisor(), ctx.deployment)
-            os.kill(pid, signal.SIGSTOP)
-            cursor.execute("SELECT state FROM task_instance WHERE dag_id = %s AND task_id = %s AND run_id = %s", key)
-            state = (cursor.fetchone() or ["?"])[0]
+                run_id, try_number, state = cursor.fetchone()
+        finally:
+            db.close()
+        components.kill(COMPONENTS["airflow-api-server"], pid)
     finally:
-        db.close()
-    time.sleep(3)  # the report of its success is sent and waits on the frozen server
-    components.kill(COMPONENTS["airflow-api-server"], pid)
-    said = f"API server while {dag}.{task} try {running['try_number']} reports success (its state then: {state})"
+        threading.Thread(target=_drop_hold, args=(ctx, "airflow", "task_instance"), daemon=True).start()
+    running = {"dag_id": dag, "task_id": task, "dag_run_id": run_id, "try_number": try_number}
+    said = f"API server while {dag}.{task} try {try_number} reports success (its state then: {state})"
     return Kill("airflow-api-server", [pid], said, time.time(), running)
 
 

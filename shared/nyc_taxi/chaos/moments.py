@@ -162,22 +162,23 @@ def _kill_program(ctx: Context, name: str, moment: str, task: dict | None = None
     return Kill(name, [pid], f"{moment} [{said or ctx.now()}]", at, task)
 
 
+def _running_now(ctx: Context, dag: str, task: str, after: float = 0.0) -> dict | None:
+    """The try of the task running now, once it has run at least ``after`` seconds (else None)."""
+    from datetime import datetime
+
+    for t in ctx.running_tasks():
+        if (t["dag_id"], t["task_id"]) == (dag, task) and t.get("pid"):
+            started = t.get("start_date")
+            if not started or after <= 0:
+                return t
+            if (datetime.now().astimezone() - datetime.fromisoformat(started)).total_seconds() >= after:
+                return t
+    return None
+
+
 def _running(ctx: Context, dag: str, task: str, after: float = 0.0) -> dict:
     """A try of the task that has run at least ``after`` seconds."""
-
-    def found():
-        for t in ctx.running_tasks():
-            if (t["dag_id"], t["task_id"]) == (dag, task) and t.get("pid"):
-                started = t.get("start_date")
-                if not started or after <= 0:
-                    return t
-                from datetime import datetime
-
-                if (datetime.now().astimezone() - datetime.fromisoformat(started)).total_seconds() >= after:
-                    return t
-        return None
-
-    return ctx.wait(found)
+    return ctx.wait(lambda: _running_now(ctx, dag, task, after))
 
 
 # ---- generic ------------------------------------------------------------------------------------------
@@ -185,6 +186,23 @@ def _running(ctx: Context, dag: str, task: str, after: float = 0.0) -> dict:
 
 def during(ctx: Context, component: Component, dag: str, task: str, delay: float) -> Kill:
     """``component`` killed once a try of ``dag.task`` has run ``delay`` seconds."""
+    if component.kind == "task process":
+        pick = components.spark_drivers if component.name == "spark-driver" else components.flow_steps
+
+        def found():
+            # the try running now: an earlier fault of the step may have ended the try first seen, and
+            # its process then lives under the next try
+            running = _running_now(ctx, dag, task, delay)
+            victims = running and [p for p in pick(ctx.deployment) if _descends(p, running["pid"])]
+            return victims and (running, victims)
+
+        running, processes = ctx.wait(found, 600)
+        victim = processes[0]
+        what = f"flow step {_step_name(victim)}" if component.name == "metaflow-step" else "a Spark driver"
+        components.kill(component, victim.pid)
+        at = time.time()
+        moment = f"during {dag}.{task} try {running['try_number']}, {delay:.0f} s in"
+        return Kill(component.name, [victim.pid], f"{moment}; {what} [{ctx.now()}]", at, running)
     running = _running(ctx, dag, task, delay)
     moment = f"during {dag}.{task} try {running['try_number']}, {delay:.0f} s in"
     if component.kind == "program":
@@ -192,14 +210,6 @@ def during(ctx: Context, component: Component, dag: str, task: str, delay: float
         if name in components.WORKERS:  # the worker that runs the task
             name = ctx.worker_running(running)
         return _kill_program(ctx, name, moment, running)
-    if component.kind == "task process":
-        pick = components.spark_drivers if component.name == "spark-driver" else components.flow_steps
-        processes = ctx.wait(lambda: [p for p in pick(ctx.deployment) if _descends(p, running["pid"])], 300)
-        victim = processes[0]
-        what = f"flow step {_step_name(victim)}" if component.name == "metaflow-step" else "a Spark driver"
-        components.kill(component, victim.pid)
-        at = time.time()
-        return Kill(component.name, [victim.pid], f"{moment}; {what} [{ctx.now()}]", at, running)
     raise ValueError(component.name)
 
 
@@ -407,5 +417,8 @@ def lineage_server_killed(ctx: Context) -> Kill:
 
 def _name(process: psutil.Process) -> str:
     with contextlib.suppress(psutil.Error):
-        return " ".join(process.cmdline()[1:4])[:80]
+        words = process.cmdline()
+        # a process that set its title (Airflow's task runners) has it all in one word
+        said = " ".join(words[1:4] if len(words) > 1 else words)[:80]
+        return said or f"{process.name()} [{process.pid}]"
     return str(process.pid)

@@ -560,8 +560,9 @@ CHAOS_ROWS = 20_000
 def chaos(team, lineage_server, site):
     """The chaos run's mission on this module's deployment — two months (both ingestion DAGs each, the
     training the scheduler starts after each merge), a weather-adjusted backtest, the last shipping of
-    lineage — under the eight named moments (each held open so it is met every time) and two faults
-    inside tasks: (settings, the faults as they went, the mission's DAG runs, the taxi files)."""
+    lineage — under the eight named moments (each held open so it is met every time) and three faults
+    inside tasks, two of them in one task: (settings, the faults as they went, the mission's DAG runs, the
+    taxi files)."""
     from nyc_taxi.chaos import mission
     from nyc_taxi.chaos.run import Fault, with_faults
 
@@ -579,7 +580,9 @@ def chaos(team, lineage_server, site):
         Fault(7, 1, second, "airflow-scheduler", "scheduler between queueing and recording"),
         Fault(8, 1, "backtest", "redis", "Redis while a task is queued"),
         Fault(9, 1, "backtest", "metaflow-step", "during", "train_forecast_model.run_training_flow", 5.0),
-        Fault(10, 1, "backtest", "lineage shipper", "lineage shipper after the server accepted"),
+        # two faults in one task: the one met second finds its process under the try after the first's
+        Fault(10, 1, "backtest", "spark-driver", "during", "train_forecast_model.run_training_flow", 2.0),
+        Fault(11, 1, "backtest", "lineage shipper", "lineage shipper after the server accepted"),
     ]
     started = dt.datetime.now(dt.UTC)
     runs = with_faults(settings, env, lineage_server, faults, print, months=CHAOS_MONTHS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from nyc_taxi.chaos import check
-from nyc_taxi.chaos.run import NAMED, plan
+from nyc_taxi.chaos.run import NAMED, Fault, _within_tasks, plan
 from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH, LineageServer
 
 
@@ -20,6 +20,24 @@ def test_the_plan_follows_from_the_seed_and_holds_every_named_moment():
     assert max(sum(f.run == r for f in first) for r in {f.run for f in first}) <= 5
     assert all(f.step.startswith("month") for f in first if f.moment == "lineage shipper after the server accepted")
     assert all(f.target.startswith("train_forecast_model.") for f in first if f.component == "metaflow-step")
+
+
+def test_a_moment_drawn_later_than_a_short_task_lasts_is_brought_within_its_shortest_clean_run():
+    # seed 2 drew a volume server's kill 4.0 s into a download that ended sooner: the moment never came
+    download, merge = "ingest_yellow_taxi_data.download_published_files", "ingest_weather_data.merge"
+    faults = [
+        Fault(1, 1, "month 2024-01", "seaweedfs-volume", "during", download, 4.0),
+        Fault(2, 1, "month 2024-01", "redis", "during", merge, 4.0),
+        Fault(3, 1, "month 2024-01", "postgres", "PostgreSQL mid-commit"),
+    ]
+    clean = [
+        {"dag_id": "ingest_yellow_taxi_data", "durations": {"download_published_files": 3.0, "merge": 1.0}},
+        {"dag_id": "ingest_yellow_taxi_data", "durations": {"download_published_files": 5.0}},
+        {"dag_id": "ingest_weather_data", "durations": {"merge": 20.0}},
+    ]
+    assert _within_tasks(faults, clean) == [faults[0]]
+    assert [f.delay for f in faults] == [1.5, 4.0, 0.0]
+    assert _within_tasks(faults, clean) == []  # a second look changes nothing
 
 
 def _tables(rows_by_table: dict[str, dict[str, dict]]) -> dict:

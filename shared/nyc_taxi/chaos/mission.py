@@ -143,6 +143,12 @@ def runs(api: RestApi) -> list[dict]:
                         "type": run["run_type"],
                         "conf": run.get("conf"),
                         "run_after": run.get("run_after"),
+                        # seconds each task's last try ran (a chaos run's moments are drawn within them)
+                        "durations": {
+                            t["task_id"]: t["duration"]
+                            for t in api.task_instances(dag.name, run["dag_run_id"])
+                            if t.get("duration") is not None
+                        },
                     }
                 )
     return found

@@ -444,6 +444,8 @@ def chaos(faults: int, seed: int, per_run: int, rows: int, retries: int, work: P
             raise RuntimeError(
                 f"the clean run itself is not clean: {clean.leftovers or clean.unreadable or clean.runs}"
             )
+        for fault in _within_tasks(faults_planned, clean.runs):
+            say(f"  plan {fault.number:>2}: {fault.target} ran shorter in the clean run: {fault.delay} s in")
         for number in sorted({f.run for f in faults_planned}):
             these = [f for f in faults_planned if f.run == number]
             say(f"run {number}: {len(these)} faults")
@@ -470,6 +472,23 @@ def chaos(faults: int, seed: int, per_run: int, rows: int, retries: int, work: P
         for r in report["runs"]
     )
     return report
+
+
+def _within_tasks(faults: list[Fault], clean_runs: list[dict]) -> list[Fault]:
+    """A generic fault's moment brought within its task: a drawn delay longer than half the task's
+    shortest run in the clean run becomes that half (a task that ends first never meets the moment).
+    The faults changed, so the plan still follows from the seed and the clean run."""
+    shortest: dict[str, float] = {}
+    for run in clean_runs:
+        for task, seconds in run.get("durations", {}).items():
+            key = f"{run['dag_id']}.{task}"
+            shortest[key] = min(seconds, shortest.get(key, seconds))
+    changed = []
+    for fault in faults:
+        if fault.moment == "during" and fault.target in shortest and fault.delay > shortest[fault.target] / 2:
+            fault.delay = round(shortest[fault.target] / 2, 1)
+            changed.append(fault)
+    return changed
 
 
 def table(report: dict) -> str:

@@ -477,7 +477,8 @@ def chaos(faults: int, seed: int, per_run: int, rows: int, retries: int, work: P
 def _within_tasks(faults: list[Fault], clean_runs: list[dict]) -> list[Fault]:
     """A generic fault's moment brought within its task: a drawn delay longer than half the task's
     shortest run in the clean run becomes that half (a task that ends first never meets the moment).
-    The faults changed, so the plan still follows from the seed and the clean run."""
+    Changes the faults in place and returns those it changed: the plan follows from the seed and the
+    clean run."""
     shortest: dict[str, float] = {}
     for run in clean_runs:
         for task, seconds in run.get("durations", {}).items():

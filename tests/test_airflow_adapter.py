@@ -38,3 +38,63 @@ def test_the_emitter_is_the_one_the_plugin_would_make():
 def test_no_emitter_when_the_plugin_is_off(monkeypatch):
     monkeypatch.setenv("AIRFLOW__DATAHUB__ENABLED", "False")
     assert plugin_emitter() is None
+
+
+def test_a_local_airflow_writer_waits_out_a_lock_held_longer_than_sqlites_default(tmp_path):
+    """On the local profile, Airflow's processes share one SQLite file. A writer that meets a lock held
+    longer than SQLite's default 5 s waits for it (the API server answered a Trigger with a 500
+    "database is locked" on a busy machine); through both of Airflow's engines, sync and async."""
+    import os
+    import re
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+    from nyc_taxi.core.settings import Settings
+
+    settings = Settings(state_dir=tmp_path, profile="local")
+    prepare_directories(settings)
+    database = settings.airflow_home / "airflow.db"
+    with sqlite3.connect(database) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE written (engine TEXT)")
+    writes = (
+        "import asyncio, time\n"
+        "from sqlalchemy import text\n"
+        "from airflow import settings\n"
+        "started = time.monotonic()\n"
+        "with settings.engine.begin() as c:\n"
+        "    c.execute(text(\"INSERT INTO written VALUES ('sync')\"))\n"
+        "print('waited', round(time.monotonic() - started, 1))\n"
+        "input()\n"  # the lock is held again
+        "async def write():\n"
+        "    async with settings.async_engine.begin() as c:\n"
+        "        await c.execute(text(\"INSERT INTO written VALUES ('async')\"))\n"
+        "started = time.monotonic()\n"
+        "asyncio.run(write())\n"
+        "print('waited', round(time.monotonic() - started, 1))\n"
+    )
+    env = {**os.environ, "STATE_DIR": str(tmp_path), **airflow_environment(settings)}
+    holder = sqlite3.connect(database, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, as a long scheduler transaction holds it
+    writer = subprocess.Popen(
+        [sys.executable, "-u", "-c", writes], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    time.sleep(8)
+    holder.execute("COMMIT")
+    out = ""
+    while "waited" not in out and writer.poll() is None:  # the sync write is through (Airflow may log first)
+        out += writer.stdout.readline()
+    holder.execute("BEGIN IMMEDIATE")  # and the lock held again for the async engine's write
+    writer.stdin.write("\n")
+    writer.stdin.flush()
+    time.sleep(8)
+    holder.execute("COMMIT")
+    out += writer.stdout.read()
+    assert writer.wait(timeout=60) == 0
+    waited = [float(seconds) for seconds in re.findall(r"^waited (\S+)$", out, flags=re.M)]
+    assert len(waited) == 2 and waited[0] >= 6 and waited[1] >= 6, waited  # beyond SQLite's default 5 s
+    with sqlite3.connect(database) as db:
+        assert sorted(r[0] for r in db.execute("SELECT engine FROM written")) == ["async", "sync"]

@@ -32,6 +32,11 @@ from nyc_taxi.core.settings import Settings, get_settings
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 SQLITE_JDBC_JNI_DIR = Path("/usr/lib/x86_64-linux-gnu/jni")
 DATABASE_COMMENT = "NYC taxi demand forecasting"
+# The local profile's Airflow processes share one SQLite file; a writer waits up to a minute for its lock
+# (SQLite's default, 5 s, answered a Trigger with a 500 "database is locked" on a busy machine).
+# Airflow's sql_alchemy_connect_args(_async) name these; it adds to the sync one, so two dicts.
+AIRFLOW_SQLITE_CONNECT_ARGS = {"timeout": 60}
+AIRFLOW_SQLITE_CONNECT_ARGS_ASYNC = {"timeout": 60}
 
 
 @dataclass(frozen=True)
@@ -161,9 +166,11 @@ class Lakehouse(ABC):
 
     def airflow_services(self) -> dict[str, str]:
         """Airflow's settings for its metadata database and executor: SQLite under Airflow's home
-        (development only, as Airflow says) and the LocalExecutor."""
+        (development only, as Airflow says), writers waiting a minute for its lock, and the LocalExecutor."""
         return {
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.settings.airflow_home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.AIRFLOW_SQLITE_CONNECT_ARGS",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{__name__}.AIRFLOW_SQLITE_CONNECT_ARGS_ASYNC",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         }
 

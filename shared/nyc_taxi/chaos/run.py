@@ -267,14 +267,15 @@ def _kill(ctx: moments.Context, fault: Fault) -> moments.Kill:
 
 def _recovered(ctx: moments.Context, fault: Fault, killed: moments.Kill) -> float:
     """Seconds from the kill until the component is back: a program running again under supervisord
-    and answering; a task process's task done (a later try); the lineage server answering again."""
+    and answering; a task's own process (its Spark driver, a flow step) when the task runs again (a later
+    try); the lineage server answering again."""
     component = COMPONENTS.get(killed.component)
 
     def back() -> bool:
         if component is not None and component.kind == "program":
             return components.back_again(component, ctx.supervisor(), killed.pids[0]) and _answers(ctx, component.name)
-        if killed.task is not None:
-            return _task_done(ctx, killed.task)
+        if killed.task is not None:  # a task's own process: back when its task runs again (its done is bounded apart)
+            return _task_again(ctx, killed.task)
         if killed.component == "lineage-server":
             return ctx.server.process is not None and ctx.server.process.poll() is None and _reachable(ctx.server.port)
         return True
@@ -309,11 +310,21 @@ def _answers(ctx: moments.Context, program: str) -> bool:
     return True
 
 
-def _task_done(ctx: moments.Context, task: dict) -> bool:
+def _task_instance(ctx: moments.Context, task: dict) -> dict:
     from urllib.parse import quote
 
     path = f"/api/v2/dags/{task['dag_id']}/dagRuns/{quote(task['dag_run_id'], safe='')}/taskInstances/{task['task_id']}"
-    return ctx.api().call(path, timeout=5)["state"] == "success"
+    return ctx.api().call(path, timeout=5)
+
+
+def _task_done(ctx: moments.Context, task: dict) -> bool:
+    return _task_instance(ctx, task)["state"] == "success"
+
+
+def _task_again(ctx: moments.Context, task: dict) -> bool:
+    """The task a fault hit runs again: a later try running, or the task done."""
+    now = _task_instance(ctx, task)
+    return now["state"] == "success" or (now["state"] == "running" and now["try_number"] > task["try_number"])
 
 
 def _reachable(port: int) -> bool:

@@ -6,8 +6,10 @@ seconds. The named moments are the ones the systems underneath get wrong (Airflo
 delivery); each is held open on purpose so that it is met every time, not by chance:
 
 - ``worker after commit``: the worker running the taxi merge, once raw's catalog entry points at the
-  merge's new metadata (the commit landed; the task has not said so);
-- ``staging load after writing``: the worker running the taxi stage, once staging's commit landed;
+  merge's new metadata (the commit landed; the task, frozen while a trigger held that UPDATE, has not
+  said so);
+- ``staging load after writing``: the worker running the taxi stage, once staging's commit landed (held
+  the same way);
 - ``PostgreSQL mid-commit``: PostgreSQL while the catalog's UPDATE of a commit is in flight (a trigger
   the chaos run installs holds that UPDATE for a few seconds, the moment it is killed in);
 - ``scheduler between queueing and recording``: the scheduler the instant a task's message reaches the
@@ -217,19 +219,42 @@ def during(ctx: Context, component: Component, dag: str, task: str, delay: float
 
 
 def after_commit(ctx: Context, dag: str, task: str, table: str, moment: str) -> Kill:
-    """The worker running ``dag.task``, with its process group, once the task's commit to ``table``
-    landed in the catalog (before the task can report it)."""
-    running = _running(ctx, dag, task)
-    before = ctx.metadata_location(table)
-    ctx.wait(lambda: ctx.metadata_location(table) != before, step=0.02)
-    worker = ctx.worker_running(running)
-    return _kill_program(ctx, worker, f"{moment}: {dag}.{task} try {running['try_number']} committed {table}", running)
+    """The worker running ``dag.task``, with its process group, once the task's commit to ``table`` landed
+    in the catalog and before the task could say so. Held open: a trigger holds the catalog's UPDATE of
+    ``table``; while it waits, the task's process is frozen (SIGSTOP), so nothing it would do after the
+    commit happens; the UPDATE lands, and the worker is killed with the frozen task. A commit that does
+    not land (an earlier fault of the step took PostgreSQL) lets the task go and waits for the next."""
+    hold = f"chaos_hold_{table}"
+    _hold(ctx, "lakehouse", "iceberg_tables", f"NEW.table_name = '{table}'", hold)
+    try:
+        while True:
+            ctx.wait(lambda: _held(ctx, "lakehouse", hold), step=0.05)
+            running = _running_now(ctx, dag, task)  # the try whose commit is held
+            before = ctx.metadata_location(table)
+            try:
+                components.freeze(running["pid"])
+            except (ProcessLookupError, TypeError):
+                continue
+            try:
+                ctx.wait(lambda before=before: ctx.metadata_location(table) != before, 30, 0.05)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(running["pid"], signal.SIGCONT)
+                if ctx.stop.is_set():
+                    raise
+                continue
+            worker = ctx.worker_running(running)
+            said = f"{moment}: {dag}.{task} try {running['try_number']} committed {table}"
+            return _kill_program(ctx, worker, said, running)
+    finally:
+        threading.Thread(target=_drop_hold, args=(ctx, "lakehouse", "iceberg_tables", hold), daemon=True).start()
 
 
-def _hold(ctx: Context, database: str, table: str, when: str) -> None:
-    """A trigger that holds each UPDATE of ``table`` matching ``when`` for 5 s before it is made: a
-    moment made to last, so the kill lands inside it every time. Installed through ``ctx.wait``: the
-    database may be coming back from an earlier fault of the same step."""
+def _hold(ctx: Context, database: str, table: str, when: str, name: str) -> None:
+    """A trigger ``name`` that holds each UPDATE of ``table`` matching ``when`` for 5 s before it is
+    made: a moment made to last, so the kill lands inside it every time. While it holds, the backend
+    shows ``name`` as its application name (``_held``). Installed through ``ctx.wait``: the database may
+    be coming back from an earlier fault of the same step."""
 
     def installed() -> bool:
         db = team.Postgres(ctx.settings).connect(database)
@@ -237,13 +262,14 @@ def _hold(ctx: Context, database: str, table: str, when: str) -> None:
         try:
             with db.cursor() as cursor:
                 cursor.execute(
-                    "CREATE OR REPLACE FUNCTION chaos_hold() RETURNS trigger AS $$ "
-                    "BEGIN PERFORM pg_sleep(5); RETURN NEW; END $$ LANGUAGE plpgsql"
+                    f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger AS $$ "
+                    f"BEGIN PERFORM set_config('application_name', '{name}', true); PERFORM pg_sleep(5); "
+                    "RETURN NEW; END $$ LANGUAGE plpgsql"
                 )
-                cursor.execute(f"DROP TRIGGER IF EXISTS chaos_hold ON {table}")
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
                 cursor.execute(
-                    f"CREATE TRIGGER chaos_hold BEFORE UPDATE ON {table} FOR EACH ROW WHEN ({when}) "
-                    "EXECUTE FUNCTION chaos_hold()"
+                    f"CREATE TRIGGER {name} BEFORE UPDATE ON {table} FOR EACH ROW WHEN ({when}) "
+                    f"EXECUTE FUNCTION {name}()"
                 )
             return True
         finally:
@@ -252,27 +278,27 @@ def _hold(ctx: Context, database: str, table: str, when: str) -> None:
     ctx.wait(installed, 600, 1)
 
 
-def _held(ctx: Context, database: str) -> bool:
-    """Whether an UPDATE is being held by the trigger now (its backend sleeps in ``chaos_hold``)."""
+def _held(ctx: Context, database: str, name: str) -> bool:
+    """Whether trigger ``name`` holds an UPDATE now (its backend sleeps in it)."""
     probe = team.Postgres(ctx.settings).connect(database)
     try:
         with probe.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND state = 'active' "
-                "AND wait_event = 'PgSleep' AND query ILIKE 'UPDATE%%'",
-                (database,),
+                "AND wait_event = 'PgSleep' AND application_name = %s",
+                (database, name),
             )
             return cursor.fetchone()[0] > 0
     finally:
         probe.close()
 
 
-def _drop_hold(ctx: Context, database: str, table: str) -> None:
+def _drop_hold(ctx: Context, database: str, table: str, name: str) -> None:
     def dropped():
         db = team.Postgres(ctx.settings).connect(database)
         db.autocommit = True
         with db.cursor() as cursor:
-            cursor.execute(f"DROP TRIGGER IF EXISTS chaos_hold ON {table}")
+            cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
         db.close()
         return True
 
@@ -281,12 +307,13 @@ def _drop_hold(ctx: Context, database: str, table: str) -> None:
 
 def postgres_mid_commit(ctx: Context, table: str = "yellow_taxi_raw") -> Kill:
     """PostgreSQL killed while a commit's UPDATE of ``table``'s catalog entry is in flight."""
-    _hold(ctx, "lakehouse", "iceberg_tables", f"NEW.table_name = '{table}'")
-    ctx.wait(lambda: _held(ctx, "lakehouse"), step=0.1)
+    hold = "chaos_hold_mid_commit"
+    _hold(ctx, "lakehouse", "iceberg_tables", f"NEW.table_name = '{table}'", hold)
+    ctx.wait(lambda: _held(ctx, "lakehouse", hold), step=0.1)
     killed = _kill_program(
         ctx, "postgres", f"PostgreSQL mid-commit: the catalog's UPDATE of {table} in flight", held=True
     )
-    threading.Thread(target=_drop_hold, args=(ctx, "lakehouse", "iceberg_tables"), daemon=True).start()
+    threading.Thread(target=_drop_hold, args=(ctx, "lakehouse", "iceberg_tables", hold), daemon=True).start()
     return killed
 
 
@@ -315,15 +342,17 @@ def api_server_while_reporting_success(
     """The API server killed while the task's report of its success is in flight: a trigger holds the
     UPDATE that would record ``success`` in Airflow's database, and the API server making it is killed
     then (its transaction never commits). The task's state, read at that instant, is still running."""
+    hold = "chaos_hold_success"
     _hold(
         ctx,
         "airflow",
         "task_instance",
         f"NEW.dag_id = '{dag}' AND NEW.task_id = '{task}' AND NEW.state = 'success' "
         "AND OLD.state IS DISTINCT FROM 'success'",
+        hold,
     )
     try:
-        ctx.wait(lambda: _held(ctx, "airflow"), step=0.05)
+        ctx.wait(lambda: _held(ctx, "airflow", hold), step=0.05)
         (pid,) = components.pids_of(COMPONENTS["airflow-api-server"], ctx.supervisor(), ctx.deployment)
         db = team.Postgres(ctx.settings).connect("airflow")
         try:
@@ -338,7 +367,7 @@ def api_server_while_reporting_success(
             db.close()
         components.kill(COMPONENTS["airflow-api-server"], pid)
     finally:
-        threading.Thread(target=_drop_hold, args=(ctx, "airflow", "task_instance"), daemon=True).start()
+        threading.Thread(target=_drop_hold, args=(ctx, "airflow", "task_instance", hold), daemon=True).start()
     running = {"dag_id": dag, "task_id": task, "dag_run_id": run_id, "try_number": try_number}
     said = f"API server while {dag}.{task} try {try_number} reports success (its state then: {state})"
     return Kill("airflow-api-server", [pid], said, time.time(), running)

@@ -641,4 +641,5 @@ def test_the_server_listens_on_127_0_0_1_only_and_rebuilds_when_records_arrive(d
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=15)
+    assert not (tmp_path / ".served.next").exists()
     assert "Cross-tool lineage" in (tmp_path / "served" / "index.html").read_text()

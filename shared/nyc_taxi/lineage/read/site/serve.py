@@ -5,8 +5,8 @@ The site is static; serving it only saves opening a file. A watcher compares the
 and modification time) every few seconds; when they changed, it builds the site again into a folder
 next to it and moves the new files into place name by name, so a page is never half written.
 
-Ctrl-C stops it at once: a build in progress is dropped (the next start clears its folder), a move into
-place in progress is finished first (on a busy machine a Ctrl-C that let the build end waited past 30 s).
+Ctrl-C stops it at once: a build in progress is dropped (its folder is removed), a move into place in
+progress is finished first (on a busy machine a Ctrl-C that let the build end waited past 30 s).
 """
 
 from __future__ import annotations
@@ -110,8 +110,8 @@ class SiteServer:
         self._stop.set()
         self.http.shutdown()
         self.http.server_close()
-        with self._publishing:  # a move into place in progress ends first
-            pass
+        with self._publishing:
+            shutil.rmtree(self.staging, ignore_errors=True)
 
 
 def serve(settings: Settings, out_dir: Path, port: int = 0) -> None:

@@ -4,18 +4,13 @@ when new records arrive.
 The site is static; serving it only saves opening a file. A watcher compares the record files (size
 and modification time) every few seconds; when they changed, it builds the site again into a folder
 next to it and moves the new files into place name by name, so a page is never half written.
-
-Ctrl-C stops it at once: a build in progress is dropped (its folder is removed), a move into place in
-progress is finished first (on a busy machine a Ctrl-C that let the build end waited past 30 s).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
 import shutil
-import sys
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -66,7 +61,6 @@ class SiteServer:
         handler = functools.partial(_QuietHandler, directory=str(out_dir))
         self.http = ThreadingHTTPServer((HOST, port), handler)
         self._stop = threading.Event()
-        self._publishing = threading.Lock()
         self._built_from: tuple = ()
 
     @property
@@ -74,18 +68,12 @@ class SiteServer:
         host, port = self.http.server_address[:2]
         return f"http://{host}:{port}/"
 
-    @property
-    def staging(self) -> Path:
-        return self.out_dir.with_name(f".{self.out_dir.name}.next")
-
     def rebuild(self) -> None:
         fingerprint = records_fingerprint(self.settings)
-        shutil.rmtree(self.staging, ignore_errors=True)
-        build_site(self.settings, self.staging)
-        with self._publishing:
-            if self._stop.is_set():
-                return
-            publish(self.staging, self.out_dir)
+        staging = self.out_dir.with_name(f".{self.out_dir.name}.next")
+        shutil.rmtree(staging, ignore_errors=True)
+        build_site(self.settings, staging)
+        publish(staging, self.out_dir)
         self._built_from = fingerprint
 
     def _watch(self) -> None:
@@ -106,12 +94,9 @@ class SiteServer:
         return self.url
 
     def stop(self) -> None:
-        """Stop serving and watching; a move into place in progress is finished, a build is dropped."""
         self._stop.set()
         self.http.shutdown()
         self.http.server_close()
-        with self._publishing:
-            shutil.rmtree(self.staging, ignore_errors=True)
 
 
 def serve(settings: Settings, out_dir: Path, port: int = 0) -> None:
@@ -125,7 +110,3 @@ def serve(settings: Settings, out_dir: Path, port: int = 0) -> None:
         pass
     finally:
         server.stop()
-    # a build the watcher is in the middle of is dropped, not waited for (see the module's docstring)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

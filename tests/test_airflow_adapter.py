@@ -60,15 +60,19 @@ def test_a_local_airflow_writer_waits_out_a_lock_held_longer_than_sqlites_defaul
     with sqlite3.connect(database) as db:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("CREATE TABLE written (engine TEXT)")
+    # each write starts once the test holds the lock (a line on stdin), and says how long it waited
     writes = (
         "import asyncio, time\n"
         "from sqlalchemy import text\n"
         "from airflow import settings\n"
+        "settings.engine, settings.async_engine\n"
+        "print('ready')\n"
+        "input()\n"
         "started = time.monotonic()\n"
         "with settings.engine.begin() as c:\n"
         "    c.execute(text(\"INSERT INTO written VALUES ('sync')\"))\n"
         "print('waited', round(time.monotonic() - started, 1))\n"
-        "input()\n"  # the lock is held again
+        "input()\n"
         "async def write():\n"
         "    async with settings.async_engine.begin() as c:\n"
         "        await c.execute(text(\"INSERT INTO written VALUES ('async')\"))\n"
@@ -77,22 +81,26 @@ def test_a_local_airflow_writer_waits_out_a_lock_held_longer_than_sqlites_defaul
         "print('waited', round(time.monotonic() - started, 1))\n"
     )
     env = {**os.environ, "STATE_DIR": str(tmp_path), **airflow_environment(settings)}
-    holder = sqlite3.connect(database, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")  # the write lock, as a long scheduler transaction holds it
     writer = subprocess.Popen(
         [sys.executable, "-u", "-c", writes], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
-    time.sleep(8)
-    holder.execute("COMMIT")
+
+    def said(word: str) -> str:
+        out = ""
+        while word not in out and writer.poll() is None:  # Airflow may log lines of its own first
+            out += writer.stdout.readline()
+        return out
+
+    said("ready")
+    holder = sqlite3.connect(database, isolation_level=None)
     out = ""
-    while "waited" not in out and writer.poll() is None:  # the sync write is through (Airflow may log first)
-        out += writer.stdout.readline()
-    holder.execute("BEGIN IMMEDIATE")  # and the lock held again for the async engine's write
-    writer.stdin.write("\n")
-    writer.stdin.flush()
-    time.sleep(8)
-    holder.execute("COMMIT")
-    out += writer.stdout.read()
+    for _ in ("sync", "async"):
+        holder.execute("BEGIN IMMEDIATE")  # the write lock, as a long scheduler transaction holds it
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        time.sleep(10)  # twice SQLite's default: a writer starting late still waits past it
+        holder.execute("COMMIT")
+        out += said("waited")
     assert writer.wait(timeout=60) == 0
     waited = [float(seconds) for seconds in re.findall(r"^waited (\S+)$", out, flags=re.M)]
     assert len(waited) == 2 and waited[0] >= 6 and waited[1] >= 6, waited  # beyond SQLite's default 5 s

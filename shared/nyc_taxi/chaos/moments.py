@@ -198,7 +198,9 @@ def during(ctx: Context, component: Component, dag: str, task: str, delay: float
             victims = running and [p for p in pick(ctx.deployment) if _descends(p, running["pid"])]
             return victims and (running, victims)
 
-        running, processes = ctx.wait(found, 600)
+        # as long as a named moment of the same step may hold the task back (in a CI-style run, "Redis
+        # while a task is queued" kept the backtest's task from running past 600 s)
+        running, processes = ctx.wait(found, 1800)
         victim = processes[0]
         what = f"flow step {_step_name(victim)}" if component.name == "metaflow-step" else "a Spark driver"
         components.kill(component, victim.pid)

@@ -16,8 +16,8 @@ delivery); each is held open on purpose so that it is met every time, not by cha
   broker (seen on Redis's MONITOR), frozen there with SIGSTOP, then killed;
 - ``API server while a task reports success``: a trigger holds the UPDATE that records the weather
   merge's success in Airflow's database; the API server making it is killed while it waits;
-- ``Redis while a task is queued``: both workers frozen so a task's message waits in Redis, Redis
-  killed, the workers let go;
+- ``Redis while a task is queued``: both workers frozen and cut from Redis so a task's message waits
+  there, Redis killed, the workers let go;
 - ``lineage shipper after the server accepted``: the server holds its answer to a record it stored,
   the process that sent it is killed before it can write its ledger;
 - ``lineage server down beyond every retry budget``: the server killed and kept down while tasks end
@@ -387,6 +387,7 @@ def redis_while_queued(ctx: Context) -> Kill:
     for pid in workers:
         os.kill(pid, signal.SIGSTOP)
     try:
+        _cut_from_broker(client, workers)
         ctx.wait(lambda: client.llen("default") > 0, 1800, 0.2)
         killed = _kill_program(ctx, "redis", "Redis while a task's message waits in it (both workers held)", held=True)
     finally:
@@ -394,6 +395,29 @@ def redis_while_queued(ctx: Context) -> Kill:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
     return killed
+
+
+def _cut_from_broker(client, pids: list[int]) -> None:
+    """Close the frozen workers' connections to Redis. A fetch (BRPOP) a worker had pending when it was
+    frozen would still take the next message into the frozen process, so nothing would wait in Redis
+    until Airflow re-queued the task after its queued timeout (a CI-style run waited over 600 s)."""
+    import redis
+
+    port = client.connection_pool.connection_kwargs["port"]
+    addresses = set()
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            worker = psutil.Process(pid)
+            for process in (worker, *worker.children(recursive=True)):
+                with contextlib.suppress(psutil.Error):
+                    addresses |= {
+                        f"{c.laddr.ip}:{c.laddr.port}"
+                        for c in process.net_connections("tcp")
+                        if c.raddr and c.raddr.port == port
+                    }
+    for address in addresses:
+        with contextlib.suppress(redis.ResponseError):  # already closed
+            client.client_kill(address)
 
 
 def shipper_after_accept(ctx: Context) -> Kill:

@@ -4,9 +4,9 @@ server itself, and what the local files hold to compare with what it accepted.""
 from __future__ import annotations
 
 import json
-import socket
 from types import SimpleNamespace
 
+from nyc_taxi.core.processes import free_port
 from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH
 from nyc_taxi.fixtures.lineage_server import LineageServer as Receiver
 
@@ -22,9 +22,7 @@ __all__ = [
 
 
 def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again when the block ends: connections are refused
+    return free_port()  # nothing listens there: connections are refused
 
 
 def local_lineage(settings) -> SimpleNamespace:

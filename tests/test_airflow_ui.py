@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,15 +22,10 @@ import pytest
 from nyc_taxi.airflow_adapter.operators import asset
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table
+from nyc_taxi.core.processes import free_port
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 
 pytestmark = [pytest.mark.airflow, pytest.mark.ui]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str, token: str | None = None) -> dict:
@@ -52,7 +46,7 @@ def standalone(request, airflow_db, settings, tmp_path, airflow_state):
     from nyc_taxi.core.lakehouse import lakehouse
     from nyc_taxi.core.settings import Settings
 
-    port = _free_port()
+    port = free_port()
     scheduling = getattr(request, "param", None) == "scheduling"
     env = {**os.environ}
     if scheduling:

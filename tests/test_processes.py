@@ -1,14 +1,17 @@
 """The processes the project leaves running are found again by their records: whether one still runs,
-and records written whole with mode 0600."""
+free ports, and records written whole with mode 0600."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from nyc_taxi.core.processes import alive, read_record, write_private
+from nyc_taxi.core import processes
+from nyc_taxi.core.processes import alive, free_port, read_record, write_private
 
 
 def test_a_process_is_alive_while_it_runs_and_not_once_it_exited_or_when_none_is_recorded():
@@ -79,3 +82,25 @@ def test_a_process_an_airflow_component_forks_ends_when_the_component_does(local
         for pid in (child, thread_child):
             if alive(pid):
                 os.kill(pid, 9)
+
+
+def test_a_free_port_is_outside_the_kernels_ephemeral_range_and_never_handed_out_twice():
+    # an ephemeral port may be taken by any outgoing connection before its service listens
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [free_port() for _ in range(100)]
+    assert len(set(ports)) == len(ports)
+    assert [p for p in ports if low <= p <= high or p < 10000] == []
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[-1]))  # free indeed
+
+
+def test_a_port_something_listens_on_is_never_handed_out(monkeypatch):
+    with socket.socket() as taken, socket.socket() as probe:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        probe.bind(("127.0.0.1", 0))
+        busy, free = taken.getsockname()[1], probe.getsockname()[1]
+        probe.close()
+        offered = iter([busy, free])
+        monkeypatch.setattr(processes.random, "choice", lambda _: next(offered))
+        assert free_port() == free

@@ -20,7 +20,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -28,6 +27,8 @@ from pathlib import Path
 
 import pytest
 from expected_loads import expected_actuals, seasonal_naive
+
+from nyc_taxi.core.processes import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -68,12 +69,6 @@ def test_the_readme_path_reads_as_this_test_runs_it():
     assert len([c for c in commands if c.startswith("bash run lineage")]) >= 8
     stop = [line for _, line in steps(section("Stopping and starting over"))]
     assert "bash run clean" in stop
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(line: str, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -117,7 +112,7 @@ def test_the_users_path_as_the_readme_writes_it(tmp_path):
     from nyc_taxi.core.settings import Settings, state_settings_file
 
     state = tmp_path / "state"
-    port = _free_port()
+    port = free_port()
     # a new user's shell: no test-session settings; the state directory and the UI's port are settings
     # the README names (STATE_DIR, AIRFLOW_PORT)
     keep = ("PATH", "HOME", "LANG", "USER", "TMPDIR", "UV_CACHE_DIR", "XDG_CACHE_HOME")

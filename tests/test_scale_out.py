@@ -18,6 +18,7 @@ import pytest
 from expected_loads import actuals_rows, comparable, expected_actuals, expected_taxi_rows, table_actuals
 
 from nyc_taxi.core import datasets as registry
+from nyc_taxi.core.processes import free_port
 from nyc_taxi.fixtures.site import add_taxi_month
 
 pytestmark = [pytest.mark.spark, pytest.mark.scale_out]
@@ -45,12 +46,6 @@ print(json.dumps({"master": spark.sparkContext.master, "executors": executors}))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_for(url_port: int, process, log: Path, what: str) -> None:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -67,7 +62,7 @@ def standalone_cluster(tmp_path):
     import pyspark
 
     spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-    port, web, worker_web = _free_port(), _free_port(), _free_port()
+    port, web, worker_web = free_port(), free_port(), free_port()
     env = {
         **os.environ,
         "SPARK_LOCAL_IP": "127.0.0.1",

@@ -36,6 +36,7 @@ from nyc_taxi.airflow_adapter.environment import airflow_environment
 from nyc_taxi.airflow_adapter.rest_api import RestApi
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core import jobs
+from nyc_taxi.core.processes import free_port
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month, taxi_path
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team]
@@ -48,14 +49,6 @@ TAXI, WEATHER, TRAINING = (
 )
 TAXI_JOBS = jobs.INGEST_YELLOW_TAXI_DATA
 TAXI_MERGE = TAXI_JOBS.merge_upsert_staging_into_raw_yellow.name
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _team(env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -83,7 +76,7 @@ def team(site, tmp_path_factory, lineage_server):
     state = tmp_path_factory.mktemp("team-state")
     # the session's local-profile Airflow settings stay out: the team profile derives its own
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env |= {"PROFILE": "team", "STATE_DIR": str(state), "AIRFLOW_PORT": str(_free_port()), "SPARK_SERVER": "false"}
+    env |= {"PROFILE": "team", "STATE_DIR": str(state), "AIRFLOW_PORT": str(free_port()), "SPARK_SERVER": "false"}
     # lineage delivered as it goes; a task retried as often as the chaos tests' faults may hit it
     env |= {"OPENLINEAGE_URL": lineage_server.url, "DATAHUB_GMS_URL": lineage_server.url, "TASK_RETRIES": "3"}
     # a deployment's own choices, shorter than Airflow's defaults (300 s each) so a lost worker's task

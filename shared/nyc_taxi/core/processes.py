@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -18,10 +19,37 @@ class ServiceError(RuntimeError):
     """A service could not be started or reached; the message names what is missing."""
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now, not handed out before by this process, and outside the kernel's ephemeral range.
+    A port the kernel picks (bind to 0) is an ephemeral one, and an outgoing connection of any process
+    may take it before the service it is meant for listens: a SeaweedFS gateway starting found its
+    port so taken, and its deployment did not come up."""
+    low, high = _ephemeral_range()
+    # below the range where it leaves room, else above it; never the well-known ports under 10000
+    choices = range(10000, low) if low - 10000 >= 5000 else range(high + 1, 65536)
+    for _ in range(200):
+        port = random.choice(choices)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise ServiceError(f"no free port on 127.0.0.1 in {choices.start}-{choices.stop - 1} after 200 tries")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    with contextlib.suppress(OSError, ValueError):
+        low, high = map(int, EPHEMERAL_RANGE.read_text().split())
+        return low, high
+    return 32768, 60999  # Linux's default
 
 
 def listening(port: int) -> bool:

@@ -31,7 +31,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -65,6 +65,7 @@ class Context:
     settings: Settings
     server: LineageServer
     stop: threading.Event
+    run_types: dict[tuple[str, str], str] = field(default_factory=dict)  # (DAG id, run id): manual, scheduled, …
 
     @property
     def deployment(self) -> str:
@@ -77,8 +78,17 @@ class Context:
         return RestApi(self.settings)
 
     def running_tasks(self) -> list[dict]:
+        """The mission's tries running now. The scheduler's own run for the current period is not the
+        mission's: nothing is published for it, its download is skipped, and a fault that hit it waited
+        for a success that was never to come (a seed-2 run, fault 16)."""
         answer = self.api().call("/api/v2/dags/~/dagRuns/~/taskInstances?state=running&limit=50")
-        return answer["task_instances"]
+        return [t for t in answer["task_instances"] if self._run_type(t["dag_id"], t["dag_run_id"]) != "scheduled"]
+
+    def _run_type(self, dag_id: str, run_id: str) -> str:
+        key = (dag_id, run_id)
+        if key not in self.run_types:
+            self.run_types[key] = self.api().run(dag_id, run_id)["run_type"]
+        return self.run_types[key]
 
     def now(self) -> str:
         """What is running: each task (DAG, task, try) and each flow step."""

@@ -5,10 +5,13 @@ proves nothing)."""
 from __future__ import annotations
 
 import json
+import socket
+import time
+import urllib.request
 
 from nyc_taxi.chaos import check
 from nyc_taxi.chaos.run import NAMED, Fault, _within_tasks, plan
-from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH, LineageServer
+from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH, LineageServer
 
 
 def test_the_plan_follows_from_the_seed_and_holds_every_named_moment():
@@ -123,3 +126,25 @@ def test_the_delivery_check_finds_an_event_the_server_lacks_or_holds_twice(tmp_p
     assert check.delivery(events, stored[:1]) == {"missing": [("r1", "COMPLETE")], "twice": []}
     other_time = {**stored[1], "body": {**stored[1]["body"], "eventTime": "later"}}  # a second COMPLETE of a run
     assert check.delivery(events, [*stored, other_time])["twice"] == [("r1", "COMPLETE")]
+
+
+def test_a_request_its_sender_was_killed_in_the_middle_of_is_not_stored(tmp_path):
+    # a chaos run's shipper kill cut a DataHub request after its headers: it was logged as stored, empty
+    server = LineageServer(tmp_path / "server.jsonl").start()
+    proposal = {"proposal": {"entityUrn": "urn:li:dataset:x", "aspectName": "status", "aspect": {"value": "{}"}}}
+    whole = json.dumps(proposal).encode()
+    try:
+        for sent in (b"", whole[: len(whole) // 2]):  # killed after the headers; in the middle of the body
+            with socket.create_connection(("127.0.0.1", server.port)) as cut:
+                head = f"POST {DATAHUB_INGEST_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(whole)}\r\n\r\n"
+                cut.sendall(head.encode() + sent)
+        request = urllib.request.Request(server.url + DATAHUB_INGEST_PATH, whole, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 200
+        deadline = time.monotonic() + 10
+        while len(server.requests()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [r["status"] for r in server.requests() if r["status"] != 200] == [400, 400]
+        assert [r["body"] for r in server.stored(DATAHUB_INGEST_PATH)] == [proposal]
+    finally:
+        server.stop()

@@ -53,12 +53,16 @@ def pytest_unconfigure(config):
 
 # Test modules that read the session's one demo run (the `demo` fixture): on one worker, so it runs once.
 DEMO_READERS = ("tests/test_lineage.py", "tests/test_site.py")
+# Two local Airflow standalones at once (SQLite, a LocalExecutor, Spark under each) starve each other on
+# 2 cores: the README path's Trigger and its tasks' execution API calls time out at 30 s (reproduced on
+# the landed code with `bash run test tests/test_readme_path.py tests/test_airflow_ui.py`).
+STANDALONES = ("tests/test_readme_path.py", "tests/test_airflow_ui.py")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """`bash run test`'s workers take a test file at a time (--dist loadfile), its module fixtures run
-    once; the demo's readers go to one worker together."""
+    once; the demo's readers go to one worker together, and so do the tests that run Airflow standalone."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -66,7 +70,9 @@ def pytest_xdist_make_scheduler(config, log):
     class DemoReadersTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = super()._split_scope(nodeid)
-            return "the demo's readers" if module in DEMO_READERS else module
+            if module in DEMO_READERS:
+                return "the demo's readers"
+            return "the local Airflow standalones" if module in STANDALONES else module
 
     return DemoReadersTogether(config, log)
 

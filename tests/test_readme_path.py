@@ -132,9 +132,10 @@ def test_the_users_path_as_the_readme_writes_it(tmp_path):
                 api = RestApi(settings)
                 try:
                     run_id = api.trigger(dag_id, json.loads(conf))
-                except urllib.error.HTTPError as refused:  # with Airflow's answer and its log's end
+                except (urllib.error.HTTPError, TimeoutError) as refused:  # with Airflow's answer and its log's end
+                    answer = refused.read()[:500] if isinstance(refused, urllib.error.HTTPError) else b""
                     said = airflow_log.read_text(errors="replace")[-6000:]
-                    raise AssertionError(f"{line}: {refused} {refused.read()[:500]!r}\n{said}") from refused
+                    raise AssertionError(f"{line}: {refused!r} {answer!r}\n{said}") from refused
                 assert api.finished(dag_id, run_id, 900)["state"] == "success", (dag_id, conf)
                 continue
             if not line.startswith("bash run"):

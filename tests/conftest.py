@@ -67,14 +67,14 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class DemoReadersTogether(LoadFileScheduling):
+    class ModulesSharingAWorker(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = super()._split_scope(nodeid)
             if module in DEMO_READERS:
                 return "the demo's readers"
             return "the local Airflow standalones" if module in STANDALONES else module
 
-    return DemoReadersTogether(config, log)
+    return ModulesSharingAWorker(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -4,10 +4,14 @@ proves nothing)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
 import urllib.request
+from types import SimpleNamespace
+
+import pytest
 
 from nyc_taxi.chaos import check
 from nyc_taxi.chaos.run import NAMED, Fault, _within_tasks, plan
@@ -148,3 +152,67 @@ def test_a_request_its_sender_was_killed_in_the_middle_of_is_not_stored(tmp_path
         assert [r["body"] for r in server.stored(DATAHUB_INGEST_PATH)] == [proposal]
     finally:
         server.stop()
+
+
+def test_a_held_moment_is_described_when_a_busy_api_answers_late_and_a_kill_fires_only_while_it_holds(
+    tmp_path, monkeypatch
+):
+    # a CI run killed PostgreSQL mid-commit with "(the API does not answer)" for what ran: its one try
+    # timed out after 5 s while the machine was busy
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from nyc_taxi.airflow_adapter.rest_api import passwords_file
+    from nyc_taxi.chaos import moments
+    from nyc_taxi.core.settings import Settings
+
+    answers = []
+
+    class SlowAirflow(BaseHTTPRequestHandler):
+        def do_POST(self):  # the token
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self._send({"access_token": "t"})
+
+        def do_GET(self):
+            answers.append(self.path)
+            if len(answers) == 2:  # a refusal, asked again
+                self.send_error(503)
+                return
+            if len(answers) <= 3:
+                time.sleep(7)  # longer than one try of 5 s waits
+            self._send({"task_instances": [{"dag_id": "d", "task_id": "merge", "try_number": 2, "state": "running"}]})
+
+        def _send(self, body):
+            data = json.dumps(body).encode()
+            with contextlib.suppress(OSError):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowAirflow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings = Settings(state_dir=tmp_path, profile="local", airflow_port=server.server_address[1])
+    settings.airflow_home.mkdir(parents=True)
+    passwords_file(settings).write_text(json.dumps({"admin": "generated"}))
+    ctx = moments.Context(settings, None, threading.Event())
+    try:
+        assert ctx.now(seconds=5) == "(the API does not answer)"  # as a moment that passes by itself
+        assert ctx.now(seconds=moments.HELD_DESCRIBED_WITHIN) == "d.merge try 2"  # as a held one
+        assert len(answers) == 3
+        # a held moment that ended while it was described is an error, and nothing is killed
+        killed = []
+        monkeypatch.setattr(
+            ctx, "supervisor", lambda: SimpleNamespace(programs=lambda: [{"name": "postgres", "pid": 1}])
+        )
+        monkeypatch.setattr(moments.components, "kill", lambda component, pid: killed.append(pid))
+        with pytest.raises(RuntimeError, match="ended while it was described"):
+            moments._kill_program(ctx, "postgres", "PostgreSQL mid-commit", held=lambda: False)
+        assert killed == []
+        moments._kill_program(ctx, "postgres", "PostgreSQL mid-commit", held=lambda: True)
+        assert killed == [1]
+    finally:
+        server.shutdown()

@@ -31,6 +31,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from nyc_taxi.deployment.supervisor import Supervisor
 from nyc_taxi.fixtures.lineage_server import LineageServer
 
 TAXI, WEATHER, TRAINING = "ingest_yellow_taxi_data", "ingest_weather_data", "train_forecast_model"
+HELD_DESCRIBED_WITHIN = 30  # seconds: a held moment's description waits this long for the API
 DOWN_BEYOND_RETRIES = 90  # seconds: every task ending meanwhile tries for LINEAGE_SHIP_SECONDS and gives up
 NAMED = (
     "worker after commit",
@@ -90,18 +92,26 @@ class Context:
             self.run_types[key] = self.api().run(dag_id, run_id)["run_type"]
         return self.run_types[key]
 
-    def now(self) -> str:
-        """What is running: each task (DAG, task, try) and each flow step."""
-        try:
-            answer = self.api().call(
-                "/api/v2/dags/~/dagRuns/~/taskInstances?state=running&state=queued&limit=50", timeout=5
-            )
-            tasks = [
-                f"{t['dag_id']}.{t['task_id']} try {t['try_number']}{' (queued)' if t['state'] == 'queued' else ''}"
-                for t in answer["task_instances"]
-            ]
-        except Exception:
-            tasks = ["(the API does not answer)"]
+    def now(self, seconds: float = 5) -> str:
+        """What is running: each task (DAG, task, try) and each flow step, as the API answers within
+        ``seconds`` (asked again until then: on a busy machine one answer may take longer than 5 s)."""
+        deadline = time.monotonic() + seconds
+        tasks = ["(the API does not answer)"]
+        while True:
+            try:
+                answer = self.api().call(
+                    "/api/v2/dags/~/dagRuns/~/taskInstances?state=running&state=queued&limit=50",
+                    timeout=max(1.0, deadline - time.monotonic()),
+                )
+                tasks = [
+                    f"{t['dag_id']}.{t['task_id']} try {t['try_number']}{' (queued)' if t['state'] == 'queued' else ''}"
+                    for t in answer["task_instances"]
+                ]
+                break
+            except Exception:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.2)
         steps = sorted({_step_name(p) for p in components.flow_steps(self.deployment)})
         return "; ".join(tasks + [f"flow step {s}" for s in steps]) or "nothing running"
 
@@ -161,14 +171,19 @@ class Kill:
     task: dict | None = None  # the task instance the moment was about, if any
 
 
-def _kill_program(ctx: Context, name: str, moment: str, task: dict | None = None, held: bool = False) -> Kill:
+def _kill_program(
+    ctx: Context, name: str, moment: str, task: dict | None = None, held: Callable[[], bool] | None = None
+) -> Kill:
     """Killed, and what was running then. A moment that passes by itself is killed first and described
-    after (Airflow still shows a killed task running until it misses its heartbeats); one the chaos run
-    holds open is described first, while the services it needs still answer."""
+    after (Airflow still shows a killed task running until it misses its heartbeats). One the chaos run
+    holds open (``held`` says whether it still holds) is described first, while the services it needs
+    still answer, however slowly, and killed only if it still holds."""
     component = COMPONENTS[name]
     (pid,) = components.pids_of(component, ctx.supervisor(), ctx.deployment)
     # what runs is read through the API server, which needs its database: described before it goes
-    said = ctx.now() if held or name in ("airflow-api-server", "postgres") else ""
+    said = ctx.now(HELD_DESCRIBED_WITHIN) if held else ctx.now() if name in ("airflow-api-server", "postgres") else ""
+    if held and not held():
+        raise RuntimeError(f"{moment}: the moment ended while it was described ({said})")
     components.kill(component, pid)
     at = time.time()
     return Kill(name, [pid], f"{moment} [{said or ctx.now()}]", at, task)
@@ -262,9 +277,9 @@ def after_commit(ctx: Context, dag: str, task: str, table: str, moment: str) -> 
         threading.Thread(target=_drop_hold, args=(ctx, "lakehouse", "iceberg_tables", hold), daemon=True).start()
 
 
-def _hold(ctx: Context, database: str, table: str, when: str, name: str) -> None:
-    """A trigger ``name`` that holds each UPDATE of ``table`` matching ``when`` for 5 s before it is
-    made: a moment made to last, so the kill lands inside it every time. While it holds, the backend
+def _hold(ctx: Context, database: str, table: str, when: str, name: str, seconds: float = 5) -> None:
+    """A trigger ``name`` that holds each UPDATE of ``table`` matching ``when`` for ``seconds`` before it
+    is made: a moment made to last, so the kill lands inside it every time. While it holds, the backend
     shows ``name`` as its application name (``_held``). Installed through ``ctx.wait``: the database may
     be coming back from an earlier fault of the same step."""
 
@@ -275,7 +290,7 @@ def _hold(ctx: Context, database: str, table: str, when: str, name: str) -> None
             with db.cursor() as cursor:
                 cursor.execute(
                     f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger AS $$ "
-                    f"BEGIN PERFORM set_config('application_name', '{name}', true); PERFORM pg_sleep(5); "
+                    f"BEGIN PERFORM set_config('application_name', '{name}', true); PERFORM pg_sleep({seconds}); "
                     "RETURN NEW; END $$ LANGUAGE plpgsql"
                 )
                 cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
@@ -320,13 +335,18 @@ def _drop_hold(ctx: Context, database: str, table: str, name: str) -> None:
 def postgres_mid_commit(ctx: Context, table: str = "yellow_taxi_raw") -> Kill:
     """PostgreSQL killed while a commit's UPDATE of ``table``'s catalog entry is in flight."""
     hold = "chaos_hold_mid_commit"
-    _hold(ctx, "lakehouse", "iceberg_tables", f"NEW.table_name = '{table}'", hold)
-    ctx.wait(lambda: _held(ctx, "lakehouse", hold), step=0.1)
-    killed = _kill_program(
-        ctx, "postgres", f"PostgreSQL mid-commit: the catalog's UPDATE of {table} in flight", held=True
-    )
-    threading.Thread(target=_drop_hold, args=(ctx, "lakehouse", "iceberg_tables", hold), daemon=True).start()
-    return killed
+    # held longer than the description may take: the kill, not the hold, ends the UPDATE
+    _hold(ctx, "lakehouse", "iceberg_tables", f"NEW.table_name = '{table}'", hold, seconds=2 * HELD_DESCRIBED_WITHIN)
+    try:
+        ctx.wait(lambda: _held(ctx, "lakehouse", hold), step=0.1)
+        return _kill_program(
+            ctx,
+            "postgres",
+            f"PostgreSQL mid-commit: the catalog's UPDATE of {table} in flight",
+            held=lambda: _held(ctx, "lakehouse", hold),
+        )
+    finally:
+        threading.Thread(target=_drop_hold, args=(ctx, "lakehouse", "iceberg_tables", hold), daemon=True).start()
 
 
 def scheduler_between_queueing_and_recording(ctx: Context) -> Kill:
@@ -399,7 +419,12 @@ def redis_while_queued(ctx: Context) -> Kill:
     try:
         _cut_from_broker(client, workers)
         ctx.wait(lambda: client.llen("default") > 0, 1800, 0.2)
-        killed = _kill_program(ctx, "redis", "Redis while a task's message waits in it (both workers held)", held=True)
+        killed = _kill_program(
+            ctx,
+            "redis",
+            "Redis while a task's message waits in it (both workers held)",
+            held=lambda: client.llen("default") > 0,
+        )
     finally:
         for pid in workers:
             with contextlib.suppress(ProcessLookupError):

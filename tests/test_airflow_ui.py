@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import pytest
 from nyc_taxi.airflow_adapter.operators import asset
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table
-from nyc_taxi.core.processes import free_port
+from nyc_taxi.core.processes import free_port, stop_group
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 
 pytestmark = [pytest.mark.airflow, pytest.mark.ui]
@@ -90,12 +89,7 @@ def standalone(request, airflow_db, settings, tmp_path, airflow_state):
         print((tmp_path / "standalone.log").read_text()[-6000:])
         raise
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)
         log.close()
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from nyc_taxi.core import processes
-from nyc_taxi.core.processes import alive, free_port, read_record, write_private
+from nyc_taxi.core.processes import alive, free_port, read_record, stop_group, write_private
 
 
 def test_a_process_is_alive_while_it_runs_and_not_once_it_exited_or_when_none_is_recorded():
@@ -104,3 +105,53 @@ def test_a_port_something_listens_on_is_never_handed_out(monkeypatch):
         offered = iter([busy, free])
         monkeypatch.setattr(processes.random, "choice", lambda _: next(offered))
         assert free_port() == free
+
+
+LEADER_AND_SLOW_CHILD = """
+import signal, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", '''
+import signal, sys, time
+def shut_down(*_):
+    time.sleep(1.5)  # as a scheduler finishing its shutdown
+    open(sys.argv[1], "w").write("shut down")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, shut_down)
+print("ready", flush=True)
+time.sleep(120)
+''', sys.argv[1]], stdout=subprocess.PIPE, text=True)
+child.stdout.readline()
+print(child.pid, flush=True)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the leader exits at once, its child still running
+signal.pause()
+"""
+STUBBORN_CHILD = """
+import signal, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(120)"], stdout=subprocess.PIPE)
+child.stdout.readline()
+print(child.pid, flush=True)
+signal.pause()
+"""
+
+
+def test_a_stopped_group_is_waited_for_past_its_leader_and_what_ignores_the_signal_is_killed(tmp_path):
+    # an Airflow standalone's scheduler outlived its standalone, stopped by a wait for the leader alone
+    marker = tmp_path / "child-shut-down"
+    leader = subprocess.Popen(
+        [sys.executable, "-c", LEADER_AND_SLOW_CHILD, str(marker)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    child = int(leader.stdout.readline())
+    stop_group(leader)
+    assert marker.read_text() == "shut down"  # it finished its own shutdown, and the stop waited for it
+    assert not alive(child) and not processes._in_group(leader.pid)
+
+    leader = subprocess.Popen(
+        [sys.executable, "-c", STUBBORN_CHILD], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    child = int(leader.stdout.readline())
+    started = time.monotonic()
+    stop_group(leader, seconds=2)
+    assert time.monotonic() - started < 15
+    assert not alive(child) and not processes._in_group(leader.pid)

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from expected_loads import expected_actuals, seasonal_naive
 
-from nyc_taxi.core.processes import free_port
+from nyc_taxi.core.processes import free_port, stop_group
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -182,12 +182,7 @@ def test_the_users_path_as_the_readme_writes_it(tmp_path):
         assert placeholders, "no `bash run lineage --runs TrainForecastModelFlow` before the commands that need run ids"
     finally:
         for process in serving:
-            os.killpg(process.pid, signal.SIGINT)  # Ctrl-C, as the README says
-        for process in serving:
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+            stop_group(process, signal.SIGINT)  # Ctrl-C, as the README says
 
     for _, line in steps(section("Stopping and starting over")):
         if line.startswith("bash run"):

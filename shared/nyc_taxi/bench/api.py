@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 from nyc_taxi.airflow_adapter.rest_api import RestApi
+from nyc_taxi.core.processes import stop_group
 
 
 class _Standalone:
@@ -69,11 +69,7 @@ class _Standalone:
         return self.api
 
     def __exit__(self, *exc) -> None:
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
+        stop_group(self.process)
 
 
 def measure(work: Path, site_url: str, niceness: int, month: str) -> dict:

@@ -11,7 +11,9 @@ import os
 import random
 import signal
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -74,6 +76,37 @@ def alive(pid: int) -> bool:
     except (OSError, IndexError):
         return True
     return state not in ("Z", "X")
+
+
+def stop_group(process: subprocess.Popen, first: int = signal.SIGTERM, seconds: float = 60) -> None:
+    """Stop ``process`` (started with ``start_new_session``) and every process in its group: ``first``
+    to the group, SIGKILL to what still runs ``seconds`` later. Waits for the group, not only its
+    leader: an Airflow standalone exits at SIGTERM while its scheduler is still shutting down, and a
+    wait for the leader alone left that scheduler running as an orphan."""
+    group = process.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, first)
+    deadline = time.monotonic() + seconds
+    while (process.poll() is None or _in_group(group)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if process.poll() is None or _in_group(group):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+        process.wait()
+        deadline = time.monotonic() + 10
+        while _in_group(group) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def _in_group(group: int) -> list[int]:
+    """The processes of process group ``group`` that still run (a zombie nobody reaped does not)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError):
+                if os.getpgid(int(entry.name)) == group and alive(int(entry.name)):
+                    found.append(int(entry.name))
+    return found
 
 
 def write_private(path: Path, value: dict) -> None:

@@ -216,3 +216,27 @@ def test_a_held_moment_is_described_when_a_busy_api_answers_late_and_a_kill_fire
         assert killed == [1]
     finally:
         server.shutdown()
+
+
+def test_a_killed_sender_is_named_by_its_title_or_its_command():
+    # seed 2's shipper kill named its two senders "  ,  ": Airflow's task runners set their title, and
+    # the rest of their command line reads as empty words
+    import subprocess
+    import sys
+
+    import psutil
+
+    from nyc_taxi.chaos.moments import _name
+
+    titled = "import setproctitle, time; setproctitle.setproctitle('airflow task runner: d t r'); print(1, flush=True); time.sleep(30)"
+    plain = "import time; print(1, flush=True); time.sleep(30)"
+    started = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for code in (titled, plain)]
+    try:
+        for process in started:
+            process.stdout.readline()
+        assert _name(psutil.Process(started[0].pid)) == "airflow task runner: d t r"
+        assert _name(psutil.Process(started[1].pid)) == f"-c {plain}"[:80]
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()

@@ -507,8 +507,8 @@ def lineage_server_killed(ctx: Context) -> Kill:
 
 def _name(process: psutil.Process) -> str:
     with contextlib.suppress(psutil.Error):
-        words = process.cmdline()
-        # a process that set its title (Airflow's task runners) has it all in one word
+        # a process that set its title (Airflow's task runners) has it all in its first word, the rest empty
+        words = [w for w in process.cmdline() if w]
         said = " ".join(words[1:4] if len(words) > 1 else words)[:80]
         return said or f"{process.name()} [{process.pid}]"
     return str(process.pid)

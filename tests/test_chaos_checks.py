@@ -240,3 +240,30 @@ def test_a_killed_sender_is_named_by_its_title_or_its_command():
         for process in started:
             process.kill()
             process.wait()
+
+
+def test_a_sender_killed_on_its_connection_prints_no_traceback_from_the_server(tmp_path):
+    # seed 1's shipper kill left the server's traceback for a reset connection in the chaos run's output
+    import struct
+    import subprocess
+    import sys
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "nyc_taxi.fixtures.lineage_server", str(tmp_path / "server.jsonl")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = int(server.stdout.readline())
+        with socket.create_connection(("127.0.0.1", port)) as sender:
+            sender.sendall(b"GET /config HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.3)  # answered (unread); the server waits on the kept-open connection for the next request
+            sender.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )  # closed as by a kill: reset
+        time.sleep(0.5)
+    finally:
+        server.kill()
+        server.wait()
+    assert server.stderr.read() == ""

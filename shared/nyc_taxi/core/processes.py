@@ -1,6 +1,6 @@
 """Processes this project leaves running (the warm Spark server; the team deployment's services run
-under supervisord) and the records that find them again: whether a process still runs, free ports,
-and records written whole with mode 0600 (they may hold a secret)."""
+under supervisord) and the records that find them again: whether a process still runs, stopping a
+process group whole, free ports, and records written whole with mode 0600 (they may hold a secret)."""
 
 from __future__ import annotations
 

@@ -259,9 +259,8 @@ def test_a_sender_killed_on_its_connection_prints_no_traceback_from_the_server(t
         with socket.create_connection(("127.0.0.1", port)) as sender:
             sender.sendall(b"GET /config HTTP/1.1\r\nHost: x\r\n\r\n")
             time.sleep(0.3)  # answered (unread); the server waits on the kept-open connection for the next request
-            sender.setsockopt(
-                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-            )  # closed as by a kill: reset
+            # closed as by a kill: a reset, not a goodbye
+            sender.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         time.sleep(0.5)
     finally:
         server.kill()

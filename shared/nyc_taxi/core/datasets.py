@@ -6,6 +6,10 @@ in ``nyc_taxi.core.naming``; nothing else spells a table name or a URN.
 
 The data flows: published files (the public sites) → landed files (the lake's landing area) →
 staging tables → raw tables → marts and the model (see ``nyc_taxi.core.jobs`` for who moves it).
+
+Each table and the model also declares its data-quality checks, as a dbt schema file declares its
+tests: a name, the column(s), the rule and a severity. Every version written is checked by the step
+that writes it (``nyc_taxi.core.quality`` compiles the rules and judges the counts).
 """
 
 from __future__ import annotations
@@ -21,6 +25,58 @@ class Column:
     doc: str
     nullable: bool = True
     source: str | None = None  # the column's name in the published file (matched case-insensitively)
+    categorical: bool = False  # few distinct values (codes, zones): a profile counts them exactly
+
+
+@dataclass(frozen=True)
+class Check:
+    """A data-quality check, declared with its dataset and evaluated on every version written.
+
+    ``kind``:
+    - ``expect``: every row satisfies ``rule`` (a SQL condition over the columns). A row where it is NULL
+      passes, as in a SQL CHECK constraint: a missing value is ``not_null``'s to count.
+    - ``not_null``: ``columns[0]`` is never NULL.
+    - ``accepted``: ``columns[0]`` is one of ``rule`` (SQL values); NULL passes.
+    - ``unique``: no two rows (those satisfying ``where``, if given) share ``columns``.
+    - ``row_count``: the rows (those satisfying ``where``, if given) number exactly ``rule``, a SQL
+      expression that may aggregate; every row missing or extra counts as one failing.
+
+    ``severity``: ``warn`` — recorded, the run goes on (a quirk kept as the source has it); ``error`` —
+    the run stops before what it checks is published, when more than ``tolerance`` of the rows fail
+    (a share; fewer failing rows are warned of). ``${name}`` placeholders are the batch's own values
+    (its month, the landed file's rows), filled by the step that checks it.
+    """
+
+    name: str
+    kind: Literal["expect", "not_null", "accepted", "unique", "row_count"]
+    doc: str
+    columns: tuple[str, ...] = ()
+    rule: str = ""
+    where: str = ""
+    severity: Literal["warn", "error"] = "warn"
+    tolerance: float = 0.0
+
+
+def expect(name: str, rule: str, *, on: tuple[str, ...], doc: str, severity="warn", tolerance=0.0) -> Check:
+    return Check(name, "expect", doc, on, rule, severity=severity, tolerance=tolerance)
+
+
+def not_null(column: str, *, name: str, doc: str, severity="warn") -> Check:
+    return Check(name, "not_null", doc, (column,), f"{column} IS NOT NULL", severity=severity)
+
+
+def accepted_values(column: str, values: str, *, name: str, doc: str, severity="warn") -> Check:
+    return Check(name, "accepted", doc, (column,), values, severity=severity)
+
+
+def unique(*columns: str, name: str, doc: str, where: str = "", severity="error") -> Check:
+    return Check(name, "unique", doc, columns, where=where, severity=severity)
+
+
+def row_count(
+    name: str, equals: str, *, doc: str, where: str = "", on: tuple[str, ...] = (), severity="error"
+) -> Check:
+    return Check(name, "row_count", doc, on, equals, where=where, severity=severity)
 
 
 @dataclass(frozen=True)
@@ -61,6 +117,7 @@ class Table:
     partitioned_by: tuple[str, ...] = ()  # Iceberg partition transforms in Spark SQL
     primary_key: tuple[str, ...] = ()
     properties: dict[str, str] = field(default_factory=dict, hash=False)  # Iceberg table properties
+    checks: tuple[Check, ...] = ()
 
     @property
     def column_names(self) -> list[str]:
@@ -80,6 +137,7 @@ class Model:
     name: str
     description: str
     columns: tuple[Column, ...] = ()
+    checks: tuple[Check, ...] = ()
 
 
 Dataset = PublishedFiles | LandedFiles | Table | Model
@@ -91,16 +149,16 @@ Dataset = PublishedFiles | LandedFiles | Table | Model
 # The one target schema every TLC file (2022-2025 shapes) is cast to; `source` names its column in
 # the published file (the case varies by year).
 YELLOW_TRIP_COLUMNS: tuple[Column, ...] = (
-    Column("vendor_id", "INT", "TPEP provider: 1 Creative Mobile, 2 Curb, 6 Myle, 7 Helix (source VendorID)", source="VendorID"),
+    Column("vendor_id", "INT", "TPEP provider: 1 Creative Mobile, 2 Curb, 6 Myle, 7 Helix (source VendorID)", source="VendorID", categorical=True),
     Column("pickup_datetime", "TIMESTAMP_NTZ", "Meter engaged, New York local wall-clock time (source tpep_pickup_datetime)", source="tpep_pickup_datetime"),
     Column("dropoff_datetime", "TIMESTAMP_NTZ", "Meter disengaged, New York local wall-clock time (source tpep_dropoff_datetime)", source="tpep_dropoff_datetime"),
-    Column("passenger_count", "BIGINT", "Passengers, as entered by the driver", source="passenger_count"),
+    Column("passenger_count", "BIGINT", "Passengers, as entered by the driver", source="passenger_count", categorical=True),
     Column("trip_distance", "DOUBLE", "Miles reported by the taximeter", source="trip_distance"),
-    Column("ratecode_id", "BIGINT", "Final rate code; 99 = unknown (source RatecodeID)", source="RatecodeID"),
-    Column("store_and_fwd_flag", "STRING", "Y/N: trip record held in vehicle memory before sending", source="store_and_fwd_flag"),
-    Column("pickup_location_id", "INT", "TLC taxi zone of pickup, 1..265 (source PULocationID)", source="PULocationID"),
-    Column("dropoff_location_id", "INT", "TLC taxi zone of drop-off, 1..265 (source DOLocationID)", source="DOLocationID"),
-    Column("payment_type", "BIGINT", "0 flex fare, 1 credit card, 2 cash, 3 no charge, 4 dispute, 5 unknown, 6 voided", source="payment_type"),
+    Column("ratecode_id", "BIGINT", "Final rate code; 99 = unknown (source RatecodeID)", source="RatecodeID", categorical=True),
+    Column("store_and_fwd_flag", "STRING", "Y/N: trip record held in vehicle memory before sending", source="store_and_fwd_flag", categorical=True),
+    Column("pickup_location_id", "INT", "TLC taxi zone of pickup, 1..265 (source PULocationID)", source="PULocationID", categorical=True),
+    Column("dropoff_location_id", "INT", "TLC taxi zone of drop-off, 1..265 (source DOLocationID)", source="DOLocationID", categorical=True),
+    Column("payment_type", "BIGINT", "0 flex fare, 1 credit card, 2 cash, 3 no charge, 4 dispute, 5 unknown, 6 voided", source="payment_type", categorical=True),
     Column("fare_amount", "DOUBLE", "Time-and-distance fare, USD", source="fare_amount"),
     Column("extra", "DOUBLE", "Miscellaneous extras and surcharges, USD", source="extra"),
     Column("mta_tax", "DOUBLE", "MTA tax, USD", source="mta_tax"),
@@ -137,6 +195,34 @@ TLC_YELLOW_TRIPDATA_LANDED = LandedFiles(
 # Each data file's exact bounds of source_file (Iceberg keeps the first 16 characters by default, the
 # same for every month's file name): a read of one file's trips in raw skips every other month's files.
 BY_SOURCE_FILE = {"write.metadata.metrics.column.source_file": "full"}
+# A month's trips as the TLC publishes them, checked as they are staged: the merge publishes a month
+# into raw only when no error check failed (audit before publish); warnings are the TLC's own quirks,
+# kept as published (docs/sources.md).
+TAXI_MONTH_CHECKS: tuple[Check, ...] = (
+    row_count("rows_as_landed", "${landed_rows}", severity="error",
+              doc="Every trip of the landed file is staged once: as many rows as the file's parquet footer says"),
+    not_null("pickup_datetime", name="pickup_present",
+             doc="A trip without a pickup time is on no day (kept as published, placed by its file)"),
+    expect("pickup_in_month", "pickup_datetime >= TIMESTAMP_NTZ'${month_start}' AND pickup_datetime < TIMESTAMP_NTZ'${next_month_start}'",
+           on=("pickup_datetime",), severity="error", tolerance=0.01,
+           doc="A month's file holds that month's trips: real files carry tens of stray pickups, some years off "
+               "(warned of); more than 1 % elsewhere is another month's file or a broken one, and stops the load"),
+    expect("dropoff_after_pickup", "dropoff_datetime > pickup_datetime", on=("pickup_datetime", "dropoff_datetime"),
+           doc="About 0.06 % of real trips end at or before they start (kept as published)"),
+    expect("trip_within_3_hours", "dropoff_datetime <= pickup_datetime + INTERVAL 3 HOURS", on=("pickup_datetime", "dropoff_datetime"),
+           doc="Meters left running: trips over 3 hours (kept as published)"),
+    expect("total_positive", "total_amount > 0", on=("total_amount",),
+           doc="Refunds and disputes have negative or zero totals, about 4 % of real trips (kept as published)"),
+    expect("fare_and_distance_plausible", "fare_amount <= 10000 AND trip_distance <= 1000", on=("fare_amount", "trip_distance"),
+           doc="Absurd extremes seen in real files (a fare of 323,800, a distance of 318,608), kept as published"),
+    expect("not_flex_fare", "payment_type <> 0", on=("payment_type",),
+           doc="Flex fares (payment type 0): the TLC leaves passenger_count, ratecode_id, store_and_fwd_flag, "
+               "congestion_surcharge and airport_fee null on them, 10-29 % of the rows in 2025 (kept as published)"),
+    expect("pickup_zone_known", "pickup_location_id BETWEEN 1 AND 265", on=("pickup_location_id",),
+           doc="A taxi zone of the TLC's lookup (1..265); others are counted in no zone's actuals"),
+    accepted_values("vendor_id", "1, 2, 6, 7", name="vendor_known",
+                    doc="The TPEP providers the data dictionary lists (1, 2, 6, 7)"),
+)
 YELLOW_TAXI_STAGING = Table(
     name="yellow_taxi_staging",
     description="One landed TLC month, cast to the target schema; replaced on every load",
@@ -146,6 +232,7 @@ YELLOW_TAXI_STAGING = Table(
     # written here (core/appends.py), instead of being written a second time.
     partitioned_by=("days(pickup_datetime)",),
     properties=BY_SOURCE_FILE,
+    checks=TAXI_MONTH_CHECKS,
 )
 YELLOW_TAXI_RAW = Table(
     name="yellow_taxi_raw",
@@ -155,6 +242,12 @@ YELLOW_TAXI_RAW = Table(
     partitioned_by=("days(pickup_datetime)",),
     primary_key=("row_key",),
     properties=BY_SOURCE_FILE,
+    checks=(
+        # from Iceberg's manifests (each data file's source_file bounds and record count): no data read
+        row_count("month_rows_as_staged", "${staged_rows}", where="source_file IN (${source_files})", on=("source_file",),
+                  doc="After a merge raw holds the month's staged trips, each once: a month appended twice, or a "
+                      "MERGE that lost rows, fails here (the commit stands: roll it back and load the month again)"),
+    ),
 )
 
 # ---- NOAA nClimGrid-Daily county weather --------------------------------------------------------
@@ -184,21 +277,34 @@ NOAA_NCLIMGRID_DAILY_COUNTY_LANDED = LandedFiles(
     file_name="{var}-{year:04d}{month:02d}-cty-{status}.csv",
 )
 WEATHER_COLUMNS: tuple[Column, ...] = (
-    Column("county_code", "STRING", "NOAA region code: 2-digit NOAA state code + 3-digit county FIPS (NYC: 30005, 30047, 30061, 30081, 30085)", nullable=False),
+    Column("county_code", "STRING", "NOAA region code: 2-digit NOAA state code + 3-digit county FIPS (NYC: 30005, 30047, 30061, 30081, 30085)", nullable=False, categorical=True),
     Column("county_name", "STRING", "NOAA region name, e.g. 'NY: New York County'"),
     Column("date", "DATE", "Calendar day", nullable=False),
     Column("tmax_c", "DOUBLE", "Daily maximum temperature, degrees C"),
     Column("tmin_c", "DOUBLE", "Daily minimum temperature, degrees C"),
     Column("tavg_c", "DOUBLE", "Daily average temperature, degrees C"),
     Column("prcp_mm", "DOUBLE", "Daily precipitation, mm"),
-    Column("source_status", "STRING", "'prelim' (current month, revised daily) or 'scaled' (final)", nullable=False),
+    Column("source_status", "STRING", "'prelim' (current month, revised daily) or 'scaled' (final)", nullable=False, categorical=True),
     Column("ingested_at", "TIMESTAMP", "When the row was loaded (UTC instant)", nullable=False),
+)
+WEATHER_MONTH_CHECKS: tuple[Check, ...] = (
+    unique("county_code", "date", name="county_day_unique", doc="One row per county and day"),
+    row_count("every_county_day", "${counties} * ${days}", on=("county_code", "date"),
+              doc="Every county has every day: of the whole month once its files are final (-scaled), up to "
+                  "the last day published while they are preliminary (-prelim)"),
+    expect("values_present", "tmax_c IS NOT NULL AND tmin_c IS NOT NULL AND tavg_c IS NOT NULL AND prcp_mm IS NOT NULL",
+           on=("tmax_c", "tmin_c", "tavg_c", "prcp_mm"), doc="NOAA's -999.99 (missing) in one variable of a county-day"),
+    expect("prcp_not_negative", "prcp_mm >= 0", on=("prcp_mm",), severity="error",
+           doc="Precipitation is never negative: a negative value is a damaged file"),
+    expect("tavg_between_tmin_and_tmax", "tavg_c BETWEEN tmin_c - 0.02 AND tmax_c + 0.02", on=("tavg_c", "tmin_c", "tmax_c"),
+           doc="NOAA's daily average is the mean of the minimum and maximum (to 0.02 degrees)"),
 )
 WEATHER_STAGING = Table(
     name="weather_staging",
     description="One month of New York City county weather, one row per county and day; replaced on every load",
     layer="staging",
     columns=WEATHER_COLUMNS,
+    checks=WEATHER_MONTH_CHECKS,
 )
 WEATHER_RAW = Table(
     name="weather_raw",
@@ -207,6 +313,11 @@ WEATHER_RAW = Table(
     columns=WEATHER_COLUMNS,
     partitioned_by=("years(date)",),
     primary_key=("county_code", "date"),
+    checks=(
+        unique("county_code", "date", name="month_county_day_unique",
+               where="date >= DATE'${month_start}' AND date < DATE'${next_month_start}'",
+               doc="After a merge the month holds one row per county and day (its primary key)"),
+    ),
 )
 
 # ---- Demand forecasting -------------------------------------------------------------------------
@@ -215,13 +326,22 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
     description="Yellow taxi pickups per zone and New York local hour (zero-filled for zones active in the window)",
     layer="mart",
     columns=(
-        Column("pickup_location_id", "INT", "TLC taxi zone of pickup", nullable=False),
+        Column("pickup_location_id", "INT", "TLC taxi zone of pickup", nullable=False, categorical=True),
         Column("pickup_hour", "TIMESTAMP_NTZ", "Start of the New York local wall-clock hour", nullable=False),
         Column("ride_count", "BIGINT", "Trips picked up in that zone and hour", nullable=False),
         Column("computed_at", "TIMESTAMP", "When the count was computed (UTC instant)", nullable=False),
     ),
     partitioned_by=("months(pickup_hour)",),
     primary_key=("pickup_location_id", "pickup_hour"),
+    # checked on the window's counts before they are written: a window that fails is not committed
+    checks=(
+        unique("pickup_location_id", "pickup_hour", name="zone_hour_unique", doc="One count per zone and hour"),
+        row_count("every_zone_hour", "count(DISTINCT pickup_location_id) * ${window_hours}", on=("pickup_location_id", "pickup_hour"),
+                  doc="Zero-filled: every zone with a ride in the window has a count for every hour of it"),
+        expect("ride_count_not_negative", "ride_count >= 0", on=("ride_count",), severity="error", doc="Counts are never negative"),
+        expect("zone_known", "pickup_location_id BETWEEN 1 AND 265", on=("pickup_location_id",), severity="error",
+               doc="Only the TLC's taxi zones are counted"),
+    ),
 )
 YELLOW_RIDES_FORECAST_MODEL = Model(
     name="yellow_rides_forecast_model",
@@ -234,22 +354,42 @@ YELLOW_RIDES_FORECAST_MODEL = Model(
         Column("daily_prcp_mm", "DOUBLE", "weather_adjusted only: NYC's mean precipitation per day of the "
                "training window and the horizon (a day with 1 mm or more is wet)"),
     ),
+    # checked on the fitted model (its history, one row per zone and hour) before it is used: DuckDB's SQL
+    checks=(
+        row_count("last_week_learned", "${zones} * 168", where="history_hour >= TIMESTAMP '${season_start}'", on=("history_hour",),
+                  doc="Every zone has the 168 hours before the forecast origin, which a seasonal-naive forecast "
+                      "repeats: a zone-hour missing there would be forecast as zero"),
+        expect("history_not_negative", "history_ride_count >= 0", on=("history_ride_count",), severity="error",
+               doc="Counts are never negative"),
+        expect("wet_factor_plausible", "wet_factor BETWEEN 0.5 AND 2", on=("wet_factor",),
+               doc="weather_adjusted: rain changes demand by less than half or double (NULL: the model has no factor)"),
+    ),
 )
 YELLOW_RIDES_HOURLY_FORECAST = Table(
     name="yellow_rides_hourly_forecast",
     description="Forecast yellow taxi pickups per zone and New York local hour",
     layer="mart",
     columns=(
-        Column("pickup_location_id", "INT", "TLC taxi zone of pickup", nullable=False),
+        Column("pickup_location_id", "INT", "TLC taxi zone of pickup", nullable=False, categorical=True),
         Column("forecast_hour", "TIMESTAMP_NTZ", "Start of the forecast New York local hour", nullable=False),
         Column("predicted_ride_count", "DOUBLE", "Forecast trips in that zone and hour", nullable=False),
-        Column("model_name", "STRING", "Model that produced the forecast", nullable=False),
+        Column("model_name", "STRING", "Model that produced the forecast", nullable=False, categorical=True),
         Column("model_version", "STRING", "Model version (Metaflow run pathspec of the training step)", nullable=False),
         Column("as_of_datetime", "TIMESTAMP_NTZ", "Forecast origin: last hour of data the model could see", nullable=False),
         Column("created_at", "TIMESTAMP", "When the forecast was written (UTC instant)", nullable=False),
     ),
     partitioned_by=("months(forecast_hour)",),
     primary_key=("pickup_location_id", "forecast_hour"),
+    # checked on the run's forecasts before they are written: forecasts that fail are not committed
+    checks=(
+        unique("pickup_location_id", "forecast_hour", name="zone_hour_unique", doc="One forecast per zone and hour"),
+        row_count("every_zone_hour", "${zones} * ${horizon_hours}", on=("pickup_location_id", "forecast_hour"),
+                  doc="A forecast for every zone the model learned and every hour of the horizon"),
+        expect("predicted_not_negative", "predicted_ride_count >= 0", on=("predicted_ride_count",), severity="error",
+               doc="Demand is never negative"),
+        expect("predicted_is_a_number", "NOT isnan(predicted_ride_count)", on=("predicted_ride_count",), severity="error",
+               doc="No NaN forecast"),
+    ),
 )
 
 # fmt: on

@@ -14,6 +14,7 @@ from typing import Any
 
 MONTH = "nyc-taxi.month"  # the period of the source a commit loaded, YYYY-MM
 LANDED_VERSION = "nyc-taxi.landed-version"  # the landed files (name@sha256, ...) a commit holds the rows of
+LANDED_ROWS = "nyc-taxi.landed-rows"  # a staging load: the rows its landed files hold (what its checks compare with)
 REPLACED_VERSION = "nyc-taxi.replaced-version"  # the landed version whose rows it replaced
 COMMITTED_BY = "nyc-taxi.committed-by"  # the task run that committed it (<dag>/<task>/<run>): stable across tries
 

@@ -123,6 +123,11 @@ def pinned(table: Table, snapshot, settings: Settings | None = None) -> str:
     return f"{name} VERSION AS OF {snapshot_id}" if snapshot_id is not None else name
 
 
+def pinned_rows(spark, table: Table, snapshot, settings: Settings | None = None):
+    """The table's rows at ``snapshot`` as a Spark DataFrame."""
+    return spark.sql(f"SELECT * FROM {pinned(table, snapshot, settings)}")
+
+
 def ensure_tables(tables: list[Table] | None = None, settings: Settings | None = None) -> list[str]:
     """Create the given registry tables (all by default) and their namespace if they do not exist yet,
     and give a table that exists the properties the registry declares for it now (a write setting or a

@@ -133,7 +133,8 @@ def expected_weather(site: Path, year: int, month: int, status: str) -> dict[tup
 
 
 def quality_counts(path: Path, year: int, month: int) -> dict[str, int]:
-    """Independent: the trips a consumer should know about, counted over the published file (pyarrow)."""
+    """Independent: the rows of the published file each row-by-row check of the staging table fails
+    (core/datasets.py's TAXI_MONTH_CHECKS, by name), counted over the file with pyarrow."""
     trips = pq.read_table(path)
     pickup, dropoff = trips["tpep_pickup_datetime"], trips["tpep_dropoff_datetime"]
     start = pa.scalar(dt.datetime(year, month, 1), pa.timestamp("us"))
@@ -144,17 +145,23 @@ def quality_counts(path: Path, year: int, month: int) -> dict[str, int]:
         return pc.sum(pc.fill_null(mask, False).cast(pa.int64())).as_py() or 0
 
     return {
-        "pickup_missing": count(pc.is_null(pickup)),
-        "pickup_outside_month": count(pc.or_(pc.less(pickup, start), pc.greater_equal(pickup, end))),
-        "dropoff_not_after_pickup": count(pc.less_equal(dropoff, pickup)),
-        "trip_over_3_hours": count(pc.greater(dropoff, pc.add(pickup, three_hours))),
-        "non_positive_total": count(pc.less_equal(trips["total_amount"], 0)),
-        "absurd_fare_or_distance": count(
+        "pickup_present": count(pc.is_null(pickup)),
+        "pickup_in_month": count(pc.or_(pc.less(pickup, start), pc.greater_equal(pickup, end))),
+        "dropoff_after_pickup": count(pc.less_equal(dropoff, pickup)),
+        "trip_within_3_hours": count(pc.greater(dropoff, pc.add(pickup, three_hours))),
+        "total_positive": count(pc.less_equal(trips["total_amount"], 0)),
+        "fare_and_distance_plausible": count(
             pc.or_(pc.greater(trips["fare_amount"], 10_000), pc.greater(trips["trip_distance"], 1_000))
         ),
-        "flex_fare_null_block": count(pc.equal(trips["payment_type"], 0)),
-        "unknown_pickup_zone": count(pc.or_(pc.less(trips["PULocationID"], 1), pc.greater(trips["PULocationID"], 265))),
+        "not_flex_fare": count(pc.equal(trips["payment_type"], 0)),
+        "pickup_zone_known": count(pc.or_(pc.less(trips["PULocationID"], 1), pc.greater(trips["PULocationID"], 265))),
+        "vendor_known": count(pc.invert(pc.is_in(trips["VendorID"], pa.array([1, 2, 6, 7], trips["VendorID"].type)))),
     }
+
+
+def row_checks(results) -> dict[str, int]:
+    """The failing rows of each row-by-row check among a report's check results (not the row counts)."""
+    return {r.check: r.failing for r in results if r.kind != "row_count"}
 
 
 def expected_daily_prcp(site, months: Iterable[tuple[int, int]]) -> dict[dt.date, float]:

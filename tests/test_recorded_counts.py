@@ -1,5 +1,5 @@
-"""The stage counts the merge's quality checks in the pass that writes staging, and records them for the
-snapshot it wrote (core/statistics.py). The merge reports the counts recorded for the snapshot it
+"""The stage counts the staging table's checks in the pass that writes staging, and records them for the
+snapshot it wrote (core/statistics.py). The merge judges the counts recorded for the snapshot it
 merges without scanning staging again, and counts for itself when the record is another snapshot's or
 another definition's. Every count is checked against an independent count over the published file."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from expected_loads import quality_counts
+from expected_loads import quality_counts, row_checks
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import load_table
@@ -31,7 +31,15 @@ def _stage(site, year: int, month: int, rows: int, seed: int) -> tuple[dict[str,
     record = json.loads(table.properties[COUNTS_PROPERTY])
     assert record["snapshot-id"] == table.current_snapshot().snapshot_id
     expected = quality_counts(path, year, month)
-    assert record["counts"] == {"row_count": rows, **expected}
+    counts = record["counts"]
+    assert {name: counts[name] for name in expected} == expected
+    assert all(counts[f"{name}:rows"] == rows for name in expected)
+    assert (counts["rows_as_landed"], counts["rows_as_landed:rows"], counts["rows_as_landed:expected"]) == (
+        0,
+        rows,
+        rows,
+    )
+    assert {r["check"]: r["failing"] for r in record["results"] if r["kind"] != "row_count"} == expected
     return expected, record
 
 
@@ -44,23 +52,23 @@ def _merged_checks(year: int, month: int) -> dict[str, int]:
     from nyc_taxi.ingest import taxi
 
     report = taxi.merge_into_raw(year, month)
-    return {check.name: check.rows for check in report.inputs[0].checks}
+    return row_checks(report.inputs[0].checks)
 
 
 def test_the_merge_reports_the_counts_the_stage_recorded_and_counts_itself_when_none_fit(spark, site, settings):
     ensure_tables([STAGING, RAW])
     expected, record = _stage(site, 2021, 3, rows=5_000, seed=31)
-    assert expected["pickup_outside_month"] > 0 and expected["non_positive_total"] > 0  # counts worth checking
+    assert expected["pickup_in_month"] > 0 and expected["total_positive"] > 0  # counts worth checking
     assert _merged_checks(2021, 3) == expected
 
     # The merge takes the record for its snapshot as it is: counts no scan could give show it read them.
     expected, record = _stage(site, 2021, 4, rows=4_000, seed=32)
-    recorded = {name: rows + 1 for name, rows in record["counts"].items()}
+    recorded = {**record["counts"], **{name: rows + 1 for name, rows in expected.items()}}
     _rewrite_record({**record, "counts": recorded})
     assert _merged_checks(2021, 4) == {name: rows + 1 for name, rows in expected.items()}
     # So does the merge of a month raw holds (a republication): its content hash needs a scan, its counts not.
     expected, record = _stage(site, 2021, 4, rows=3_500, seed=36)
-    _rewrite_record({**record, "counts": {name: rows + 1 for name, rows in record["counts"].items()}})
+    _rewrite_record({**record, "counts": {**record["counts"], **{name: rows + 1 for name, rows in expected.items()}}})
     assert _merged_checks(2021, 4) == {name: rows + 1 for name, rows in expected.items()}
 
     # A record of another snapshot, or counted by another definition, is not used: the merge scans.
@@ -69,7 +77,7 @@ def test_the_merge_reports_the_counts_the_stage_recorded_and_counts_itself_when_
     _rewrite_record({**record, "snapshot-id": previous, "counts": recorded})
     assert _merged_checks(2021, 5) == expected
     expected, record = _stage(site, 2021, 6, rows=2_000, seed=34)
-    _rewrite_record({**record, "definition-sha256": "0" * 64, "counts": {**recorded, "row_count": 2_000}})
+    _rewrite_record({**record, "definition-sha256": "0" * 64, "counts": recorded})
     assert _merged_checks(2021, 6) == expected
     expected, record = _stage(site, 2021, 7, rows=1_000, seed=35)
     _rewrite_record("counted by hand")  # not a record at all

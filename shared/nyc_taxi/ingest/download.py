@@ -19,7 +19,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from nyc_taxi.core.datasets import LandedFiles, PublishedFiles
@@ -45,6 +45,7 @@ class FileVersion:
     sha256: str
     etag: str | None = None
     last_modified: str | None = None
+    rows: int | None = None  # the rows the file holds, as its check read them (None: landed before it was kept)
 
     @property
     def published_version(self) -> str:
@@ -178,12 +179,13 @@ def _get(url: str, known: FileVersion | None, dest: Path, timeout: float) -> Fil
 
 
 def fetch(
-    url: str, location: str, validate: Callable[[Path, str], None], settings: Settings, timeout: float = 300.0
+    url: str, location: str, validate: Callable[[Path, str], int], settings: Settings, timeout: float = 300.0
 ) -> Landed:
     """Land ``url`` at ``location`` unless the landed copy is the server's current version.
 
-    ``validate(path, origin)`` raises BadSourceFile for anything the source would not publish; the
-    landed file is replaced only by a file that passed it, and its record only after the file.
+    ``validate(path, origin)`` raises BadSourceFile for anything the source would not publish, and returns
+    the rows the file holds (kept in its record: what staging it must give); the landed file is replaced
+    only by a file that passed it, and its record only after the file.
     """
     lake = lakehouse(settings)
     known = landed_version(location, settings)
@@ -206,7 +208,7 @@ def fetch(
         if fetched is None:
             log.info("not modified since it landed (%s): %s", known.published_version, location)
             return Landed(location, known, fetched=False)
-        validate(path, url)
+        fetched = replace(fetched, rows=validate(path, url))
         if known is not None:
             _retain(location, known, settings)
         lake.publish(path, location)

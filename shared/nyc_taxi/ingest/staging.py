@@ -11,14 +11,17 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from nyc_taxi.core.catalog import current_snapshot
+from nyc_taxi.core import quality
+from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.datasets import LandedFiles, Table
 from nyc_taxi.core.naming import spark_table
+from nyc_taxi.core.profiles import distinct_aggregates, profile
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.core.snapshots import LANDED_VERSION
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.statistics import observing, record_counts
+from nyc_taxi.core.tables import pinned_rows
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.lineage.write.report import DatasetUse, StepReport
@@ -64,27 +67,42 @@ def stage(
     landed_view: Callable[[object], str],
     settings: Settings,
     summary: dict,
+    check_values: dict[str, object],
+    key: tuple[str, ...],
+    properties: dict[str, str] | None = None,
     empty: Callable[[], Exception] | None = None,
     small: bool = False,
-    counted: dict[str, str] | None = None,
     **values: object,
 ) -> StepReport:
-    """Replace ``staging`` with ``statement`` (a SELECT over the landed files' view) unless it holds ``version``.
+    """Replace ``staging`` with ``statement`` (a SELECT over the landed files' view) unless it holds ``version``,
+    and check what it wrote.
 
     ``landed_view(spark)`` registers the landed files as a view and returns its name; ``empty()``, if
     given, is the error to raise when the statement selects no rows (nothing is written then);
-    ``small``: the rows staged are few (the session's quick JIT tier, see ``get_spark``); ``counted``:
-    aggregates (name: Spark SQL) counted in the write's own pass and recorded for the new staging
-    snapshot (``core/statistics.py``), for a later step to read instead of scanning staging again. The
-    column lineage is the statement's, as DataHub's SQL parser reads it.
+    ``small``: the rows staged are few (the session's quick JIT tier, see ``get_spark``); ``properties``: more
+    of the load's facts for its snapshot summary. The staging
+    table's declared checks (their ``${…}`` placeholders from ``check_values``; ``key``: the columns that
+    name a failing row in the results' examples) and its categorical
+    columns' distinct values are counted in the write's own pass (Spark's ``observe``; a check Spark cannot
+    observe, such as a unique key, in one more pass over what was written) and recorded for the new
+    snapshot (``core/statistics.py``): the merge publishes the batch only if no error check failed, and
+    reads the counts instead of scanning staging again. The column lineage is the statement's, as
+    DataHub's SQL parser reads it.
     """
     from nyc_taxi.lineage.write.columns import Statement, column_lineage
 
     columns = column_lineage(
         staging, [Statement(sql, statement, reads={"landed": "landed"}, values=values)], {"landed": landed}, settings
     )
+    checks = quality.aggregates(staging.checks, check_values)  # what the record's digest names
+    observed = {
+        **quality.aggregates([c for c in staging.checks if quality.observable(c)], check_values),
+        **distinct_aggregates(staging),
+    }
+    later = {name: sql for name, sql in checks.items() if name not in observed}
     snapshot = current_snapshot(staging, settings)
     committed = not (snapshot and snapshot.summary.get(LANDED_VERSION) == version)
+    results, profiled = [], None
     if committed:
         from pyspark.sql.functions import lit
 
@@ -96,10 +114,12 @@ def stage(
             raise empty()
 
         def write():
-            written, observation = observing(frame, counted) if counted else (frame, None)
+            written, observation = observing(frame, observed)
+            writer = written.writeTo(spark_table(staging, settings))
+            for key, value in {LANDED_VERSION: version, **(properties or {})}.items():
+                writer = writer.option(f"snapshot-property.{key}", value)
             (
-                written.writeTo(spark_table(staging, settings))
-                .option(f"snapshot-property.{LANDED_VERSION}", version)
+                writer
                 # One load from a few files: each task writes its own file per partition, with no
                 # shuffle to gather a partition's rows first (a month into daily partitions: 1-2 s less).
                 .option("distribution-mode", "none")
@@ -111,13 +131,34 @@ def stage(
 
         observation = retry_on_conflict(f"staging {staging.name}", write)
         snapshot = current_snapshot(staging, settings)
-        if observation is not None and snapshot.summary.get(LANDED_VERSION) == version:  # this write's snapshot
+        if snapshot.summary.get(LANDED_VERSION) == version:  # this write's snapshot: its counts are its rows'
+            counts = dict(observation.get)
+            if later:
+                counts |= quality.count_frame(pinned_rows(spark, staging, snapshot, settings), later)
+            results = quality.judge(staging.name, staging.checks, counts, str(snapshot.snapshot_id), check_values)
+            if failed := {r.check for r in quality.stopping(results)}:  # a few of their rows, for the record
+                written = pinned_rows(spark, staging, snapshot, settings)
+                results = quality.with_examples(
+                    results,
+                    {
+                        c.name: quality.failing_examples(written, c, check_values, key)
+                        for c in staging.checks
+                        if c.name in failed
+                    },
+                )
+            iceberg = load_table(staging, settings)
+            profiled = profile(staging, iceberg, snapshot.snapshot_id, counts)
             try:
-                record_counts(staging, snapshot.snapshot_id, counted, observation.get, settings)
+                record_counts(staging, snapshot.snapshot_id, checks, counts, settings, results)
             except Exception:  # the load stands: a reader without the record counts for itself
                 log.warning(
                     "could not record %s's counts; the merge will count them by scanning", staging.name, exc_info=True
                 )
+            for result in results:
+                if not result.passed:
+                    log.info(
+                        "check %s on %s snapshot %s: %s", result.status, staging.name, result.version, result.summary()
+                    )
     rows = int(snapshot.summary.get("total-records", 0))
     return StepReport(
         inputs=[DatasetUse(landed, version=version, locations=tuple(locations))],
@@ -129,6 +170,8 @@ def stage(
                 operation="INSERT",
                 committed=committed,
                 columns=columns,
+                checks=results,
+                profile=profiled,
             )
         ],
         summary={**summary, "staged_rows": rows, "restaged": committed},

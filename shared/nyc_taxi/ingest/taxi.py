@@ -17,6 +17,7 @@ from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.snapshots import (
     COMMITTED_BY,
+    LANDED_ROWS,
     LANDED_VERSION,
     MONTH,
     REPLACED_VERSION,
@@ -25,21 +26,22 @@ from nyc_taxi.core.snapshots import (
     own_commit,
 )
 from nyc_taxi.core.sql import SqlFolder
-from nyc_taxi.core.statistics import recorded_counts
-from nyc_taxi.core.tables import pinned
+from nyc_taxi.core.tables import pinned, pinned_rows
 from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.ingest import download
+from nyc_taxi.ingest.audit import audit_staged, check_published
 from nyc_taxi.ingest.common import month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
-from nyc_taxi.lineage.write.report import Check, DatasetUse, StepReport
+from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
 log = logging.getLogger(__name__)
 SQL = SqlFolder(__file__)
 
 PUBLISHED, LANDED = d.TLC_YELLOW_TRIPDATA_PUBLISHED, d.TLC_YELLOW_TRIPDATA_LANDED
 STAGING, RAW = d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW
+ROW_KEY = RAW.primary_key  # what names a staged trip (staging has raw's columns)
 OPTIONAL_SOURCE_COLUMNS = {"cbd_congestion_fee"}  # published from 2025-01 on
 # Which Arrow types each target type accepts (2022-2023 files carry counts as double).
 _ACCEPTS = {
@@ -51,8 +53,8 @@ _ACCEPTS = {
 }
 
 
-def validate_trip_file(path: Path, origin: str) -> None:
-    """Raise BadSourceFile unless ``path`` is a complete TLC trip parquet file with usable columns."""
+def validate_trip_file(path: Path, origin: str) -> int:
+    """Raise BadSourceFile unless ``path`` is a complete TLC trip parquet file with usable columns; its rows."""
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(4)
@@ -91,6 +93,7 @@ def validate_trip_file(path: Path, origin: str) -> None:
             + "; ".join(([f"missing columns {', '.join(missing)}"] if missing else []) + wrong)
             + ". Nothing was loaded; compare the file with the published data dictionary."
         )
+    return meta.num_rows
 
 
 def download_published_file(year: int, month: int, settings: Settings | None = None) -> StepReport:
@@ -141,11 +144,22 @@ def _landed_view(spark, locations: list[str], settings: Settings) -> str:
     return "landed_yellow_taxi"
 
 
+def _landed_rows(location: str, settings: Settings) -> int:
+    """The trips of a landed file: as its download's check read them, else from its parquet footer."""
+    known = download.landed_version(location, settings)
+    if known is not None and known.rows is not None:
+        return known.rows
+    with lakehouse(settings).local_copy(location) as path:  # landed before its rows were kept
+        return pq.ParquetFile(path).metadata.num_rows
+
+
 def stage_landed_file(year: int, month: int, settings: Settings | None = None) -> StepReport:
-    """Replace staging with the landed month cast to the target schema (unless it already holds it)."""
+    """Replace staging with the landed month cast to the target schema (unless it already holds it), its
+    checks counted as it is written."""
     settings = settings or get_settings()
     location = landed_location(LANDED, year, month, settings)
     version = landed_file_version(LANDED, [location], settings)
+    rows = _landed_rows(location, settings)
     return stage(
         SQL,
         "stage_yellow_taxi",
@@ -156,7 +170,9 @@ def stage_landed_file(year: int, month: int, settings: Settings | None = None) -
         lambda spark: _landed_view(spark, [location], settings),
         settings,
         summary={"month": month_label(year, month), "file": Path(location).name},
-        counted=_quality_counts(year, month),  # counted as staging is written: the merge need not scan it
+        check_values=_check_values(year, month, rows),
+        key=ROW_KEY,
+        properties={LANDED_ROWS: str(rows)},
     )
 
 
@@ -185,14 +201,9 @@ def _month_values(year: int, month: int) -> dict[str, str]:
     return {"month_start": f"{start} 00:00:00", "next_month_start": f"{end} 00:00:00"}
 
 
-def _quality_counts(year: int, month: int) -> dict[str, str]:
-    """The quality statement's counts as aggregate expressions over a month's staged rows; not the
-    content hashes' sum (only a month raw already holds is hashed, and a sum of zeros would still cost
-    a decimal addition per row)."""
-    aggregates = SQL.aggregates(
-        "yellow_taxi_quality", staging="staged", staged_content_hash="0", **_month_values(year, month)
-    )
-    return {name: expression for name, expression in aggregates.items() if name != "content"}
+def _check_values(year: int, month: int, landed_rows: int) -> dict[str, object]:
+    """What the staged month's checks compare with: the month's bounds and the landed file's rows."""
+    return {**_month_values(year, month), "landed_rows": landed_rows}
 
 
 def _content_hash(alias: str) -> str:
@@ -205,13 +216,13 @@ def _content_hash(alias: str) -> str:
 def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> StepReport:
     """Make raw hold exactly the staged version of the month's file: a new month joins as its staged
     files; for a month raw holds, one commit writes its new and changed trips and removes the trips the
-    file no longer has. An unchanged month commits nothing. Quality counted, nothing dropped."""
+    file no longer has. An unchanged month commits nothing. A batch that fails an error check of its
+    staging table is refused before raw changes (ChecksFailed); warnings are kept as published."""
     from nyc_taxi.core.spark import get_spark, start_spark
 
     settings = settings or get_settings()
     start_spark(settings)  # the JVM starts while the batch is found in the catalog's metadata
     staged_snapshot = current_snapshot(STAGING, settings)
-    staging_table = load_table(STAGING, settings) if staged_snapshot else None  # its metadata: files, counts
     staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
     # The batch, from staging's metadata (no scan): its rows, the files they came from and their version.
     # Every read of raw is limited to those files' rows (pruned by raw's source_file bounds).
@@ -220,29 +231,37 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     version = staged_snapshot.summary.get(LANDED_VERSION) if staged_snapshot else None
     label = month_label(year, month)
     hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
-    bounds = _month_values(year, month)
-    counted: dict[bool, dict] = {}
+    before = current_snapshot(RAW, settings)
     spark = get_spark(settings)
 
-    # The counts the stage recorded for its snapshot as it wrote it (table metadata, no scan), if they fit.
-    recorded = (
-        recorded_counts(staging_table, staged_snapshot.snapshot_id, _quality_counts(year, month))
-        if staged_snapshot is not None
-        else None
+    # Audit before publish: the staged batch's checks, as the stage counted them while it wrote the
+    # snapshot (table metadata, no scan), else counted here. An error stops the merge before raw changes.
+    landed_rows = staged_snapshot.summary.get(LANDED_ROWS) if staged_snapshot else None
+    checked = audit_staged(
+        STAGING,
+        RAW,
+        staged_snapshot,
+        _check_values(
+            year,
+            month,
+            int(landed_rows) if landed_rows else _landed_rows(landed_location(LANDED, year, month, settings), settings),
+        ),
+        before,
+        spark,
+        settings,
+        label,
+        publisher="the TLC",
+        shown=ROW_KEY,
     )
+    fingerprint: list[dict] = []
 
-    def quality(fingerprint: bool = False) -> dict:
-        """The staged batch's quality counts, with the exact sum of its content hashes if asked (only
-        when raw holds rows of the batch: a new month is not hashed). The recorded counts, else one scan
-        of staging; the hash always needs the scan."""
-        if fingerprint not in counted:
-            hashed = hashes["staged_content_hash"] if fingerprint else "0"
-            counted[fingerprint] = (None if fingerprint else recorded) or SQL.run(
-                spark, "yellow_taxi_quality", staging=staging, staged_content_hash=hashed, **bounds
-            ).first().asDict()
-        return counted[fingerprint]
+    def staged_fingerprint() -> dict:
+        """The staged batch's rows and the exact sum of their content hashes (one scan of staging; only
+        when raw holds rows of the batch: a new month is not hashed)."""
+        if not fingerprint:
+            fingerprint.append(SQL.run(spark, "yellow_taxi_fingerprint", staging=staging, **hashes).first().asDict())
+        return fingerprint[0]
 
-    before = current_snapshot(RAW, settings)
     replaced: list[str | None] = [None]  # the landed version raw held of the month, when this load replaces it
 
     def write() -> RowChanges:
@@ -258,7 +277,6 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
             spark, "yellow_taxi_held", raw=pinned(RAW, base, settings), source_files=source_files, **hashes
         ).first()
         if held.row_count == 0:  # a new month: staging's files join raw as they are
-            quality()  # counted before the commit: a task that fails after it would commit nothing on its retry
             added = RowChanges(added=row_count)
             summary |= added.as_summary()
             appended = append_staged_files(
@@ -276,7 +294,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
             elif appended != row_count:
                 raise RuntimeError(f"appended {appended} rows of a staged batch of {row_count}")
             return added
-        staged = quality(fingerprint=True)
+        staged = staged_fingerprint()
         if (staged["row_count"], staged["content"]) == (held.row_count, held.content):
             return RowChanges()  # raw already holds exactly this batch: commit nothing
         replaced[0] = held_version(load_table(RAW, settings), label)
@@ -293,14 +311,6 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         )
 
     changes = retry_on_conflict(f"loading {RAW.name}", write)
-    counts = recorded or counted.get(True) or quality()  # the recorded counts, else those already taken
-    checks = [
-        Check(name, count, "pickup_datetime" if "pickup" in name or "trip" in name else None)
-        for name, count in counts.items()
-        if name not in ("row_count", "content")
-    ]
-    for check in checks:
-        log.info("quality: %-26s %8d rows (kept as the source has them)", check.name, check.rows)
     after = current_snapshot(RAW, settings)
     committed = _id(after) != _id(before)
     if not committed and (own := own_commit(load_table(RAW, settings), settings.task_run, label)) is not None:
@@ -339,20 +349,19 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         row_count,
         f" ({version} replaces {replaced[0]})" if replaced[0] else "",
     )
-    return StepReport(
-        inputs=[DatasetUse(STAGING, version=_id(staged_snapshot), row_count=row_count, checks=checks)],
-        outputs=[
-            DatasetUse(
-                RAW,
-                version=_id(after),
-                row_count=changes.written,
-                committed=committed,
-                columns=columns,
-                changes=changes if committed else None,
-                source_version=version if committed else None,
-                replaced_version=replaced[0] if committed else None,
-            )
-        ],
+    written = DatasetUse(
+        RAW,
+        version=_id(after),
+        row_count=changes.written,
+        committed=committed,
+        columns=columns,
+        changes=changes if committed else None,
+        source_version=version if committed else None,
+        replaced_version=replaced[0] if committed else None,
+    )
+    report = StepReport(
+        inputs=[DatasetUse(STAGING, version=_id(staged_snapshot), row_count=row_count, checks=checked)],
+        outputs=[written],
         summary={
             "month": label,
             "staged_rows": row_count,
@@ -361,9 +370,43 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
             "changed_rows": changes.changed,
             "removed_rows": changes.removed,
             **({"replaced_version": replaced[0]} if replaced[0] and committed else {}),
-            **{c.name: c.rows for c in checks},
+            **{f"check {r.check}": r.status for r in checked if not r.passed},
         },
     )
+    if committed:  # raw's own checks and profile, on the snapshot this run holds as its commit
+        names = staged_files(staged_snapshot)
+        check_published(
+            written,
+            RAW,
+            lambda iceberg: _month_rows_as_staged(iceberg, int(written.version), names, row_count, settings),
+            {"staged_rows": row_count, "source_files": source_files},
+            report,
+            settings,
+        )
+    return report
+
+
+def _month_rows_as_staged(iceberg, snapshot_id: int, names: list[str], staged: int, settings: Settings) -> dict:
+    """The count of raw's check ``month_rows_as_staged``: raw's rows of the landed files ``names`` at
+    ``snapshot_id``, from its manifests (each data file holds one source file's rows, and raw keeps the
+    exact bounds of ``source_file``); a file whose bounds do not say (one of several source files) is
+    counted by a scan of the batch's files."""
+    held = 0
+    for file in iceberg.inspect.data_files(snapshot_id).select(["record_count", "readable_metrics"]).to_pylist():
+        bounds = file["readable_metrics"]["source_file"]
+        low, high = bounds["lower_bound"], bounds["upper_bound"]
+        if low == high and low is not None:
+            held += file["record_count"] if low in names else 0
+        elif low is None or any(low <= name <= high for name in names):
+            from nyc_taxi.core.spark import get_spark
+
+            held = pinned_rows(get_spark(settings), RAW, snapshot_id, settings).where(batch_filter(names)).count()
+            break
+    return {
+        "month_rows_as_staged": abs(held - staged),
+        "month_rows_as_staged:rows": held,
+        "month_rows_as_staged:expected": staged,
+    }
 
 
 def _id(snapshot) -> str | None:

@@ -6,15 +6,17 @@ import logging
 from pathlib import Path
 
 from nyc_taxi.core import datasets as d
+from nyc_taxi.core import quality
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.snapshots import COMMITTED_BY, LANDED_VERSION, MONTH, REPLACED_VERSION, held_version, own_commit
 from nyc_taxi.core.sql import SqlFolder
-from nyc_taxi.core.tables import pinned
+from nyc_taxi.core.tables import pinned, pinned_rows
 from nyc_taxi.core.upserts import RowChanges, upsert_changes
 from nyc_taxi.ingest import download
+from nyc_taxi.ingest.audit import audit_staged, check_published
 from nyc_taxi.ingest.common import month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
@@ -39,8 +41,8 @@ NYC_COUNTIES = {
 }
 
 
-def validate_county_file(path: Path, origin: str) -> None:
-    """Raise BadSourceFile unless every row has the 37 nClimGrid fields and there is no header."""
+def validate_county_file(path: Path, origin: str) -> int:
+    """Raise BadSourceFile unless every row has the 37 nClimGrid fields and there is no header; its rows."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -49,9 +51,11 @@ def validate_county_file(path: Path, origin: str) -> None:
         raise BadSourceFile(f"{origin} is empty; nothing was loaded. Re-run once NOAA has published it.")
     if text.lstrip().lower().startswith(("<!doctype", "<html")):
         raise BadSourceFile(f"{origin} is an HTML page, not the county CSV: check NOAA_BASE_URL.")
+    rows = 0
     for number, line in enumerate(text.split("\n"), start=1):
         if not line:
             continue
+        rows += 1
         fields = line.split(",")
         if len(fields) != len(FIELDS):
             raise BadSourceFile(
@@ -64,6 +68,7 @@ def validate_county_file(path: Path, origin: str) -> None:
                 f"{origin} line {number} is not a data row (year {fields[3]!r}, month {fields[4]!r}): "
                 "nClimGrid county files have no header row. Nothing was loaded."
             )
+    return rows
 
 
 def _locations(year: int, month: int, status: str, settings: Settings) -> list[str]:
@@ -172,10 +177,20 @@ def stage_landed_files(year: int, month: int, settings: Settings | None = None) 
         lambda spark: _landed_view(spark, locations, settings),
         settings,
         summary={"month": month_label(year, month), "status": status},
+        check_values=_check_values(year, month, status),
+        key=RAW.primary_key,
         empty=no_rows,
         small=True,  # the five NYC counties of every US county's rows: a few hundred county-days a month
         **_stage_values(status),
     )
+
+
+def _check_values(year: int, month: int, status: str) -> dict[str, object]:
+    """What a staged month's checks compare with: every day of the month once its files are final; while
+    they are preliminary, the days up to the last one published (the day of the latest date staged)."""
+    start, end = month_bounds(year, month)
+    days = (end - start).days if status == "scaled" else "day(max(date))"
+    return {"counties": len(NYC_COUNTIES), "days": days, "month_start": str(start), "next_month_start": str(end)}
 
 
 def staged_rows(spark, locations: list[str], settings: Settings):
@@ -228,6 +243,18 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     start, end = month_bounds(year, month)
     values = {"month_start": str(start), "next_month_start": str(end), "status": _staged_status(staged_snapshot)}
     replaced = held_version(load_table(RAW, settings), label) if staged else None
+    checked = audit_staged(
+        STAGING,
+        RAW,
+        staged_snapshot,
+        _check_values(year, month, values["status"]),
+        before,
+        spark,
+        settings,
+        label,
+        publisher="NOAA",
+        shown=RAW.primary_key,
+    )
     summary = {MONTH: label, **({LANDED_VERSION: version} if version else {})}
     if settings.task_run:
         summary[COMMITTED_BY] = settings.task_run
@@ -267,20 +294,19 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         settings,
     )
     replaced_now = summary.get(REPLACED_VERSION) if committed else None
-    return StepReport(
-        inputs=[DatasetUse(STAGING, version=snapshot_id(staged_snapshot), row_count=staged)],
-        outputs=[
-            DatasetUse(
-                RAW,
-                version=snapshot_id(after),
-                row_count=changes.written,
-                committed=committed,
-                columns=columns,
-                changes=changes if committed else None,
-                source_version=version if committed else None,
-                replaced_version=replaced_now,
-            )
-        ],
+    written = DatasetUse(
+        RAW,
+        version=snapshot_id(after),
+        row_count=changes.written,
+        committed=committed,
+        columns=columns,
+        changes=changes if committed else None,
+        source_version=version if committed else None,
+        replaced_version=replaced_now,
+    )
+    report = StepReport(
+        inputs=[DatasetUse(STAGING, version=snapshot_id(staged_snapshot), row_count=staged, checks=checked)],
+        outputs=[written],
         summary={
             "month": label,
             "staged_rows": staged,
@@ -289,8 +315,22 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
             "changed_rows": changes.changed,
             "removed_rows": changes.removed,
             **({"replaced_version": replaced_now} if replaced_now else {}),
+            **{f"check {r.check}": r.status for r in checked if not r.passed},
         },
     )
+    if committed:  # raw's own checks (on the month's few hundred rows) and profile, on the snapshot written
+        bounds = {"month_start": str(start), "next_month_start": str(end)}
+        check_published(
+            written,
+            RAW,
+            lambda _: quality.count_frame(
+                pinned_rows(spark, RAW, int(written.version), settings), quality.aggregates(RAW.checks, bounds)
+            ),
+            bounds,
+            report,
+            settings,
+        )
+    return report
 
 
 def _staged_status(snapshot) -> str:

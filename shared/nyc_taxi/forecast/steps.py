@@ -6,16 +6,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
 from nyc_taxi.core import datasets as d
-from nyc_taxi.core import jobs
+from nyc_taxi.core import jobs, quality
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.intervals import Intervals
 from nyc_taxi.core.naming import spark_table
+from nyc_taxi.core.profiles import profile
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.snapshots import commit_properties, data_changes
 from nyc_taxi.core.sql import SqlFolder
@@ -92,6 +93,21 @@ class Window:
 
 def _version(snapshot) -> str | None:
     return str(snapshot.snapshot_id) if snapshot else None
+
+
+def _checked_version(table: d.Table, snapshot, checked: list[quality.CheckResult], settings: Settings):
+    """The checks a step made of the rows it was about to commit, now bound to the snapshot that holds
+    them, kept for the runs that read it; and that snapshot's profile."""
+    if not checked or snapshot is None:
+        return checked, None
+    checked = [replace(r, version=str(snapshot.snapshot_id)) for r in checked]
+    quality.record(table, snapshot.snapshot_id, checked, settings)
+    return checked, profile(table, load_table(table, settings), snapshot.snapshot_id)
+
+
+def _recorded_checks(table: d.Table, snapshot, settings: Settings) -> list[quality.CheckResult]:
+    """The check results the writer of ``snapshot`` recorded: what a run that reads it reports of it."""
+    return quality.recorded_results(load_table(table, settings), snapshot.snapshot_id) if snapshot else []
 
 
 def _scan(table: d.Table, column: str, start, end, settings: Settings, iceberg=None, snapshot=None):
@@ -208,6 +224,7 @@ def compute_actuals(
     window = Window.of(as_of, lookback_days, horizon_hours)
     hours = Intervals.of([(window.start, window.end)])
     bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
+    values = {"window_hours": hours.hours}
 
     def attempt() -> tuple:
         raw_table, actuals_table = load_table(RAW, settings), load_table(ACTUALS, settings)
@@ -216,7 +233,7 @@ def compute_actuals(
         valid = coverage.still_counted(raw_table, raw_snapshot) if coverage else Intervals()
         counted, kept = hours - valid, hours & valid
         if not counted and _held_exactly(actuals_table, before, window):
-            return raw_snapshot, counted, None, RowChanges()
+            return raw_snapshot, counted, None, RowChanges(), []
         from nyc_taxi.core.spark import get_spark
 
         spark = get_spark(settings, small=True)  # zone-hours: small data (a window's trips at most)
@@ -231,13 +248,30 @@ def compute_actuals(
         counts.createOrReplaceTempView("counts")
         computed = SQL.run(spark, "hourly_actuals", counts="counts", **bounds).persist()
         try:
-            rows = computed.count()
+            # the window's rows and their checks in one pass, before anything is committed
+            measured = quality.count_frame(computed, {"rows": "count(*)", **quality.aggregates(ACTUALS.checks, values)})
+            rows = int(measured["rows"])
             if rows == 0:
                 raise NoDataInWindow(
                     f"no yellow taxi trips in {RAW.name} between {window.start} and {window.end} "
                     f"(as_of_datetime {as_of.isoformat()}, lookback_days {lookback_days}): load those months with "
                     "the ingest_yellow_taxi_data DAG first, or choose an as_of_datetime inside the loaded data"
                 )
+            checked = quality.judge(ACTUALS.name, ACTUALS.checks, measured, None, values)
+            quality.refuse(
+                checked,
+                subject=f"the hourly counts of {window.start} – {window.end} (from {RAW.name} snapshot {_version(raw_snapshot)})",
+                consequence=f"nothing was committed ({ACTUALS.name} stays at snapshot {_version(before)})",
+                keep="Look at the counts' SQL files (forecast/sql/) and the raw trips of the window.",
+                examples=lambda check: quality.failing_examples(
+                    computed, check, values, ("pickup_location_id", "pickup_hour")
+                ),
+                checks=ACTUALS.checks,
+                report=lambda results: StepReport(
+                    inputs=[DatasetUse(RAW, version=_version(raw_snapshot))],
+                    outputs=[DatasetUse(ACTUALS, version=_version(before), committed=False, checks=results)],
+                ),
+            )
             computed.createOrReplaceTempView("computed_actuals")
             summary = {RAW_SNAPSHOT: _version(raw_snapshot) or "", COUNTED_HOURS: counted.text()}
             if not _holds_rows(actuals_table, before, "pickup_hour", *window.hours):
@@ -267,11 +301,12 @@ def compute_actuals(
             counts.unpersist()
         now = load_table(ACTUALS, settings).current_snapshot()
         Coverage(now.snapshot_id if now else None, raw_snapshot.snapshot_id, valid | hours).record(settings)
-        return raw_snapshot, counted, rows, changes
+        return raw_snapshot, counted, rows, changes, checked
 
     before = current_snapshot(ACTUALS, settings)
-    raw_snapshot, counted, rows, changes = retry_on_conflict(f"computing {ACTUALS.name}", attempt)
+    raw_snapshot, counted, rows, changes, checked = retry_on_conflict(f"computing {ACTUALS.name}", attempt)
     after = current_snapshot(ACTUALS, settings)
+    checked, profiled = _checked_version(ACTUALS, after, checked, settings)
     if rows is None:
         log.info(
             "%s already holds the window as %s snapshot %s has it: nothing counted, nothing committed",
@@ -315,7 +350,14 @@ def compute_actuals(
     )
     committed = _version(after) != _version(before)
     return StepReport(
-        inputs=[DatasetUse(RAW, version=_version(raw_snapshot), range=Range.of("pickup_datetime", *window.hours))],
+        inputs=[
+            DatasetUse(
+                RAW,
+                version=_version(raw_snapshot),
+                range=Range.of("pickup_datetime", *window.hours),
+                checks=_recorded_checks(RAW, raw_snapshot, settings),
+            )
+        ],
         outputs=[
             DatasetUse(
                 ACTUALS,
@@ -325,6 +367,8 @@ def compute_actuals(
                 committed=committed,
                 columns=columns,
                 changes=changes if committed else None,
+                checks=checked,
+                profile=profiled if committed else None,
             )
         ],
         summary={
@@ -342,6 +386,7 @@ class TrainingData:
     rows: pa.Table  # the window's actuals before the forecast origin: zone, hour, count
     daily_prcp_mm: dict[dt.date, float] = field(default_factory=dict)
     report: StepReport = field(default_factory=StepReport)
+    as_of: dt.datetime | None = None  # the forecast origin: the training window ends there
 
 
 def training_data(
@@ -360,6 +405,7 @@ def training_data(
                 version=_version(snapshot),
                 row_count=training.num_rows,
                 range=Range.of("pickup_hour", window.start, as_of),
+                checks=_recorded_checks(ACTUALS, snapshot, settings),
             )
         ],
         summary={"training_rows": training.num_rows},
@@ -375,7 +421,7 @@ def training_data(
                 f"({', '.join(json.dumps({'month': m}) for m in months)}), or train seasonal_naive"
             )
         report.inputs.append(weather)
-    return TrainingData(training, prcp, report)
+    return TrainingData(training, prcp, report, as_of)
 
 
 def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings, snapshot=None):
@@ -392,6 +438,7 @@ def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings
         version=_version(snapshot),
         row_count=rows.num_rows if rows is not None else 0,
         range=Range.of("date", first, after),
+        checks=_recorded_checks(WEATHER, snapshot, settings),
     )
     return {day: sum(v) / len(v) for day, v in per_day.items()}, read
 
@@ -404,22 +451,63 @@ class Trained:
 
 
 def train(data: TrainingData, model_name: str, version: str) -> Trained:
-    """Fit the model on the training data; ``version`` names this fit (the training step's pathspec)."""
+    """Fit the model on the training data and check it before any forecast uses it; ``version`` names this
+    fit (the training step's pathspec)."""
     kind = models.MODELS[model_name]
     fitted = kind.fit(data.rows, daily_prcp_mm=data.daily_prcp_mm)
     read = data.report.inputs[0]
-    uses = [DatasetUse(ACTUALS, version=read.version, row_count=data.rows.num_rows, range=read.range)]
+    uses = [
+        DatasetUse(ACTUALS, version=read.version, row_count=data.rows.num_rows, range=read.range, checks=read.checks)
+    ]
     uses += [u for u in data.report.inputs if u.dataset == WEATHER]
+    checked = _check_model(fitted, data, version, uses)
     report = StepReport(
         inputs=uses,
         outputs=[
             DatasetUse(
-                MODEL, version=version, operation="CREATE", committed=True, columns=kind.trained_from(ACTUALS, WEATHER)
+                MODEL,
+                version=version,
+                operation="CREATE",
+                committed=True,
+                columns=kind.trained_from(ACTUALS, WEATHER),
+                checks=checked,
             )
         ],
         summary={"model": model_name, **fitted.summary()},
     )
     return Trained(fitted, version, report)
+
+
+def _check_model(fitted: models.SeasonalNaive, data: TrainingData, version: str, read: list[DatasetUse]):
+    """The model's checks on what it learned (one row per zone and hour, and its wet-day factor), counted
+    by DuckDB over the training rows: no JVM. An error stops the step before the model is used."""
+    rows = data.rows
+    learned = pa.table(
+        {
+            "pickup_location_id": rows.column("pickup_location_id"),
+            "history_hour": rows.column("pickup_hour").cast(pa.timestamp("us")),
+            "history_ride_count": rows.column("ride_count"),
+            "wet_factor": pa.array([getattr(fitted, "wet_factor", None)] * rows.num_rows, pa.float64()),
+        }
+    )
+    hours = learned.column("history_hour").to_pylist()
+    as_of = data.as_of or (max(hours) + dt.timedelta(hours=1) if hours else dt.datetime(1970, 1, 1))
+    values = {
+        "zones": len(set(learned.column("pickup_location_id").to_pylist())),
+        "season_start": (as_of - models.SEASON).isoformat(sep=" "),
+    }
+    counts = quality.count_arrow(learned, quality.aggregates(MODEL.checks, values))
+    checked = quality.judge(MODEL.name, MODEL.checks, counts, version, values)
+    quality.refuse(
+        checked,
+        subject=f"the {fitted.name} model {version}",
+        consequence="no forecast is made from it",
+        keep="Its training rows are the actuals the step read: load the months of the window, or choose another as_of_datetime.",
+        examples=lambda check: [],
+        checks=MODEL.checks,
+        report=lambda results: StepReport(inputs=read, outputs=[DatasetUse(MODEL, version=version, checks=results)]),
+    )
+    return checked
 
 
 @dataclass
@@ -429,14 +517,24 @@ class Forecasts:
     model_version: str
     as_of: dt.datetime
     report: StepReport
+    zones: int | None = None  # the zones the model learned, and the hours it forecasts: what the forecast
+    horizon_hours: int | None = None  # table's checks expect
+    model_checks: list[quality.CheckResult] = field(default_factory=list)  # the model's, as its training recorded them
+
+
+def _model_read(trained: Trained) -> DatasetUse:
+    """The model as a step that uses it read it: its version, and the results of its checks."""
+    checks = [replace(r, here=False, examples=()) for u in trained.report.outputs for r in u.checks]
+    return DatasetUse(MODEL, version=trained.version, checks=checks)
 
 
 def predict(trained: Trained, data: TrainingData, as_of: dt.datetime, horizon_hours: int) -> Forecasts:
     """A forecast for every zone seen in training and every hour of the horizon."""
     zones = sorted(set(data.rows.column("pickup_location_id").to_pylist()))
     values = trained.model.predict(zones, Window.of(as_of, 0, horizon_hours).horizon)
-    report = StepReport(inputs=[DatasetUse(MODEL, version=trained.version)], summary={"forecasts": len(values)})
-    return Forecasts(values, trained.model.name, trained.version, as_of, report)
+    read = _model_read(trained)
+    report = StepReport(inputs=[read], summary={"forecasts": len(values)})
+    return Forecasts(values, trained.model.name, trained.version, as_of, report, len(zones), horizon_hours, read.checks)
 
 
 def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> StepReport:
@@ -456,9 +554,33 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
     ]
     hours = [hour for _, hour in forecasts.values] or [forecasts.as_of]
     schema = ", ".join(f"{c.name} {c.type}" for c in FORECAST.columns)
-    spark.createDataFrame(rows, schema).createOrReplaceTempView("new_forecasts")
+    new = spark.createDataFrame(rows, schema)
+    new.createOrReplaceTempView("new_forecasts")
     horizon = {"first_hour": min(hours), "after_last_hour": max(hours) + dt.timedelta(hours=1)}
     target = spark_table(FORECAST, settings)
+    values = {
+        "zones": forecasts.zones if forecasts.zones is not None else len({zone for zone, _ in forecasts.values}),
+        "horizon_hours": forecasts.horizon_hours or len(set(hours)),
+    }
+    checked = quality.judge(
+        FORECAST.name,
+        FORECAST.checks,
+        quality.count_frame(new, quality.aggregates(FORECAST.checks, values)),
+        None,
+        values,
+    )
+    quality.refuse(
+        checked,
+        subject=f"the forecasts of {forecasts.model_version} (as of {forecasts.as_of})",
+        consequence=f"nothing was committed ({FORECAST.name} stays at snapshot {_version(before)})",
+        keep="The model's checks passed: look at how it forecasts (forecast/model.py).",
+        examples=lambda check: quality.failing_examples(new, check, values, ("pickup_location_id", "forecast_hour")),
+        checks=FORECAST.checks,
+        report=lambda results: StepReport(
+            inputs=[DatasetUse(MODEL, version=forecasts.model_version, checks=forecasts.model_checks)],
+            outputs=[DatasetUse(FORECAST, version=_version(before), committed=False, checks=results)],
+        ),
+    )
 
     def write() -> RowChanges:
         if not _holds_rows(
@@ -483,8 +605,9 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
     after = current_snapshot(FORECAST, settings)
     kind = models.MODELS[forecasts.model_name]
     committed = _version(after) != _version(before)
+    checked, profiled = _checked_version(FORECAST, after, checked, settings)
     return StepReport(
-        inputs=[DatasetUse(MODEL, version=forecasts.model_version)],
+        inputs=[DatasetUse(MODEL, version=forecasts.model_version, checks=forecasts.model_checks)],
         outputs=[
             DatasetUse(
                 FORECAST,
@@ -494,6 +617,8 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
                 columns=kind.forecast_from(MODEL),
                 changes=changes if committed else None,
                 range=Range.of("forecast_hour", min(hours), max(hours) + dt.timedelta(hours=1)),
+                checks=checked,
+                profile=profiled if committed else None,
             )
         ],
         summary={"forecast_rows": len(rows), "written": changes.written},
@@ -535,6 +660,7 @@ def evaluate(forecasts: Forecasts, horizon_hours: int, settings: Settings | None
                     version=_version(snapshot),
                     row_count=len(actual),
                     range=Range.of("pickup_hour", window.as_of, window.end),
+                    checks=_recorded_checks(ACTUALS, snapshot, settings),
                 )
             ]
         ),

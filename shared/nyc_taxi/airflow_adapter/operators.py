@@ -22,6 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from nyc_taxi.core.datasets import Table
 from nyc_taxi.core.jobs import MONTH, Job, Parameter, Pipeline
 from nyc_taxi.core.naming import asset_uri, iceberg_identifier
+from nyc_taxi.core.quality import ChecksFailed
 from nyc_taxi.core.settings import REPO_ROOT
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 from nyc_taxi.lineage.write.report import DatasetUse, StepReport
@@ -119,6 +120,8 @@ class ReportsLineage(BaseOperator):
         return self._lineage(self.report.inputs, self.report.outputs)
 
     def get_openlineage_facets_on_failure(self, task_instance) -> OperatorLineage:
+        if self.report is not None:  # a run refused by a check: what it read, and the checks it failed
+            return self._lineage(self.report.inputs, self.report.outputs)
         # the inputs as the catalog holds them now: what this failed run saw, to compare with a good run
         from nyc_taxi.core.catalog import current_snapshot
 
@@ -132,9 +135,13 @@ class ReportsLineage(BaseOperator):
             inputs = [DatasetUse(d) for d in self.job.reads]
         return self._lineage(inputs, [DatasetUse(d) for d in self.job.writes])
 
-    def _record_datahub_extras(self) -> None:
-        """Schema and snapshot id of what was written, through the DataHub plugin's own connection
-        (its local record file), in order with the plugin's records of this task."""
+    def _record_datahub_extras(self, ti) -> None:
+        """Schema and snapshot id of what was written, the checks the run evaluated with their results, and
+        the profiles of the snapshots it wrote, through the DataHub plugin's own connection (its local
+        record file), in order with the plugin's records of this task. A result's run is the task run's
+        OpenLineage run id (the provider's own macro)."""
+        from airflow.providers.openlineage.plugins.macros import lineage_run_id
+
         from nyc_taxi.airflow_adapter.datahub_connection import plugin_emitter
         from nyc_taxi.lineage.write.datahub import write_records
 
@@ -142,7 +149,8 @@ class ReportsLineage(BaseOperator):
             emitter = plugin_emitter()
             if emitter is None:
                 return
-            for record in write_records(self.report, f"airflow:{self.job.qualified_name}"):
+            actor = f"airflow:{self.job.qualified_name}"
+            for record in write_records(self.report, actor, run_id=lineage_run_id(ti)):
                 emitter.emit(record)
             emitter.flush()
         except Exception as error:  # lineage must never fail the data work
@@ -153,7 +161,8 @@ class IngestStepOperator(ReportsLineage):
     """Runs ``step(year, month, settings) -> StepReport`` for the run's month and reports its lineage.
 
     A month the source has not published yet skips the task (and what follows); a source file that
-    is not what the source publishes fails it without retries, with the reason. A raw table the step
+    is not what the source publishes, or a batch that fails an error check of what it writes, fails it
+    without retries, with the reason. A raw table the step
     committed a snapshot to gets an Asset event (with the snapshot id); a run that changed nothing
     emits none, so nothing downstream runs for it.
     """
@@ -179,7 +188,11 @@ class IngestStepOperator(ReportsLineage):
             raise AirflowSkipException(f"not published yet: {missing}") from None
         except BadSourceFile as bad:
             raise AirflowFailException(str(bad)) from None
-        self._record_datahub_extras()
+        except ChecksFailed as refused:  # a check the data fails fails every try the same way: no retries
+            self.report = refused.report
+            self._record_datahub_extras(ti)
+            raise AirflowFailException(str(refused)) from None
+        self._record_datahub_extras(ti)
         for use in self.report.outputs:
             if isinstance(use.dataset, Table) and use.dataset.layer == "raw" and use.committed:
                 context["outlet_events"][commits_of(use.dataset)].add(

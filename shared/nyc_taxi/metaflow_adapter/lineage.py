@@ -68,10 +68,12 @@ class report_lineage(UserStepDecorator):  # noqa: N801 - used as @report_lineage
     def _finish(self, flow, exception) -> None:
         began = time.perf_counter()
         context = self._context
+        report = _collect(flow, context.pathspec)
+        refused = report_of(exception) if exception is not None else None  # a check's refusal says what it read
         entry = {
             "kind": "finished",
             "context": dataclasses.asdict(context),
-            "report": report_to_dict(_collect(flow, context.pathspec)),
+            "report": report_to_dict(report + refused if refused else report),
             "error": describe_error(exception) if exception is not None else None,
             "ended_ms": int(time.time() * 1000),
         }

@@ -230,7 +230,9 @@ class _StepRecords:
         events = [run_event(state, self.step_run, report, error, self.settings, at_ms=ended_ms)]
         records = [
             *self._job_records(run, report, failed=error is not None),
-            *datahub.write_records(report, f"metaflow:{self.job.qualified_name}", self.settings, at_ms=ended_ms),
+            *datahub.write_records(
+                report, f"metaflow:{self.job.qualified_name}", self.settings, ended_ms, self.step_run.run_id
+            ),
             *datahub.model_records(run, report, self.settings),
             *datahub.run_records(run, report, succeeded=error is None, settings=self.settings, ended_ms=ended_ms),
         ]

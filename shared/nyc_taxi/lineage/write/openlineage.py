@@ -2,8 +2,9 @@
 build their own (the Metaflow adapter). Identities come from the registry's naming rules.
 
 Facets used from the OpenLineage spec: schema, symlinks, version (the Iceberg snapshot id, the file
-version, the model version), columnLineage; input/output statistics, data-quality metrics and
-assertions; subset (which files of a file dataset the run read or wrote, which range of a table's rows:
+version, the model version), columnLineage; input/output statistics; data-quality metrics (on an
+output, the profile of the snapshot written) and assertions (on an input, where the spec puts them: the
+checks of the version read); subset (which files of a file dataset the run read or wrote, which range of a table's rows:
 ``start <= column < end`` as two comparisons joined by AND); for runs parent,
 jobDependencies, nominalTime, errorMessage, tags; for jobs jobType, sourceCodeLocation, tags. One facet
 of the project's own, where the spec has none (schema in ``lineage/facets/``): ``rowChanges``, the rows a
@@ -140,6 +141,67 @@ def _range_condition(range_: Range):
     )
 
 
+def _assertion(result):
+    """A check's result as the spec's assertion: its kind, name, column, severity, and success (no row
+    failed, whatever the severity); what it expected and found, and its rule as SQL."""
+    from openlineage.client.facet_v2 import data_quality_assertions_dataset
+
+    expected = str(result.expected) if result.kind == "row_count" else "0 failing rows"
+    actual = f"{result.rows} rows" if result.kind == "row_count" else f"{result.failing} of {result.rows} rows fail"
+    return data_quality_assertions_dataset.Assertion(
+        assertion=result.kind,
+        name=result.check,
+        success=result.passed,
+        column=result.columns[0] if len(result.columns) == 1 else None,
+        severity=result.severity,
+        expected=expected,
+        actual=actual,
+        content=result.rule,
+        contentType="sql",
+        params={"status": result.status, "version": result.version, "tolerance": result.tolerance},
+    )
+
+
+@functools.cache
+def _metrics_facet():
+    """The spec's ``DataQualityMetricsDatasetFacet`` (a dataset facet, so an output may carry it).
+    openlineage-python 1.54 names its schema 1-0-1, which the spec never published (its
+    ``spec/facets`` holds 1-0-0, with the same fields): the facet names the published one."""
+    from openlineage.client.facet_v2 import data_quality_metrics_dataset
+
+    class DataQualityMetricsDatasetFacet(data_quality_metrics_dataset.DataQualityMetricsDatasetFacet):
+        @staticmethod
+        def _get_schema() -> str:
+            return "https://openlineage.io/spec/facets/1-0-0/DataQualityMetricsDatasetFacet.json#/$defs/DataQualityMetricsDatasetFacet"
+
+    return DataQualityMetricsDatasetFacet
+
+
+def _number(text: str | None) -> float | None:
+    return float(text) if text is not None else None
+
+
+def _profile_metrics(profile):
+    """A snapshot's profile as the spec's data-quality metrics: rows, bytes, files, and per column its
+    nulls, distinct values and (numbers only, as the spec wants) minimum and maximum."""
+    from openlineage.client.facet_v2 import data_quality_metrics_dataset as metrics
+
+    return _metrics_facet()(
+        rowCount=profile.rows,
+        bytes=profile.size_bytes,
+        fileCount=profile.files,
+        columnMetrics={
+            f.name: metrics.ColumnMetrics(
+                nullCount=f.nulls,
+                distinctCount=f.distinct,
+                min=_number(f.min) if f.numeric else None,
+                max=_number(f.max) if f.numeric else None,
+            )
+            for f in profile.fields
+        },
+    )
+
+
 def input_dataset(use: DatasetUse, settings: Settings | None = None):
     from openlineage.client.event_v2 import InputDataset
     from openlineage.client.facet_v2 import (
@@ -162,12 +224,7 @@ def input_dataset(use: DatasetUse, settings: Settings | None = None):
         )
     if use.checks:
         facets["dataQualityAssertions"] = data_quality_assertions_dataset.DataQualityAssertionsDatasetFacet(
-            assertions=[
-                data_quality_assertions_dataset.Assertion(
-                    assertion=f"{c.name} ({c.rows} rows, kept)", success=c.passed, column=c.column, severity="warn"
-                )
-                for c in use.checks
-            ]
+            assertions=[_assertion(c) for c in use.checks]
         )
     if use.locations:
         facets["subset"] = base_subset_dataset.InputSubsetInputDatasetFacet(
@@ -189,6 +246,8 @@ def output_dataset(use: DatasetUse, settings: Settings | None = None):
     facets = _dataset_facets(use, settings)
     if use.columns:
         facets["columnLineage"] = _column_lineage(use, settings)
+    if use.profile is not None:
+        facets["dataQualityMetrics"] = _profile_metrics(use.profile)
     output_facets: dict[str, Any] = {}
     if use.row_count is not None or use.size_bytes is not None:
         output_facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(

@@ -11,23 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nyc_taxi.core.datasets import Dataset
+from nyc_taxi.core.profiles import Profile
+from nyc_taxi.core.quality import CheckResult
 from nyc_taxi.core.upserts import RowChanges
 
 # OpenLineage's column-lineage transformation subtypes we use (type DIRECT unless ``indirect``).
 Transformation = Literal["IDENTITY", "TRANSFORMATION", "AGGREGATION", "FILTER", "GROUP_BY", "CONDITIONAL", "JOIN"]
-
-
-@dataclass(frozen=True)
-class Check:
-    """A data-quality count: rows a consumer should know about (kept, not dropped)."""
-
-    name: str
-    rows: int
-    column: str | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.rows == 0
 
 
 @dataclass(frozen=True)
@@ -67,7 +56,8 @@ class DatasetUse:
     row_count: int | None = None
     size_bytes: int | None = None
     locations: tuple[str, ...] = ()  # the files of the dataset this run read or wrote (file datasets)
-    checks: list[Check] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)  # its declared checks' results on this version
+    profile: Profile | None = None  # outputs: the profile of the snapshot written
     operation: str = "UPDATE"  # outputs: INSERT | UPDATE | CREATE (DataHub's operation types)
     committed: bool | None = None  # outputs: did this run commit a new version (False: nothing changed)
     columns: ColumnLineage = field(default_factory=dict)  # outputs: column lineage
@@ -120,7 +110,8 @@ def report_to_dict(report: StepReport) -> dict:
             "row_count": u.row_count,
             "size_bytes": u.size_bytes,
             "locations": list(u.locations),
-            "checks": [[c.name, c.rows, c.column] for c in u.checks],
+            "checks": [c.as_dict() for c in u.checks],
+            "profile": u.profile.as_dict() if u.profile else None,
             "operation": u.operation,
             "committed": u.committed,
             "columns": {
@@ -152,7 +143,8 @@ def report_from_dict(data: dict) -> StepReport:
             row_count=u["row_count"],
             size_bytes=u["size_bytes"],
             locations=tuple(u["locations"]),
-            checks=[Check(*c) for c in u["checks"]],
+            checks=[CheckResult.from_dict(c) for c in u["checks"]],
+            profile=Profile.from_dict(u["profile"]) if u.get("profile") else None,
             operation=u["operation"],
             committed=u["committed"],
             columns={

@@ -218,17 +218,27 @@ def test_taxi_month_lands_in_raw_exactly_and_lineage_names_the_registry(dagbag, 
         "ingested_at",
         *(name for name, _ in TLC_TO_TARGET.values()),
     ]
-    # every data-quality count the merge reports equals an independent count over the published file
-    assertions = {
-        a["assertion"].split(" ")[0]: a
-        for a in merge["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]
-    }
+    # every check of the staged batch the merge audited, its failing rows an independent count over the file
+    assertions = {a["name"]: a for a in merge["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]}
+    assert list(assertions) == [c.name for c in registry.YELLOW_TAXI_STAGING.checks]
     expected_counts = quality_counts(path, 2024, 2)
-    assert sorted(assertions) == sorted(expected_counts)
     for name, rows in expected_counts.items():
-        assert assertions[name]["assertion"] == f"{name} ({rows} rows, kept)"
+        assert assertions[name]["actual"] == f"{rows} of 8000 rows fail"
         assert assertions[name]["success"] is (rows == 0)
-    assert expected_counts["pickup_outside_month"] > 0 and expected_counts["flex_fare_null_block"] > 0
+        assert assertions[name]["severity"] == next(
+            c.severity for c in registry.YELLOW_TAXI_STAGING.checks if c.name == name
+        )
+    assert assertions["rows_as_landed"]["actual"] == "8000 rows" and assertions["rows_as_landed"]["expected"] == "8000"
+    assert expected_counts["pickup_in_month"] > 0 and expected_counts["not_flex_fare"] > 0
+    # the TLC's quirks are warned of and merged as published: the stray pickups are in raw
+    assert assertions["pickup_in_month"]["params"]["status"] == "warn"
+    assert assertions["not_flex_fare"]["params"]["status"] == "warn"
+    month = raw_rows(registry.YELLOW_TAXI_RAW, source_file=path.name)
+    outside = pc.or_(
+        pc.less(month["pickup_datetime"], pa.scalar(dt.datetime(2024, 2, 1), pa.timestamp("us"))),
+        pc.greater_equal(month["pickup_datetime"], pa.scalar(dt.datetime(2024, 3, 1), pa.timestamp("us"))),
+    )
+    assert pc.sum(pc.fill_null(outside, False).cast(pa.int64())).as_py() == expected_counts["pickup_in_month"]
     for event in log.openlineage():
         assert validation_errors(event) == [], event["job"]["name"]
 
@@ -355,6 +365,65 @@ def test_truncated_file_fails_the_task_and_leaves_tables_untouched(dagbag, site,
     failed = log.ol_event("FAIL", "download_published_files")
     assert "truncated" in failed["run"]["facets"]["errorMessage"]["message"]
     assert validation_errors(failed) == []
+
+
+def test_a_month_that_fails_its_checks_is_refused_before_raw_and_its_correction_goes_through(dagbag, site, settings):
+    """A TLC file whose trips are all a year early lands and stages; its checks stop the merge before raw:
+    raw's snapshot unchanged, the landed file and the staging snapshot kept, one try and one clear message,
+    the failed check on the staged version in both lineage systems. The corrected file then loads."""
+    from nyc_taxi.core.snapshots import LANDED_VERSION
+    from nyc_taxi.fixtures import tlc
+    from nyc_taxi.fixtures.site import taxi_path
+
+    path = tlc.write_yellow_month(tlc.generate_yellow_month(2023, 8, rows=3_000, seed=8), taxi_path(site, 2024, 8))
+    raw_before = snapshot_id(registry.YELLOW_TAXI_RAW)
+    log = LineageLog(settings)
+    states = run_dag(dagbag, "ingest_yellow_taxi_data", "2024-08")
+    assert states["stage_landed_files"] == "success" and states["merge_upsert_staging_into_raw_yellow"] == "failed"
+    assert snapshot_id(registry.YELLOW_TAXI_RAW) == raw_before
+    landed = Path(landed_location(registry.TLC_YELLOW_TRIPDATA_LANDED, 2024, 8, settings))
+    assert landed.read_bytes() == path.read_bytes()  # the landed file, kept
+    staging = load_table(registry.YELLOW_TAXI_STAGING).current_snapshot()
+    assert staging.summary[LANDED_VERSION] == f"{path.name}@sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+    assert raw_rows(registry.YELLOW_TAXI_STAGING).num_rows == 3_000  # the staging snapshot, kept
+    merges = [e for e in log.openlineage() if e["job"]["name"].endswith(".merge_upsert_staging_into_raw_yellow")]
+    assert [e["eventType"] for e in merges] == ["START", "FAIL"]  # one try: the same data fails every try
+    failed = merges[-1]
+    message = failed["run"]["facets"]["errorMessage"]["message"]
+    assert f"yellow_taxi_staging snapshot {staging.snapshot_id}" in message
+    assert "pickup_in_month (error): 3,000 of 3,000 rows fail (100.0%), more than the 1% allowed" in message
+    assert f"yellow_taxi_raw was not changed (it stays at snapshot {raw_before})" in message
+    assert message.count("e.g. row_key=yellow_tripdata_2024-08.parquet:") == 3  # a few of the rows
+    assert [o["facets"]["version"]["datasetVersion"] for o in failed["outputs"]] == [str(raw_before)]
+    assertions = {a["name"]: a for a in failed["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]}
+    assert (assertions["pickup_in_month"]["success"], assertions["pickup_in_month"]["params"]["status"]) == (
+        False,
+        "fail",
+    )
+    assert validation_errors(failed) == []
+    # DataHub: the stage's result of the check on the version it wrote, a failure of severity HIGH
+    events = [
+        r["aspect"]["json"]
+        for r in log.datahub()
+        if r.get("aspectName") == "assertionRunEvent"
+        and r["aspect"]["json"]["batchSpec"]["nativeBatchId"] == str(staging.snapshot_id)
+    ]
+    assert len(events) == len(registry.YELLOW_TAXI_STAGING.checks)
+    [event] = [e for e in events if e["result"]["nativeResults"]["status"] == "fail"]
+    assert (event["result"]["type"], event["result"]["severity"], event["result"]["unexpectedCount"]) == (
+        "FAILURE",
+        "HIGH",
+        3_000,
+    )
+    assert_valid_record_files(log.datahub_files())
+
+    # the TLC publishes the month again, corrected: it passes, and raw holds it exactly
+    corrected = add_taxi_month(site, 2024, 8, rows=3_000, seed=8)
+    assert run_dag(dagbag, "ingest_yellow_taxi_data", "2024-08")["merge_upsert_staging_into_raw_yellow"] == "success"
+    assert snapshot_id(registry.YELLOW_TAXI_RAW) != raw_before
+    assert comparable(raw_rows(registry.YELLOW_TAXI_RAW, source_file=corrected.name)).equals(
+        comparable(expected_taxi_rows(corrected))
+    )
 
 
 def test_unpublished_month_skips_cleanly(dagbag):

@@ -30,6 +30,8 @@ Y, W, T, F = "ingest_yellow_taxi_data", "ingest_weather_data", "train_forecast_m
 # The demo's history, by hand: two months loaded, the flow run seasonal then weather-adjusted; then the TLC
 # republishes January, and the re-run plan loads it again and runs both flow runs again (both read January).
 DEMO_MERGES = ["2024-01", "2024-02", "2024-01"]
+# Last, the TLC publishes March with every trip a year early: it lands and stages, and its checks refuse its merge.
+BROKEN_MONTH = "2024-03"
 DEMO_FLOW_RUNS = ["seasonal_naive", "weather_adjusted", "seasonal_naive", "weather_adjusted"]
 # Written out by hand from the DAGs and the flow (not computed by product code): the whole graph as the
 # demo's last runs left it (the last flow run is the weather-adjusted one).
@@ -145,10 +147,12 @@ def test_lineage_of_the_forecast_table_reaches_the_source_files_across_both_tool
     then_names = {n["name"] for n in then["nodes"].values()}
     assert {"tlc_yellow_tripdata_published", "yellow_taxi_raw", f"{F}.compute_actuals"} <= then_names
     assert not {"weather_raw", "noaa_nclimgrid_daily_county_published"} & then_names
-    # every job in it has a successful last run; the datasets Iceberg holds have their snapshot
+    # every job in it has a successful last run, but the taxi merge, whose last run is the broken month's,
+    # refused by its checks; the datasets Iceberg holds have their snapshot
     for node in answer["nodes"].values():
         if node["kind"] == "job":
-            assert node["last_run"]["status"] == "success", node
+            refused = node["name"] == f"{Y}.merge_upsert_staging_into_raw_yellow"
+            assert node["last_run"]["status"] == ("failure" if refused else "success"), node
     from nyc_taxi.core.catalog import current_snapshot_id
 
     raw = next(n for n in answer["nodes"].values() if n["name"] == "yellow_taxi_raw")
@@ -195,14 +199,17 @@ def test_record_files_are_valid_datahub_and_openlineage(demo):
     ]
     # every event the demo's runs emit, counted by hand: per DAG run its end (dag.test emits no DAG
     # START) and each task's START and COMPLETE; per flow run its START and COMPLETE and each step's
-    # (the re-run after January's republication adds one taxi DAG run and two training DAG runs)
+    # (the re-run after January's republication adds one taxi DAG run and two training DAG runs; the
+    # broken month's taxi DAG run ends in FAIL, its merge's task too, refused by its checks)
     kinds = Counter((e["job"]["name"].split(".")[0], "." in e["job"]["name"], e["eventType"]) for e in events)
     taxi, flows = 3, len(DEMO_FLOW_RUNS)
     assert kinds == Counter(
         {
             (Y, False, "COMPLETE"): taxi,
-            (Y, True, "START"): taxi * 4,
-            (Y, True, "COMPLETE"): taxi * 4,
+            (Y, True, "START"): taxi * 4 + 4,
+            (Y, True, "COMPLETE"): taxi * 4 + 3,
+            (Y, False, "FAIL"): 1,
+            (Y, True, "FAIL"): 1,
             (W, False, "COMPLETE"): 2,
             (W, True, "START"): 2 * 4,
             (W, True, "COMPLETE"): 2 * 4,
@@ -261,12 +268,66 @@ def test_run_history_names_real_snapshots(demo):
     settings = demo[0]
     merge = f"{Y}.merge_upsert_staging_into_raw_yellow"
     runs = json.loads(_lineage_cli(demo, "--runs", merge, "--json").stdout)
-    assert [r["state"] for r in runs] == ["success"] * len(DEMO_MERGES)
-    assert [r["parameters"]["month"] for r in runs] == DEMO_MERGES
+    assert [r["state"] for r in runs] == ["success"] * len(DEMO_MERGES) + ["failure"]
+    assert [r["parameters"]["month"] for r in runs] == [*DEMO_MERGES, BROKEN_MONTH]
+    assert "pickup_in_month" in runs[-1]["error"]  # refused by its checks: raw kept its snapshot
     table = load_table(registry.YELLOW_TAXI_RAW, settings)
     written = [int(r["outputs"]["yellow_taxi_raw"]) for r in runs]
     assert written[-1] == table.current_snapshot().snapshot_id
     assert set(written) <= {s.snapshot_id for s in table.snapshots()}
+
+
+def test_the_broken_month_is_refused_by_its_check_before_raw_and_the_lineage_says_so(demo):
+    """The demo's last taxi month fails pickup_in_month: its merge commits nothing, and DataHub Lite holds the
+    failure on the staging version it checked, next to the warnings of the months before; the forecast's
+    trace says it was computed only from versions that passed their checks."""
+    from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.lineage.read.quality import read
+    from nyc_taxi.lineage.read.runs import Runs
+
+    settings = demo[0]
+    merges = Runs.read(settings).of_job(f"{Y}.merge_upsert_staging_into_raw_yellow")
+    refused, last_good = merges[-1], merges[-2]
+    assert (refused.parameters["month"], refused.state) == (BROKEN_MONTH, "failure")
+    assert refused.outputs["yellow_taxi_raw"] == last_good.outputs["yellow_taxi_raw"]  # raw kept its snapshot
+    assert (
+        str(load_table(registry.YELLOW_TAXI_RAW, settings).current_snapshot().snapshot_id)
+        == refused.outputs["yellow_taxi_raw"]
+    )
+    staged = refused.inputs["yellow_taxi_staging"]
+    assert str(load_table(registry.YELLOW_TAXI_STAGING, settings).current_snapshot().snapshot_id) == staged  # kept
+    failed = [a for a in refused.quality["yellow_taxi_staging"]["assertions"] if not a["success"]]
+    assert {a["name"]: a["severity"] for a in failed if a["params"]["status"] == "fail"} == {"pickup_in_month": "error"}
+    quality = read(settings)
+    results = {e.check: e for e in quality.of_version("yellow_taxi_staging", staged)}
+    assert set(results) == {c.name for c in registry.YELLOW_TAXI_STAGING.checks}
+    assert (results["pickup_in_month"].status, results["pickup_in_month"].failing) == ("fail", 50_000)
+    assert results["rows_as_landed"].status == "pass"
+    history = next(h for h in quality.of("yellow_taxi_staging").checks if h.check == "pickup_in_month")
+    assert [e.status for e in history.evaluations] == ["fail", "warn", "warn", "warn"]  # newest first
+    cli = _lineage_cli(demo, "--quality", "yellow_taxi_staging")
+    assert (
+        cli.returncode == 0 and "pickup_in_month                error  ✗ fail 50,000 of 50,000 rows fail" in cli.stdout
+    )
+    trace = _trace(demo, "yellow_rides_hourly_forecast")
+    verdict = trace["checks_verdict"]
+    assert verdict["passed"] and verdict["failed"] == [] and verdict["unchecked"] == []
+    assert {v.split("@")[0] for v in verdict["checked"]} == {  # the last forecast is weather-adjusted
+        "yellow_rides_hourly_forecast",
+        "yellow_rides_forecast_model",
+        "yellow_rides_hourly_actuals",
+        "yellow_taxi_raw",
+        "yellow_taxi_staging",
+        "weather_raw",
+        "weather_staging",
+    }
+    assert {v.split("@")[0] for v in verdict["without_checks"]} == {
+        "tlc_yellow_tripdata_published",
+        "tlc_yellow_tripdata_landed",
+        "noaa_nclimgrid_daily_county_published",
+        "noaa_nclimgrid_daily_county_landed",
+    }
+    assert verdict["warnings"] > 0  # the TLC's quirks, kept as published
 
 
 # ---- versions, evolution, the Airflow → Metaflow hop and columns (what the lineage can answer) ----
@@ -417,7 +478,7 @@ def test_trace_of_the_forecast_names_the_exact_versions(demo):
 
 @pytest.fixture(scope="class")
 def raw_before_march_and_april(demo) -> str:
-    """yellow_taxi_raw's snapshot as the demo left it; then March and April reach the demo's Airflow in
+    """yellow_taxi_raw's snapshot as the demo left it; then April and May reach the demo's Airflow in
     one process of DAG runs. A class-scoped fixture: the demo's state is restored after the class."""
     from nyc_taxi.airflow_adapter.environment import airflow_environment
     from nyc_taxi.core.catalog import current_snapshot_id
@@ -428,9 +489,9 @@ def raw_before_march_and_april(demo) -> str:
     raw_before = str(current_snapshot_id(registry.YELLOW_TAXI_RAW, settings))
     site = settings.state_dir / "demo-site"
     with _restored_afterwards(settings.state_dir):
-        truncated = add_taxi_month(site, 2024, 3, rows=5_000, seed=3)
+        truncated = add_taxi_month(site, 2024, 4, rows=5_000, seed=3)
         truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
-        add_taxi_month(site, 2024, 4, rows=5_000, seed=4)
+        add_taxi_month(site, 2024, 5, rows=5_000, seed=4)
         with FixtureServer(site) as url:
             env = {
                 **os.environ,
@@ -439,7 +500,7 @@ def raw_before_march_and_april(demo) -> str:
                 "NOAA_BASE_URL": url,
                 **airflow_environment(settings),
             }
-            months = [f'{Y}:{{"month": "2024-03"}}', f'{Y}:{{"month": "2024-04"}}']
+            months = [f'{Y}:{{"month": "2024-04"}}', f'{Y}:{{"month": "2024-05"}}']
             runs = subprocess.run(
                 [sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *months],
                 env=env,
@@ -453,19 +514,19 @@ def raw_before_march_and_april(demo) -> str:
 
 
 class TestAfterTheDemo:
-    """Two more taxi months reach the demo's Airflow in one process of DAG runs: March's file arrives
-    truncated (its run fails), then April loads. The demo is shared by other tests, so its state is put
+    """Two more taxi months reach the demo's Airflow in one process of DAG runs: April's file arrives
+    truncated (its run fails), then May loads. The demo is shared by other tests, so its state is put
     back exactly as it was once the tests of this class are done."""
 
     def test_a_failed_run_is_compared_with_the_last_good(self, demo, raw_before_march_and_april):
         download = f"{Y}.download_published_files"
         runs = json.loads(_lineage_cli(demo, "--runs", download, "--json").stdout)
         [failed] = [r for r in runs if r["state"] == "failure"]
-        assert "yellow_tripdata_2024-03.parquet" in failed["error"]
-        last_good = DEMO_MERGES[-1]  # January, republished
-        assert failed["changed_since_last_good"]["parameter month"] == [last_good, "2024-03"]
+        assert "yellow_tripdata_2024-04.parquet" in failed["error"]
+        last_good = BROKEN_MONTH  # its file downloaded whole: its checks refused it later, in the merge
+        assert failed["changed_since_last_good"]["parameter month"] == [last_good, "2024-04"]
         text = _lineage_cli(demo, "--runs", download).stdout
-        assert f"changed since the last good run: parameter month: {last_good} → 2024-03" in text
+        assert f"changed since the last good run: parameter month: {last_good} → 2024-04" in text
         # a failed run is a run of the job, not a new version of what it does: DataHub keeps its columns
         landed = json.loads(_lineage_cli(demo, "tlc_yellow_tripdata_landed.VendorID", "--json").stdout)
         assert _origins(landed) == {("tlc_yellow_tripdata_published", "VendorID")}
@@ -485,7 +546,7 @@ class TestAfterTheDemo:
         assert today["version"] == raw_now
         assert [m["parameters"]["month"] for m in _writers(today, f"{Y}.merge_upsert_staging_into_raw_yellow")] == [
             *DEMO_MERGES,
-            "2024-04",
+            "2024-05",
         ]
         old = _trace(demo, f"yellow_taxi_raw@{raw_then}")
         assert len(_writers(old, f"{Y}.merge_upsert_staging_into_raw_yellow")) == len(DEMO_MERGES)
@@ -590,7 +651,8 @@ def test_column_lineage_hop_by_hop_from_the_forecast_to_the_tlc_column(demo):
 def test_the_demo_a_second_time_on_the_state_the_first_left_succeeds(demo):
     """What many newcomers do first: `bash run demo` again, on the state the first one left. It succeeds
     (January, republished by the first demo and published again as it was, is a version the lake kept
-    before: recognised by its content, not refused), and every DAG run it prints succeeded."""
+    before: recognised by its content, not refused), and every DAG run it prints succeeded but the broken
+    month's, whose checks refuse it again."""
     settings, _, images = demo
     env = {**os.environ, "STATE_DIR": str(settings.state_dir)}
     for name in ("TLC_BASE_URL", "NOAA_BASE_URL"):  # the demo serves its own fixture months
@@ -605,4 +667,6 @@ def test_the_demo_a_second_time_on_the_state_the_first_left_succeeds(demo):
         )
     assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
     runs = [line.strip() for line in again.stdout.splitlines() if line.strip().startswith(("ingest_", "train_"))]
-    assert len(runs) >= 6 and all(": success (" in line for line in runs), runs
+    refused = f'{Y} {{"month": "{BROKEN_MONTH}"}}: failed ('
+    assert len(runs) >= 7 and all(": success (" in line or line.startswith(refused) for line in runs), runs
+    assert sum(line.startswith(refused) for line in runs) == 1, runs

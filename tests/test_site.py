@@ -65,16 +65,19 @@ def synthetic(tmp_path_factory):
     month), Metaflow's compute_actuals reads raw and writes actuals; DataHub records and OpenLineage
     events as the tools write them (the project's writers), then the site built from them."""
     from nyc_taxi.core.jobs import INGEST_YELLOW_TAXI_DATA, TRAINING_FLOW
+    from nyc_taxi.core.quality import judge
     from nyc_taxi.lineage.read.site.build import build_site
     from nyc_taxi.lineage.write import datahub
     from nyc_taxi.lineage.write.openlineage import RunContext, run_event
     from nyc_taxi.lineage.write.outbox import Outbox
-    from nyc_taxi.lineage.write.report import Check, ColumnSource, DatasetUse, StepReport
+    from nyc_taxi.lineage.write.report import ColumnSource, DatasetUse, StepReport
 
     settings = Settings(_env_file=None, state_dir=tmp_path_factory.mktemp("site-store"))
     merge, actuals = INGEST_YELLOW_TAXI_DATA.merge_upsert_staging_into_raw_yellow, TRAINING_FLOW.compute_actuals
+    declared = [c for c in d.YELLOW_TAXI_STAGING.checks if c.name == "total_positive"]
+    checked = judge(d.YELLOW_TAXI_STAGING.name, declared, {"total_positive": 3, "total_positive:rows": 100}, "11", {})
     merged = StepReport(
-        inputs=[DatasetUse(d.YELLOW_TAXI_STAGING, "11", row_count=100, checks=[Check("non_positive_total", 3)])],
+        inputs=[DatasetUse(d.YELLOW_TAXI_STAGING, "11", row_count=100, checks=checked)],
         outputs=[
             DatasetUse(
                 d.YELLOW_TAXI_RAW,
@@ -150,8 +153,9 @@ def test_every_node_dataset_job_and_run_has_a_page(synthetic):
     assert "parameter month: 2024-01 → 2024-02" in merge
     assert "yellow_tripdata_2024-02.parquet is truncated" in merge
     raw = (site / "datasets" / "yellow_taxi_raw.html").read_text()
-    assert "non_positive_total" in raw  # the merge's checks on the staged batch it merged
     assert 'id="column-pickup_datetime"' in raw
+    staging = (site / "datasets" / "yellow_taxi_staging.html").read_text()
+    assert 'id="check-total_positive"' in staging and "3 of 100 rows fail" in staging  # the merge's check of its input
 
 
 def test_the_scripts_data_names_exactly_what_is_drawn(synthetic):
@@ -307,7 +311,9 @@ def test_search_finds_a_table_whose_page_names_both_tools_and_leads_upstream_to_
     downloaded = [
         r.inputs["tlc_yellow_tripdata_published"]
         for r in Runs.read(settings)
-        if r.job == "ingest_yellow_taxi_data.download_published_files" and r.state == "success"
+        if r.job == "ingest_yellow_taxi_data.download_published_files"
+        and r.state == "success"
+        and r.parameters["month"] != "2024-03"  # the broken month: landed, then refused before raw
     ]
     assert row.locator("code").first.get_attribute("title") == downloaded[-1]
     assert "/trip-data/yellow_tripdata_2024-01.parquet" in row.inner_text()  # the last load: January again
@@ -638,3 +644,52 @@ def test_the_server_listens_on_127_0_0_1_only_and_rebuilds_when_records_arrive(d
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=30)
+
+
+@in_browser_on_demo
+def test_a_datasets_quality_and_stats_show_each_check_by_version_and_its_profile_over_versions(
+    demo_site, page, screenshots
+):
+    """The staging table's page, as the demo left it: every declared check with its results version by
+    version (the broken month's refused by pickup_in_month), and rows and nulls over its versions, each
+    figure as DataHub Lite holds it."""
+    from nyc_taxi.lineage.read.quality import read
+
+    settings, index, *_ = demo_site
+    found = read(settings).of(d.YELLOW_TAXI_STAGING.name)
+    page.goto((index.parent / "datasets" / "yellow_taxi_staging.html").as_uri() + "#quality")
+    checks = page.locator("#quality table.checks tbody tr")
+    assert checks.count() == len(d.YELLOW_TAXI_STAGING.checks)
+    rows = {r.locator("td").first.inner_text(): r for r in checks.all()}
+    assert list(rows) == [c.name for c in d.YELLOW_TAXI_STAGING.checks]
+    refused = rows["pickup_in_month"]
+    assert refused.locator(".badge.k-q-fail").is_visible()  # the broken month, the last one staged
+    assert "of 50,000 rows fail" in refused.inner_text()
+    marks = refused.locator(".mark")
+    history = next(h for h in found.checks if h.check == "pickup_in_month")
+    assert marks.count() == len(history.evaluations) == 4  # January, February, January again, March
+    assert marks.last.get_attribute("class") == "mark q-fail"
+    assert [m.get_attribute("class") for m in marks.all()[:-1]] == ["mark q-warn"] * 3  # the TLC's stray pickups
+    # its history, opened: a row per result, the run linked, the failing rows shown
+    refused.locator("a").first.click()  # to its history, opened
+    details = page.locator("details#check-pickup_in_month")
+    assert details.get_attribute("open") is not None and details.locator("tbody tr").count() == 4
+    assert "pickup_datetime=2023-03" in details.locator("tbody tr").first.inner_text()
+    assert details.locator("tbody tr").first.locator("a", has_text="stage_landed_files").count() == 1  # its evaluator
+    page.add_style_tag(content="header.top { position: static; }")  # the header stays out of the pictures
+    page.locator("#quality").screenshot(path=screenshots / "site-quality.png")
+
+    stats = page.locator("#stats")
+    chart = stats.locator("svg.chart").first
+    assert chart.locator("circle").count() == len(found.profiles) == 4
+    titles = chart.locator("circle title").evaluate_all("ts => ts.map(t => t.textContent)")
+    assert titles[-1].endswith(": 50,000") and titles[0].endswith(": 200,000")
+    assert stats.locator("table.profiles tbody tr").count() == 4
+    latest = {
+        r.locator("td").first.inner_text(): r.locator("td").all_inner_texts()
+        for r in stats.locator("table.profile tbody tr").all()
+    }
+    assert latest["cbd_congestion_fee"][1] == "50,000"  # null before 2025, in every row
+    assert latest["vendor_id"][5] == str(found.profiles[-1].fields["vendor_id"]["uniqueCount"])
+    stats.screenshot(path=screenshots / "site-stats.png")
+    assert page.problems == []

@@ -23,6 +23,6 @@ def describe(result: dict, settings: Settings) -> list[str]:
         recorded = [r for r in runs.of_job(f"{result['dag_id']}.{task}") if r.label == result["run_id"] and r.error]
         error = recorded[-1].error.strip() if recorded else "no error recorded: see the task's log in the Airflow UI"
         lines += [f"  {task} failed: {error.splitlines()[0][:500]}"] + [
-            f"    {x[:500]}" for x in error.splitlines()[1:4]
+            f"    {x[:500]}" for x in error.splitlines()[1:12]
         ]
     return lines

@@ -9,8 +9,9 @@ PROFILE=team they are triggered through the REST API of the team deployment, who
 on Celery workers and starts train_forecast_model itself from each merge's asset event. Then it
 prints what the lineage can answer: the cross-tool graph of the forecast table, the exact versions
 behind the forecast, how the lineage changed between the two flow runs, and where a forecast column
-comes from. Last, the TLC republishes January: what is stale, the re-run that fixes it, and a run
-reproduced from the versions its lineage recorded.
+comes from. Then the TLC republishes January: what is stale, the re-run that fixes it, and a run
+reproduced from the versions its lineage recorded. Last, the TLC publishes a broken month: its checks
+refuse it before raw, and the lineage shows which check failed on which version.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ MONTHS = ((2024, 1), (2024, 2))
 AS_OF = "2024-02-15T00:00"
 ROWS = 200_000
 MODELS = ("seasonal_naive", "weather_adjusted")
+BROKEN_MONTH = (2024, 3)  # published last, with every trip a year early: refused by its checks
 
 
 def _say(text: str) -> None:
@@ -113,6 +115,7 @@ def main(argv: list[str] | None = None) -> None:
             _print_asset_triggered(settings)
             _explain(settings, args.images)
             stale = _act(settings, site)
+            _refuse_a_broken_month(settings, site, env)
     _site(settings, args.images, stale)
 
 
@@ -217,6 +220,32 @@ def _act(settings, site: Path):
     )
     reproduce(target, settings)  # prints the answer and keeps it for the site
     return after
+
+
+def _refuse_a_broken_month(settings, site: Path, env: dict) -> None:
+    """The TLC publishes a month whose trips are all a year early: the stage writes it to staging, its
+    checks fail, and the merge refuses it before raw changes. The lineage shows the failed check."""
+    from nyc_taxi.core.catalog import current_snapshot_id
+    from nyc_taxi.fixtures import tlc
+    from nyc_taxi.fixtures.site import taxi_path
+    from nyc_taxi.lineage.read import quality
+
+    year, month = BROKEN_MONTH
+    path = taxi_path(site, year, month)
+    tlc.write_yellow_month(tlc.generate_yellow_month(year - 1, month, rows=ROWS // 4, seed=month), path)
+    _say(f"the TLC publishes {path.name} with every pickup a year early: its checks stop it before raw")
+    before = current_snapshot_id(d.YELLOW_TAXI_RAW, settings)
+    spec = f"{INGEST_YELLOW_TAXI_DATA.name}:{json.dumps({'month': f'{year:04d}-{month:02d}'})}"
+    done = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", spec], env=env, capture_output=True, text=True
+    )
+    _print_runs(done.stdout, settings)
+    after = current_snapshot_id(d.YELLOW_TAXI_RAW, settings)
+    if not done.returncode or after != before:
+        raise SystemExit(f"the broken month was not refused as it should have been{_log_tail(done)}")
+    print(f"    {d.YELLOW_TAXI_RAW.name} is unchanged: snapshot {after}")
+    _say(f"its checks, version by version (bash run lineage --quality {d.YELLOW_TAXI_STAGING.name})")
+    print(_indent(quality.render(quality.read(settings).of(d.YELLOW_TAXI_STAGING.name), history=4)))
 
 
 def _explain(settings, images: Path | None) -> None:

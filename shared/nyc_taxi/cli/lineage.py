@@ -11,6 +11,8 @@ bash run lineage --graph [--out DIR]             the whole graph as SVG + HTML
 bash run lineage --site [--out DIR]              the lineage site: a page per dataset, job and run (file://)
 bash run lineage serve [--port N] [--out DIR]    the site on 127.0.0.1, rebuilt when new records arrive
 bash run lineage --runs ingest_yellow_taxi_data.merge_upsert_staging_into_raw_yellow
+bash run lineage --quality yellow_taxi_staging   its checks, the last result of each, their history by run
+                 and version, and its profile over versions
 bash run lineage --stale [--json]                what is stale now (sources asked), and the re-run plan
 bash run lineage --stale --rerun                 carry the plan out through Airflow and Metaflow
 bash run lineage --reproduce TrainForecastModelFlow/<run id>   recompute a run's outputs from its recorded
@@ -63,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         "--runs", metavar="JOB", help="run history of a job, failed runs compared with the last good one"
     )
     parser.add_argument("--trace", metavar="TARGET", help="the versions and runs behind a dataset version or a run")
+    parser.add_argument(
+        "--quality", metavar="DATASET", help="a dataset's checks and their results by version, and its profiles"
+    )
     parser.add_argument("--as-of", metavar="WHEN", help="the graph as it stood at a time (UTC) or after a run")
     parser.add_argument("--diff", nargs=2, metavar=("RUN_A", "RUN_B"), help="what changed between two runs")
     parser.add_argument("--stale", action="store_true", help="what is stale now, with the reason and the re-run plan")
@@ -91,12 +96,20 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"site": str(index)}) if args.json else f"wrote the lineage site: {index}")
         return 0
     try:
+        if args.quality:
+            from nyc_taxi.core.registry import get
+            from nyc_taxi.lineage.read import quality
+
+            found = quality.read(settings).of(get(args.quality).name)
+            print(json.dumps(found.as_dict(), indent=2) if args.json else quality.render(found))
+            return 0
         if args.trace:
             from nyc_taxi.lineage.read.trace import render as render_trace
-            from nyc_taxi.lineage.read.trace import trace
+            from nyc_taxi.lineage.read.trace import trace, verdict_of
 
             step = trace(args.trace, settings)
-            print(json.dumps(step.as_dict(), indent=2) if args.json else render_trace(step))
+            answer = {**step.as_dict(), "checks_verdict": verdict_of(step).as_dict()}
+            print(json.dumps(answer, indent=2) if args.json else render_trace(step))
             return 0
         if args.diff:
             from nyc_taxi.lineage.read.evolution import diff, render_diff

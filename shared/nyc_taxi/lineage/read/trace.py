@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from nyc_taxi.core.datasets import DATASETS, Table
 from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.lineage.read.quality import Evaluation, Quality, verdict
 from nyc_taxi.lineage.read.runs import JobRun, Runs
 
 
@@ -27,6 +28,8 @@ class VersionStep:
     commits: int = 1  # how many writers' commits the version holds
     writers: list[RunStep] = field(default_factory=list)
     repeated: bool = False  # traced above already
+    checks: list[Evaluation] = field(default_factory=list)  # its checks' results on this version
+    checked: bool = False  # the dataset declares checks (so no result means it was not checked)
 
     def as_dict(self) -> dict:
         return {
@@ -35,6 +38,11 @@ class VersionStep:
             "locations": self.locations,
             "commits": self.commits,
             "repeated": self.repeated,
+            "checks": [
+                {"check": e.check, "severity": e.severity, "status": e.status, "failing": e.failing, "rows": e.rows}
+                for e in self.checks
+            ],
+            "declares_checks": self.checked,
             "written_by": [w.as_dict() for w in self.writers],
         }
 
@@ -64,11 +72,21 @@ class RunStep:
 
 
 class Tracer:
-    def __init__(self, settings: Settings | None = None, runs: Runs | None = None):
+    def __init__(self, settings: Settings | None = None, runs: Runs | None = None, quality: Quality | None = None):
         self.settings = settings or get_settings()
         self.runs = runs or Runs.read(self.settings)
+        self._quality = quality
         self._seen: set[tuple[str, str | None]] = set()
         self._history: dict[str, dict[int, int | None]] = {}
+
+    @property
+    def quality(self) -> Quality:
+        """Every version's check results, from DataHub Lite (read once, when a version is first traced)."""
+        if self._quality is None:
+            from nyc_taxi.lineage.read.quality import read
+
+            self._quality = read(self.settings)
+        return self._quality
 
     # ---- Iceberg's history ---------------------------------------------------------------
     def _ancestors(self, table: Table, snapshot_id: str) -> list[str]:
@@ -100,12 +118,13 @@ class Tracer:
 
     # ---- walking back ------------------------------------------------------------------------
     def version(self, name: str, version: str | None) -> VersionStep:
-        step = VersionStep(name, version)
+        dataset = DATASETS.get(name)
+        step = VersionStep(name, version, checked=bool(getattr(dataset, "checks", ())))
+        step.checks = self.quality.of_version(name, version) if step.checked else []
         if (name, version) in self._seen:
             step.repeated = True
             return step
         self._seen.add((name, version))
-        dataset = DATASETS.get(name)
         held = [version]
         if isinstance(dataset, Table) and not dataset.replaced_on_every_load and version and version.isdigit():
             held = self._ancestors(dataset, version)
@@ -175,6 +194,83 @@ def _describe_run(run: JobRun) -> str:
     )
 
 
+def versions_in(step: VersionStep | RunStep) -> list[VersionStep]:
+    """Every version in a trace, each once (the first time it appears)."""
+    found: dict[tuple[str, str | None], VersionStep] = {}
+
+    def walk(node) -> None:
+        if isinstance(node, VersionStep):
+            found.setdefault((node.dataset, node.version), node)
+            for writer in node.writers:
+                walk(writer)
+        else:
+            for read in node.reads:
+                walk(read)
+
+    walk(step)
+    return list(found.values())
+
+
+@dataclass
+class Verdict:
+    """Was it computed only from data that passed its checks? Every version in its ancestry, by what its
+    checks said of it."""
+
+    failed: list[VersionStep]  # an error check failed on it
+    checked: list[VersionStep]  # every error check passed (warnings allowed)
+    unchecked: list[VersionStep]  # its dataset declares checks, but none were recorded on this version
+    without_checks: list[VersionStep]  # its dataset declares none (the published and landed files)
+    warnings: int
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed and not self.unchecked
+
+    def as_dict(self) -> dict:
+        def names(steps):
+            return [f"{s.dataset}@{s.version}" for s in steps]
+
+        return {
+            "passed": self.passed,
+            "failed": names(self.failed),
+            "checked": names(self.checked),
+            "unchecked": names(self.unchecked),
+            "without_checks": names(self.without_checks),
+            "warnings": self.warnings,
+        }
+
+    def text(self) -> str:
+        if self.failed:
+            first = self.failed[0]
+            failed = ", ".join(e.check for e in first.checks if e.status == "fail")
+            head = f"✗ computed from data that failed its checks: {first.dataset} @ {first.version} ({failed})"
+        elif self.unchecked:
+            head = (
+                f"? {len(self.checked)} versions passed their checks, but {len(self.unchecked)} have no recorded "
+                f"results: {', '.join(f'{s.dataset} @ {s.version}' for s in self.unchecked[:3])}"
+            )
+        else:
+            head = f"✓ computed only from data that passed its checks: {len(self.checked)} versions checked"
+        tail = f"; {self.warnings} warnings (kept as published)" if self.warnings else ""
+        others = len(self.without_checks)
+        return head + tail + (f"; {others} versions of files that declare no checks" if others else "")
+
+
+def verdict_of(step: VersionStep | RunStep) -> Verdict:
+    failed, checked, unchecked, without, warnings = [], [], [], [], 0
+    for version in versions_in(step):
+        if not version.checked:
+            without.append(version)
+        elif not version.checks:
+            unchecked.append(version)
+        elif any(e.status == "fail" for e in version.checks):
+            failed.append(version)
+        else:
+            checked.append(version)
+        warnings += sum(e.status == "warn" for e in version.checks)
+    return Verdict(failed, checked, unchecked, without, warnings)
+
+
 def render(step: VersionStep | RunStep) -> str:
     lines: list[str] = []
     if isinstance(step, VersionStep):
@@ -183,6 +279,7 @@ def render(step: VersionStep | RunStep) -> str:
     else:
         lines.append(_describe_run(step.run))
         _run_children(step, "", lines)
+    lines.append(f"checks: {verdict_of(step).text()}")
     return "\n".join(lines)
 
 
@@ -192,6 +289,8 @@ def _version_line(step: VersionStep) -> str:
         text += f" (holds the commits of {step.commits} runs)"
     if step.locations:
         text += f" — {', '.join(step.locations)}"
+    if step.checked and not step.repeated:
+        text += f" [checks: {verdict(step.checks)}]"
     if step.repeated:
         text += " (see above)"
     elif not step.writers:

@@ -1,5 +1,6 @@
 """What the site shows, read once: the graph from DataHub Lite, the runs from the OpenLineage events,
-each table's versions from Iceberg, the column lineage, the version trace of every run, the graph
+each table's versions from Iceberg, each dataset's checks and profiles (DataHub Lite), the column
+lineage, the version trace of every run, the graph
 after every run (for the evolution view), forecast vs actual and the Metaflow cards.
 
 Nothing here decides how it looks (``pages`` and ``drawing`` do); every figure comes from the read
@@ -20,11 +21,13 @@ from nyc_taxi.lineage.read.columns import ColumnStep, field_lineage_in, upstream
 from nyc_taxi.lineage.read.evolution import graph_of
 from nyc_taxi.lineage.read.graph import Edge, LineageGraph, Node
 from nyc_taxi.lineage.read.lite import dataset_node
+from nyc_taxi.lineage.read.quality import DatasetQuality, Quality
+from nyc_taxi.lineage.read.quality import read as read_quality
 from nyc_taxi.lineage.read.reproductions import recorded as recorded_reproductions
 from nyc_taxi.lineage.read.runs import JobRun, Runs, job_runs
 from nyc_taxi.lineage.read.stale import StaleReport
 from nyc_taxi.lineage.read.stale import check as check_stale
-from nyc_taxi.lineage.read.trace import Tracer
+from nyc_taxi.lineage.read.trace import Tracer, verdict_of
 
 
 @dataclass
@@ -41,16 +44,6 @@ class Version:
 
 
 @dataclass
-class QualityReport:
-    """The data-quality counts one run reported on a dataset it read."""
-
-    run: JobRun
-    dataset: str  # the dataset the counts are about
-    metrics: dict
-    assertions: list[dict]
-
-
-@dataclass
 class DatasetFacts:
     node: Node
     declared: Dataset | None = None  # the registry's declaration (None: not in the registry)
@@ -58,7 +51,7 @@ class DatasetFacts:
     iceberg_identifier: str | None = None
     schema: dict[str, dict] = field(default_factory=dict)  # column -> DataHub's schemaMetadata field
     versions: list[Version] = field(default_factory=list)  # oldest first
-    quality: list[QualityReport] = field(default_factory=list)
+    quality: DatasetQuality | None = None  # its checks' results and its profiles, version by version
     columns: dict[str, ColumnStep] = field(default_factory=dict)  # column -> where it comes from
 
 
@@ -179,17 +172,6 @@ def _reported_versions(name: str, runs: Runs) -> list[Version]:
     return ordered
 
 
-def _quality(name: str, runs: Runs) -> list[QualityReport]:
-    """The counts runs reported on this dataset as they read it, and on what they read to write it (a
-    merge checks the staged batch it merges into raw)."""
-    return [
-        QualityReport(run, about, run.quality[about].get("metrics", {}), run.quality[about].get("assertions", []))
-        for run in runs
-        for about in sorted(run.quality)
-        if about == name or name in run.outputs
-    ]
-
-
 def _column_lineage(dataset: Dataset, settings: Settings, lineage: dict) -> dict[str, ColumnStep]:
     """Each column of a registry dataset that has recorded column lineage: where it comes from."""
     found = {}
@@ -201,7 +183,7 @@ def _column_lineage(dataset: Dataset, settings: Settings, lineage: dict) -> dict
 
 
 def _dataset_facts(
-    node: Node, schema: dict[str, dict], in_graph: bool, runs: Runs, settings: Settings, lineage: dict
+    node: Node, schema: dict[str, dict], in_graph: bool, runs: Runs, settings: Settings, lineage: dict, found: Quality
 ) -> DatasetFacts:
     from nyc_taxi.core.registry import by_urn
 
@@ -210,7 +192,7 @@ def _dataset_facts(
     if declared is None:
         return facts
     facts.identity = identity(declared, settings)
-    facts.quality = _quality(declared.name, runs)
+    facts.quality = found.of(declared.name)
     if in_graph:  # no job touched it: no column lineage either
         facts.columns = _column_lineage(declared, settings, lineage)
     if isinstance(declared, Table):
@@ -249,16 +231,21 @@ def _jobs(graph: LineageGraph, runs: Runs, settings: Settings) -> dict[str, JobF
     return dict(sorted(jobs.items()))
 
 
-def _traces(runs: Runs, settings: Settings) -> dict[str, dict]:
+def _traces(runs: Runs, settings: Settings, found: Quality) -> dict[str, dict]:
     """The version trace of every run. One tracer per trace: a tracer marks what it has shown
     already, and tracing a DAG or flow run fills in that run's outputs."""
-    return {run.run_id: Tracer(settings).target(run.run_id).as_dict() for run in runs}
+    return {run.run_id: Tracer(settings, runs, found).target(run.run_id).as_dict() for run in runs}
 
 
-def _current_traces(names: list[str], settings: Settings) -> dict[str, dict]:
-    """The version trace of each dataset's current version (those that have one)."""
-    steps = {name: Tracer(settings).target(name) for name in names}
-    return {name: step.as_dict() for name, step in steps.items() if step.version}
+def _current_traces(names: list[str], settings: Settings, runs: Runs, found: Quality) -> dict[str, dict]:
+    """The version trace of each dataset's current version (those that have one), with its verdict: was
+    it computed only from data that passed its checks."""
+    steps = {name: Tracer(settings, runs, found).target(name) for name in names}
+    return {
+        name: {**step.as_dict(), "checks_verdict": verdict_of(step).text()}
+        for name, step in steps.items()
+        if step.version
+    }
 
 
 def _cards(runs: Runs, settings: Settings) -> dict[str, Path]:
@@ -355,13 +342,14 @@ def collect(settings: Settings, stale: StaleReport | None = None) -> SiteData:
     store = LineageStore(settings)
     store.load()
     runs = Runs.read(settings)
+    found = read_quality(settings)
     with store.open() as lite:
         graph = graph_from_lite(lite, settings)
         nodes = _dataset_nodes(graph, settings)
         schemas = {urn: _datahub_schema(lite, urn) for urn in nodes}
         columns = field_lineage_in(lite)  # every field-to-field edge, read once for all the columns
     datasets = {
-        urn: _dataset_facts(node, schemas[urn], urn in graph.nodes, runs, settings, columns)
+        urn: _dataset_facts(node, schemas[urn], urn in graph.nodes, runs, settings, columns, found)
         for urn, node in nodes.items()
     }
     return SiteData(
@@ -369,8 +357,10 @@ def collect(settings: Settings, stale: StaleReport | None = None) -> SiteData:
         runs=runs,
         datasets=datasets,
         jobs=_jobs(graph, runs, settings),
-        traces=_traces(runs, settings),
-        current_traces=_current_traces([f.declared.name for f in datasets.values() if f.declared], settings),
+        traces=_traces(runs, settings, found),
+        current_traces=_current_traces(
+            [f.declared.name for f in datasets.values() if f.declared], settings, runs, found
+        ),
         evolution=_evolution(runs, settings),
         forecast=_forecast_vs_actual(settings),
         cards=_cards(runs, settings),

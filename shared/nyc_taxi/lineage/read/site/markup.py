@@ -52,6 +52,10 @@ def version_anchor(version: str) -> str:
     return "v-" + _digest(version, 12)
 
 
+def check_anchor(check: str) -> str:
+    return "check-" + safe_name(check)
+
+
 def column_anchor(column: str) -> str:
     return "column-" + safe_name(column)
 

@@ -10,14 +10,17 @@ from dataclasses import dataclass
 
 from nyc_taxi.core.datasets import PublishedFiles, Table
 from nyc_taxi.core.jobs import Pipeline
+from nyc_taxi.core.quality import declared_rule
 from nyc_taxi.lineage.read.columns import ColumnStep
 from nyc_taxi.lineage.read.graph import LineageGraph, Node
+from nyc_taxi.lineage.read.quality import SYMBOLS
 from nyc_taxi.lineage.read.runs import JobRun
 from nyc_taxi.lineage.read.site.collect import DatasetFacts, JobFacts, SiteData
 from nyc_taxi.lineage.read.site.drawing import STATE_COLOURS, STYLE, fold
 from nyc_taxi.lineage.read.site.markup import (
     badge,
     card_path,
+    check_anchor,
     code,
     column_anchor,
     dataset_path,
@@ -34,7 +37,7 @@ from nyc_taxi.lineage.read.site.markup import (
     table,
     version_anchor,
 )
-from nyc_taxi.lineage.read.site.plot import forecast_chart
+from nyc_taxi.lineage.read.site.plot import forecast_chart, versions_chart
 
 
 @dataclass
@@ -83,6 +86,14 @@ def _versions(uses: dict[str, str | None], root: str) -> str:
         + short(version)
         for name, version in sorted(uses.items())
     )
+
+
+def _version_ref(dataset: str, version: str | None, root: str) -> str:
+    """A version of a dataset, linked to its row in the dataset's versions (rows checked but refused: no
+    version)."""
+    if not version:
+        return '<span class="empty">not committed</span>'
+    return link(root + dataset_path(dataset) + f"#{version_anchor(version)}", version[:24])
 
 
 def origins(step: ColumnStep) -> str:
@@ -299,16 +310,22 @@ side by side: edges only in the second are <span class="added">added</span>, edg
         parts += [self._identity(facts), self._last_write(node)]
         parts.append(section("Upstream and downstream", self._around(node.name, root), "around"))
         if node.name in self.data.current_traces:
-            trace = _trace_version(self.data.current_traces[node.name], root, verb="")
-            parts.append(section("Where the current version comes from", f'<div class="trace">{trace}</div>', "trace"))
+            current = self.data.current_traces[node.name]
+            trace = _trace_version(current, root, verb="")
+            verdict = f'<p class="verdict">Its checks: {esc(current["checks_verdict"])}</p>'
+            parts.append(
+                section("Where the current version comes from", f'{verdict}<div class="trace">{trace}</div>', "trace")
+            )
         if self.data.forecast and self.data.forecast.dataset == node.name:
             parts.append(section("Forecast vs actual", self._forecast(facts, root), "forecast"))
         parts.append(section("Columns", self._columns(facts, root), "columns"))
         if facts.columns:
             parts.append(section("Column lineage", self._column_lineage(facts), "column-lineage"))
         parts.append(section("Versions", self._dataset_versions(facts, root), "versions"))
-        if facts.quality:
-            parts.append(section("Data quality", self._quality(facts, root), "quality"))
+        if getattr(declared, "checks", ()) or (facts.quality and facts.quality.checks):
+            parts.append(section("Quality", self._quality(facts, root), "quality"))
+        if facts.quality and facts.quality.profiles:
+            parts.append(section("Stats", self._stats(facts), "stats"))
         return Page(dataset_path(node.name), node.name, "".join(parts), "dataset")
 
     def _identity(self, facts: DatasetFacts) -> str:
@@ -450,28 +467,127 @@ side by side: edges only in the second are <span class="added">added</span>, edg
         return table(["version", "at", "operation", "records", "written by", "files"], rows, "versions", ids)
 
     def _quality(self, facts: DatasetFacts, root: str) -> str:
-        rows = []
-        for report in reversed(facts.quality):
-            checks = "<br>".join(
-                f"{'✓' if a.get('success') else '✗'} {esc(a.get('assertion'))}"
-                + (f" ({esc(a['column'])})" if a.get("column") else "")
-                for a in report.assertions
+        """Every check declared on the dataset with its last result and its history, newest first (what
+        DataHub's Quality tab shows: its assertions and their run events, from DataHub Lite)."""
+        found = facts.quality
+        histories = {h.check: h for h in (found.checks if found else [])}
+        declared = [c.name for c in getattr(facts.declared, "checks", ())]
+        rows, blocks = [], []
+        for name in [*declared, *(n for n in histories if n not in declared)]:
+            history = histories.get(name)
+            check = next((c for c in getattr(facts.declared, "checks", ()) if c.name == name), None)
+            last = history.last if history else None
+            marks = "".join(
+                f'<span class="mark q-{e.status}" title="{esc(e.status)} on {esc(e.version or "rows not committed")}">'
+                f"{esc(SYMBOLS[e.status])}</span>"
+                for e in reversed((history.evaluations if history else [])[:20])
             )
-            about = "this dataset" if report.dataset == facts.node.name else f"its input {report.dataset}"
-            metrics = report.metrics
             rows.append(
                 [
-                    _job_and_run(report.run, root),
-                    moment(report.run.started),
-                    esc(about),
-                    f"{metrics['rowCount']:,}" if metrics.get("rowCount") is not None else "",
-                    checks,
+                    f'<a href="#{esc(check_anchor(name))}"><b>{esc(name)}</b></a>',
+                    badge(
+                        check.severity if check else history.severity,
+                        "severity-" + (check.severity if check else history.severity),
+                    ),
+                    esc(check.doc if check else history.doc) + ("" if check else " <i>(no longer declared)</i>"),
+                    (badge(last.status, "q-" + last.status) + " " + esc(last.counts()))
+                    if last
+                    else '<span class="empty">not evaluated yet</span>',
+                    _version_ref(facts.node.name, last.version, root) if last else "",
+                    f'<span class="marks">{marks}</span>',
                 ]
             )
+            if history and history.evaluations:
+                blocks.append(self._check_history(facts, history, check, root))
+        intro = (
+            "<p>The checks declared with this dataset (<code>shared/nyc_taxi/core/datasets.py</code>), each "
+            "evaluated on every version written, by the step that writes it. An <b>error</b> check that fails "
+            "stops its run before the version is published; a <b>warn</b> check records the rows and the run "
+            "goes on. The marks are the last results, oldest left.</p>"
+        )
         return (
-            "<p>What the runs reported (OpenLineage data-quality facets): on this dataset as they read it, "
-            "and on what they read to write it. Failed checks count rows that are kept as published.</p>"
-            + table(["run", "at", "about", "rows", "checks"], rows)
+            intro
+            + table(["check", "severity", "what it asserts", "last result", "on version", "history"], rows, "checks")
+            + "".join(blocks)
+        )
+
+    def _check_history(self, facts: DatasetFacts, history, check, root: str) -> str:
+        rows = []
+        for evaluation in history.evaluations:
+            run = self.data.runs.by_id.get(evaluation.run_id)
+            rows.append(
+                [
+                    millis(evaluation.at_ms),
+                    _version_ref(facts.node.name, evaluation.version, root),
+                    _job_and_run(run, root) if run else code(evaluation.run_id),
+                    badge(evaluation.status, "q-" + evaluation.status),
+                    esc(evaluation.counts()),
+                    "<br>".join(
+                        esc(", ".join(f"{k}={v}" for k, v in example.items())) for example in evaluation.examples
+                    ),
+                ]
+            )
+        rule = code(declared_rule(check) if check else history.rule)
+        return (
+            f'<details id="{esc(check_anchor(history.check))}" class="check"><summary><b>{esc(history.check)}</b> '
+            f"— {len(history.evaluations)} results {rule}</summary>"
+            + table(["at", "version", "run", "result", "rows", "failing rows (examples)"], rows)
+            + "</details>"
+        )
+
+    def _stats(self, facts: DatasetFacts) -> str:
+        """The profile of every snapshot written (Iceberg's manifests, as DataHub's Stats tab shows a
+        profile): rows and nulls over versions as small charts, the latest profile per column."""
+        points = facts.quality.profiles
+        versions = [p.version for p in points]
+        rows_chart = versions_chart(
+            f"{facts.node.name}: rows per version", versions, {"rows": [p.rows for p in points]}, "rows"
+        )
+        nullable = sorted(
+            {name for p in points for name, f in p.fields.items() if f.get("nullCount")},
+            key=lambda name: -max(p.fields.get(name, {}).get("nullCount") or 0 for p in points),
+        )[:5]
+        nulls_chart = (
+            versions_chart(
+                f"{facts.node.name}: nulls per version",
+                versions,
+                {name: [p.fields.get(name, {}).get("nullCount") for p in points] for name in nullable},
+                "nulls",
+            )
+            if nullable
+            else '<p class="empty">no column has a null in any version</p>'
+        )
+        latest = points[-1]
+        columns = [
+            [
+                f"<b>{esc(name)}</b>",
+                f"{f.get('nullCount'):,}" if f.get("nullCount") is not None else "",
+                f"{f['nullProportion']:.2%}" if f.get("nullProportion") is not None else "",
+                esc(f.get("min") or ""),
+                esc(f.get("max") or ""),
+                f"{f['uniqueCount']:,}" if f.get("uniqueCount") is not None else "",
+            ]
+            for name, f in latest.fields.items()
+        ]
+        history = [
+            [
+                short(p.version, 24),
+                millis(p.at_ms),
+                f"{p.rows:,}" if p.rows is not None else "",
+                str(p.columns or ""),
+                f"{p.size_bytes:,}" if p.size_bytes is not None else "",
+            ]
+            for p in reversed(points)
+        ]
+        return (
+            "<p>The profile of every snapshot written, from Iceberg's manifests (rows, size, and per column its "
+            "nulls, minimum and maximum; strings get no bounds: the manifests cut them to 16 characters); "
+            "distinct values are counted for the columns of few values, in the pass that writes a load.</p>"
+            f'<div class="charts">{rows_chart}{nulls_chart}</div>'
+            f"<h3>Columns at version {short(latest.version)} ({millis(latest.at_ms)})</h3>"
+            + table(["column", "nulls", "null share", "min", "max", "distinct"], columns, "profile")
+            + "<h3>Versions profiled</h3>"
+            + table(["version", "committed", "rows", "columns", "bytes"], history, "profiles")
         )
 
     # ---- a job -----------------------------------------------------------------------------------

@@ -85,3 +85,71 @@ def forecast_chart(data: ForecastVsActual) -> str:
         f'viewBox="0 0 {WIDTH} {HEIGHT}" xmlns="http://www.w3.org/2000/svg" font-family="Helvetica, Arial, sans-serif" '
         f'font-size="12"><title>{title}</title>' + "".join(_axes(data.hours, top) + lines + _legend()) + "</svg>"
     )
+
+
+# ---- a dataset's profile over its versions ----------------------------------------------------------------
+
+SMALL_WIDTH, SMALL_HEIGHT = 380, 200
+PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#9d755d")
+
+
+def versions_chart(title: str, versions: list[str], series: dict[str, list[float | None]], y_label: str) -> str:
+    """A small line chart of values over a dataset's versions (oldest left), one line per series, a dot
+    per version; ``versions`` label the x axis (shortened), the full ones on hover."""
+    width, left, right, bottom = SMALL_WIDTH, 72, 12, 34
+    # the legend wraps to as many lines as its names need, above the plot
+    legend, line, x0 = [], 0, left
+    for name in series:
+        item = 14 + 7 * len(name) + 16
+        if x0 + item > width - right and x0 > left:
+            line, x0 = line + 1, left
+        legend.append((name, x0, 8 + 16 * line))
+        x0 += item
+    top_pad = 30 + 16 * line
+    height = SMALL_HEIGHT + 16 * line
+    inner_w, inner_h = width - left - right, height - top_pad - bottom
+    values = [v for points in series.values() for v in points if v is not None]
+    top = _nice_top(max(values, default=1))
+    last = max(len(versions) - 1, 1)
+
+    def x(i: int) -> float:
+        return left + (inner_w * i / last if len(versions) > 1 else inner_w / 2)
+
+    def y(v: float) -> float:
+        return top_pad + inner_h * (1 - v / top)
+
+    parts = [
+        f'<line x1="{left}" y1="{top_pad + inner_h}" x2="{width - right}" y2="{top_pad + inner_h}" stroke="#888"/>'
+    ]
+    for tick in range(3):
+        value = top * tick / 2
+        parts.append(
+            f'<line x1="{left}" y1="{y(value):.1f}" x2="{width - right}" y2="{y(value):.1f}" stroke="#e5e5e5"/>'
+        )
+        parts.append(f'<text x="{left - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{value:,.0f}</text>')
+    every = max(1, len(versions) // 4)
+    for i in range(0, len(versions), every):
+        label = html.escape(versions[i][-6:])
+        parts.append(f'<text x="{x(i):.1f}" y="{top_pad + inner_h + 14}" text-anchor="middle">…{label}</text>')
+    parts.append(f'<text x="{left + inner_w / 2}" y="{height - 4}" text-anchor="middle">version (oldest left)</text>')
+    parts.append(
+        f'<text x="10" y="{top_pad + inner_h / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 10 {top_pad + inner_h / 2})">{html.escape(y_label)}</text>'
+    )
+    for (name, points), colour, (_, legend_x, legend_y) in zip(series.items(), PALETTE, legend, strict=False):
+        drawn = [(i, v) for i, v in enumerate(points) if v is not None]
+        path = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in drawn)
+        parts.append(f'<polyline class="series" fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
+        for i, v in drawn:
+            parts.append(
+                f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="3" fill="{colour}">'
+                f"<title>{html.escape(versions[i])}: {v:,.0f}</title></circle>"
+            )
+        parts.append(f'<rect x="{legend_x}" y="{legend_y}" width="10" height="10" fill="{colour}"/>')
+        parts.append(f'<text x="{legend_x + 14}" y="{legend_y + 9}" class="legend">{html.escape(name)}</text>')
+    label = html.escape(title)
+    return (
+        f'<svg class="chart small" role="img" aria-label="{label}" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" font-family="Helvetica, Arial, sans-serif" '
+        f'font-size="11"><title>{label}</title>' + "".join(parts) + "</svg>"
+    )

@@ -1,0 +1,329 @@
+"""Data-quality checks and profiles, on real Spark, Iceberg and DuckDB (core/quality.py, core/profiles.py),
+and their DataHub records read back from DataHub Lite (lineage/read/quality.py).
+
+- Each kind of check compiles to SQL that counts exactly the rows a hand count names, and each severity
+  judges them as declared (a tolerance of an error check is a boundary, not a range).
+- A profile from Iceberg's manifests equals DuckDB's own count over the snapshot's data files.
+- Raw's check from its manifests catches a month appended twice; forecasts or a model that fail their
+  error checks are refused before they are committed or used.
+- A check's assertion URN is the same in every run, its run events accumulate in DataHub Lite (read back
+  from its own table: the one place Lite's storage is read), and every record passes DataHub's checker.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from nyc_taxi.core import datasets as d
+from nyc_taxi.core import quality
+from nyc_taxi.core.datasets import Check, accepted_values, expect, not_null, row_count, unique
+from nyc_taxi.core.settings import Settings
+
+# A hand-made batch: ids 1..10, key (a, b) with one duplicate pair, x NULL twice, y outside 1..3 three times.
+ROWS = [
+    # id, a, b, x, y
+    (1, 1, 1, 5.0, 1),
+    (2, 1, 2, 6.0, 2),
+    (3, 2, 1, None, 3),
+    (4, 2, 2, -1.0, 4),  # x negative; y not accepted
+    (5, 3, 1, 7.0, 1),
+    (6, 3, 1, 8.0, 2),  # (3, 1) twice
+    (7, 4, 1, None, 9),  # y not accepted
+    (8, 4, 2, -2.0, 0),  # x negative; y not accepted
+    (9, 5, 1, 1.0, 1),
+    (10, 5, 2, 2.0, 2),
+]
+CHECKS = (
+    expect("x_not_negative", "x >= 0", on=("x",), doc="x"),  # NULL passes: 2 fail (rows 4, 8)
+    not_null("x", name="x_present", doc="x"),  # 2 fail (rows 3, 7)
+    accepted_values("y", "1, 2, 3", name="y_known", doc="y"),  # 3 fail (rows 4, 7, 8)
+    unique("a", "b", name="key_unique", doc="key"),  # 1 fails: 10 rows, 9 distinct keys
+    unique("a", "b", name="key_unique_where", where="id <> 6", doc="key"),  # 0 fail without row 6
+    row_count("rows_are_ten", "${expected}", doc="rows"),  # 0 fail when expected is 10
+    row_count("two_rows_per_a", "count(DISTINCT a) * 2", doc="rows"),  # 10 rows, 5 a's: 0
+    row_count("eight_first", "7", where="id <= 8", doc="rows"),  # 8 such rows where 7 are expected: 1
+)
+EXPECTED_FAILING = {
+    "x_not_negative": 2,
+    "x_present": 2,
+    "y_known": 3,
+    "key_unique": 1,
+    "key_unique_where": 0,
+    "rows_are_ten": 0,
+    "two_rows_per_a": 0,
+    "eight_first": 1,
+}
+
+
+@pytest.mark.spark
+def test_each_kind_of_check_counts_exactly_the_failing_rows_on_spark_and_duckdb(spark):
+    frame = spark.createDataFrame(ROWS, "id INT, a INT, b INT, x DOUBLE, y INT")
+    values = {"expected": 10}
+    counts = quality.count_frame(frame, quality.aggregates(CHECKS, values))
+    assert {c.name: counts[c.name] for c in CHECKS} == EXPECTED_FAILING
+    assert all(counts[f"{c.name}:rows"] == 10 for c in CHECKS if not c.where)
+    assert counts["key_unique_where:rows"] == 9 and counts["eight_first:rows"] == 8
+    assert counts["rows_are_ten:expected"] == 10
+
+    # The same SQL on DuckDB (the model's checks are counted there), for the kinds it shares with Spark.
+    portable = [c for c in CHECKS if c.kind != "unique"]
+    arrow = pa.table({name: [row[i] for row in ROWS] for i, name in enumerate(["id", "a", "b", "x", "y"])})
+    duck = quality.count_arrow(arrow, quality.aggregates(portable, values))
+    assert {c.name: duck[c.name] for c in portable} == {c.name: EXPECTED_FAILING[c.name] for c in portable}
+
+    # A row count off by three: three rows missing.
+    counts = quality.count_frame(frame, quality.aggregates(CHECKS, {"expected": 13}))
+    assert (counts["rows_are_ten"], counts["rows_are_ten:rows"], counts["rows_are_ten:expected"]) == (3, 10, 13)
+
+    # Examples are rows that fail, with the columns asked for and the check's own.
+    examples = quality.failing_examples(frame, CHECKS[0], values, ("id",))
+    assert sorted(e["id"] for e in examples) == [4, 8] and all(e["x"] < 0 for e in examples)
+
+
+def test_severity_and_tolerance_decide_pass_warn_and_fail():
+    warn = expect("w", "x > 0", on=("x",), doc="")
+    strict = expect("e", "x > 0", on=("x",), doc="", severity="error")
+    tolerant = expect("t", "x > 0", on=("x",), doc="", severity="error", tolerance=0.01)
+    counted = row_count("n", "100", doc="")
+
+    def status(check: Check, failing: int, rows: int = 1000) -> str:
+        counts = {check.name: failing, f"{check.name}:rows": rows}
+        [result] = quality.judge("t", [check], counts, "1", {})
+        return result.status
+
+    assert [status(warn, n) for n in (0, 1, 1000)] == ["pass", "warn", "warn"]
+    assert [status(strict, n) for n in (0, 1)] == ["pass", "fail"]
+    assert [status(tolerant, n) for n in (0, 10, 11)] == ["pass", "warn", "fail"]  # 1 % of 1,000 is 10
+    assert [status(counted, n, rows=100 + n) for n in (0, 1)] == ["pass", "fail"]  # a row count has no tolerance
+
+
+def test_a_refusal_names_the_check_its_failing_rows_of_all_a_few_of_them_and_what_stays():
+    check = expect("pickup_in_month", "month = 3", on=("month",), doc="", severity="error", tolerance=0.01)
+    results = quality.judge("t", [check], {"pickup_in_month": 500, "pickup_in_month:rows": 500}, "7", {})
+    with pytest.raises(quality.ChecksFailed) as refused:
+        quality.refuse(
+            results,
+            subject="t snapshot 7",
+            consequence="raw was not changed",
+            keep="kept for inspection",
+            examples=lambda c: [{"id": 1, "month": 2}, {"id": 2, "month": 2}],
+            checks=[check],
+            report=lambda checked: checked,
+        )
+    message = str(refused.value)
+    assert "pickup_in_month (error): 500 of 500 rows fail (100.0%), more than the 1% allowed" in message
+    assert "e.g. id=1, month=2" in message and "raw was not changed" in message and "kept for inspection" in message
+    assert [r.examples for r in refused.value.report] == [({"id": 1, "month": 2}, {"id": 2, "month": 2})]
+    warned = quality.judge("t", [check], {"pickup_in_month": 5, "pickup_in_month:rows": 500}, "7", {})
+    quality.refuse(warned, subject="", consequence="", keep="", examples=lambda c: [], checks=[check], report=list)
+
+
+# ---- DataHub: stable assertions, accumulating results, read back from Lite -----------------------------------
+
+
+def _results(version: str, failing: int) -> list[quality.CheckResult]:
+    counts = {}
+    for check in d.YELLOW_TAXI_STAGING.checks:
+        counts |= {check.name: 0, f"{check.name}:rows": 1000, f"{check.name}:expected": 1000}
+    counts["pickup_in_month"] = failing
+    values = {"landed_rows": 1000, "month_start": "2024-03-01 00:00:00", "next_month_start": "2024-04-01 00:00:00"}
+    return quality.judge(d.YELLOW_TAXI_STAGING.name, d.YELLOW_TAXI_STAGING.checks, counts, version, values)
+
+
+def test_assertion_urns_are_stable_run_events_accumulate_in_lite_and_every_record_is_valid(tmp_path):
+    from datahub_check import assert_valid_record_files
+
+    from nyc_taxi.lineage.read import quality as read
+    from nyc_taxi.lineage.write import datahub
+    from nyc_taxi.lineage.write.outbox import Outbox, datahub_files
+    from nyc_taxi.lineage.write.report import DatasetUse, StepReport
+
+    settings = Settings(_env_file=None, state_dir=tmp_path)
+    runs = [(str(uuid.uuid4()), "111", 3), (str(uuid.uuid4()), "222", 900)]  # a warning, then a failure
+    urns = []
+    for at, (run_id, version, failing) in enumerate(runs):
+        report = StepReport(outputs=[DatasetUse(d.YELLOW_TAXI_STAGING, version, checks=_results(version, failing))])
+        records = datahub.write_records(
+            report, "airflow:x.stage", settings, at_ms=1_700_000_000_000 + at, run_id=run_id
+        )
+        Outbox(settings, "airflow").add_records(records)
+        urns.append(sorted({r.entityUrn for r in records if r.entityUrn.startswith("urn:li:assertion:")}))
+    assert urns[0] == urns[1] and len(urns[0]) == len(d.YELLOW_TAXI_STAGING.checks)  # one URN per check, kept
+    assert datahub.assertion_urn(d.YELLOW_TAXI_STAGING, "pickup_in_month", settings) in urns[0]
+    assert_valid_record_files(datahub_files(settings))
+
+    found = read.read(settings).of(d.YELLOW_TAXI_STAGING.name)
+    [history] = [h for h in found.checks if h.check == "pickup_in_month"]
+    assert [(e.run_id, e.version, e.status, e.failing, e.rows) for e in history.evaluations] == [
+        (runs[1][0], "222", "fail", 900, 1000),  # newest first
+        (runs[0][0], "111", "warn", 3, 1000),
+    ]
+    assert [c.check for c in found.checks] == [c.name for c in d.YELLOW_TAXI_STAGING.checks]
+    assert all(len(h.evaluations) == 2 for h in found.checks)
+    # loading again changes nothing: Lite keeps each distinct value once
+    assert read.read(settings).of(d.YELLOW_TAXI_STAGING.name).checks[2].evaluations == history.evaluations
+
+
+# ---- profiles against DuckDB ---------------------------------------------------------------------------------
+
+
+def _duckdb_profile(table, snapshot_id: int, columns) -> dict:
+    """Independent: rows, and per column nulls, min and max (and distinct values), counted by DuckDB over the
+    data files pyiceberg plans for the snapshot."""
+    import duckdb
+
+    files = [task.file.file_path.removeprefix("file://") for task in table.scan(snapshot_id=snapshot_id).plan_files()]
+    measures = ["count(*)"]
+    for column in columns:
+        measures += [f"count(*) - count({column.name})", f"min({column.name})", f"max({column.name})"]
+        measures += [f"count(DISTINCT {column.name})"]
+    row = duckdb.sql(f"SELECT {', '.join(measures)} FROM read_parquet({files!r})").fetchall()[0]
+    found = {"rows": row[0]}
+    for i, column in enumerate(columns):
+        nulls, low, high, distinct = row[1 + 4 * i : 5 + 4 * i]
+        found[column.name] = {"nulls": nulls, "min": low, "max": high, "distinct": distinct}
+    return found
+
+
+def _value(text: str, column):
+    if column.type in ("INT", "BIGINT"):
+        return int(text)
+    if column.type == "DOUBLE":
+        return float(text)
+    if column.type == "DATE":
+        return dt.date.fromisoformat(text)
+    return dt.datetime.fromisoformat(text)
+
+
+def _same(value):
+    """DuckDB's value as the profile's text parses (an instant in UTC)."""
+    return value.astimezone(dt.UTC) if isinstance(value, dt.datetime) and value.tzinfo else value
+
+
+@pytest.mark.spark
+def test_profiles_from_the_manifests_equal_duckdb_over_the_snapshots_data_files(spark, site, settings):
+    from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.core.profiles import BOUNDED_TYPES
+    from nyc_taxi.core.tables import ensure_tables
+    from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
+    from nyc_taxi.ingest import taxi, weather
+
+    ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW, d.WEATHER_STAGING, d.WEATHER_RAW])
+    add_taxi_month(site, 2019, 5, rows=4_000, seed=51)
+    add_weather_month(site, 2019, 5, seed=51, n_counties=40)
+    taxi.download_published_file(2019, 5)
+    weather.download_published_files(2019, 5)
+    profiles = [
+        step(2019, 5).outputs[0].profile
+        for step in (taxi.stage_landed_file, taxi.merge_into_raw, weather.stage_landed_files, weather.merge_into_raw)
+    ]
+    assert [p.dataset for p in profiles] == ["yellow_taxi_staging", "yellow_taxi_raw", "weather_staging", "weather_raw"]
+    assert taxi.stage_landed_file(2019, 5).outputs[0].profile is None  # staging holds it: nothing written
+    assert profiles[0].rows == 4_000 and profiles[2].rows == 5 * 31
+    for profile in profiles:
+        declared = d.TABLES[profile.dataset]
+        table = load_table(declared)
+        expected = _duckdb_profile(table, int(profile.version), declared.columns)
+        assert profile.rows == expected["rows"] and profile.columns == len(declared.columns)
+        assert profile.size_bytes == sum(
+            t.file.file_size_in_bytes for t in table.scan(snapshot_id=int(profile.version)).plan_files()
+        )
+        for column in declared.columns:
+            field, want = profile.field(column.name), expected[column.name]
+            assert field.nulls == want["nulls"], (profile.dataset, column.name)
+            if column.type in BOUNDED_TYPES and want["min"] is not None:
+                got = (_value(field.min, column), _value(field.max, column))
+                assert got == (_same(want["min"]), _same(want["max"])), column.name
+            else:
+                assert field.min is None and field.max is None  # strings: the manifests' bounds are cut
+            if field.distinct is not None:
+                assert declared.replaced_on_every_load and column.categorical
+                assert field.distinct == want["distinct"], (profile.dataset, column.name)
+    assert profiles[2].field("county_code").distinct == 5 and profiles[0].field("vendor_id").distinct > 1
+
+
+# ---- refusals of what fails after or before a commit -----------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_raws_check_from_its_manifests_catches_a_month_appended_twice(spark, site, settings):
+    from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.core.naming import spark_table
+    from nyc_taxi.core.tables import ensure_tables, pinned
+    from nyc_taxi.fixtures.site import add_taxi_month
+    from nyc_taxi.ingest import taxi
+
+    ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW])
+    path = add_taxi_month(site, 2019, 9, rows=2_000, seed=53)
+    taxi.download_published_file(2019, 9)
+    taxi.stage_landed_file(2019, 9)
+    merged = taxi.merge_into_raw(2019, 9)
+    [result] = merged.outputs[0].checks
+    assert (result.check, result.status, result.rows, result.expected) == ("month_rows_as_staged", "pass", 2_000, 2_000)
+    staged = load_table(d.YELLOW_TAXI_STAGING).current_snapshot()
+    # the same staged rows appended again, as a second append of the month would
+    spark.sql(f"INSERT INTO {spark_table(d.YELLOW_TAXI_RAW)} SELECT * FROM {pinned(d.YELLOW_TAXI_STAGING, staged)}")
+    raw = load_table(d.YELLOW_TAXI_RAW)
+    counts = taxi._month_rows_as_staged(raw, raw.current_snapshot().snapshot_id, [path.name], 2_000, settings)
+    [result] = quality.judge(
+        d.YELLOW_TAXI_RAW.name, d.YELLOW_TAXI_RAW.checks, counts, "x", {"staged_rows": 2_000, "source_files": ""}
+    )
+    assert (result.status, result.rows, result.failing) == ("fail", 4_000, 2_000)
+
+
+@pytest.mark.spark
+def test_forecasts_that_fail_their_checks_are_not_committed(spark, settings):
+    from nyc_taxi.core.catalog import current_snapshot_id
+    from nyc_taxi.forecast import steps
+
+    hours = [dt.datetime(2019, 11, 1) + dt.timedelta(hours=h) for h in range(3)]
+    values = {(zone, hour): 10.0 for zone in (1, 2) for hour in hours}
+    values[(2, hours[1])] = -4.0  # negative demand
+    del values[(1, hours[2])]  # a zone-hour missing
+    before = current_snapshot_id(d.YELLOW_RIDES_HOURLY_FORECAST)
+    forecasts = steps.Forecasts(values, "seasonal_naive", "Flow/1/train/2", hours[0], None, zones=2, horizon_hours=3)
+    with pytest.raises(quality.ChecksFailed) as refused:
+        steps.write_forecasts(forecasts, settings)
+    failed = {r.check: (r.failing, r.rows) for r in refused.value.results if r.stops}
+    assert failed == {"every_zone_hour": (1, 5), "predicted_not_negative": (1, 5)}
+    assert "pickup_location_id=2" in str(refused.value) and "nothing was committed" in str(refused.value)
+    assert current_snapshot_id(d.YELLOW_RIDES_HOURLY_FORECAST) == before
+    [written] = refused.value.report.outputs
+    assert written.committed is False and {r.check for r in written.checks} == {
+        c.name for c in d.YELLOW_RIDES_HOURLY_FORECAST.checks
+    }
+
+
+def test_a_model_missing_the_week_before_its_origin_is_refused_before_it_forecasts():
+    from nyc_taxi.forecast import model as models
+    from nyc_taxi.forecast import steps
+    from nyc_taxi.lineage.write.report import DatasetUse, StepReport
+
+    as_of = dt.datetime(2024, 2, 15)
+    hours = [as_of - dt.timedelta(hours=h) for h in range(1, 24 * 14 + 1)]
+    rows = {(zone, hour): 3 for zone in (1, 2) for hour in hours}
+
+    def read(training: dict) -> steps.TrainingData:
+        actuals = DatasetUse(d.YELLOW_RIDES_HOURLY_ACTUALS, "41")
+        return steps.TrainingData(models.training_table(training), report=StepReport(inputs=[actuals]), as_of=as_of)
+
+    trained = steps.train(read(rows), "seasonal_naive", "Flow/1/train/2")
+    assert {r.check: r.status for r in trained.report.outputs[0].checks} == {
+        "last_week_learned": "pass",
+        "history_not_negative": "pass",
+        "wet_factor_plausible": "pass",
+    }
+    gap = {key: count for key, count in rows.items() if not (key[0] == 2 and key[1] > as_of - dt.timedelta(hours=5))}
+    with pytest.raises(quality.ChecksFailed) as refused:
+        steps.train(read(gap), "seasonal_naive", "Flow/1/train/3")
+    [failed] = [r for r in refused.value.results if r.stops]
+    assert (failed.check, failed.rows, failed.expected, failed.failing) == (
+        "last_week_learned",
+        2 * 168 - 4,
+        2 * 168,
+        4,
+    )

@@ -204,7 +204,12 @@ def test_a_taxi_merge_triggered_through_the_api_makes_the_scheduler_start_the_tr
     """The mission's path: a run of ingest_yellow_taxi_data triggered as the UI's Trigger button does
     (REST), its merge emits the yellow_taxi_raw asset event, and the scheduler itself starts
     train_forecast_model (run type asset_triggered), which runs the flow for the month after."""
-    base, password, _, settings = standalone
+    base, password, pid, settings = standalone
+    # `bash run clean` of the standalone's state directory while it runs: refused, naming it; nothing removed
+    env = {**os.environ, "STATE_DIR": str(settings.state_dir)}
+    cleaned = subprocess.run([sys.executable, "-m", "nyc_taxi.cli.clean"], env=env, capture_output=True, text=True)
+    assert cleaned.returncode == 1 and f"runs on {settings.state_dir} (pid {pid}," in cleaned.stderr, cleaned.stderr
+    assert (settings.airflow_home / "airflow.db").is_file() and settings.catalog_db_path.is_file()
     add_taxi_month(site, 2024, 5, rows=20_000, seed=51)
     token = _token(base, password)
     # a month the DAG's Param refuses is refused at the trigger, with the reason (no run is made)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from pathlib import Path
 
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
@@ -20,6 +21,19 @@ from nyc_taxi.lineage.write.destinations import datahub_file, openlineage_file
 
 DAGS_FOLDER = REPO_ROOT / "airflow" / "dags"
 LOCAL_SETTINGS = REPO_ROOT / "airflow" / "config"  # airflow_local_settings.py: what every Airflow process loads
+
+
+def standalone_record(settings: Settings) -> Path:
+    """Where `bash run airflow standalone` names itself while it runs (its pid and port)."""
+    return settings.airflow_home / "standalone.json"
+
+
+def running_standalone(settings: Settings) -> dict | None:
+    """The Airflow standalone that runs on this state directory now (its pid and port), if one does."""
+    from nyc_taxi.core.processes import alive, read_record
+
+    found = read_record(standalone_record(settings))
+    return found if found and alive(found["pid"]) else None
 
 
 def airflow_environment(settings: Settings | None = None) -> dict[str, str]:

@@ -12,7 +12,8 @@ component a flag, so its ``subcommands`` table is replaced. ``tests/test_airflow
 standalone's listening sockets: were the internal to move, a log server on 0.0.0.0 fails it.
 
 A port that is taken stops the command before anything starts: Airflow's own standalone would start
-its other components and leave the UI's port to whatever holds it.
+its other components and leave the UI's port to whatever holds it. While it runs, a record in Airflow's
+home names it (``environment.running_standalone``), so that `bash run clean` does not remove the state from under it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import sys
 
 from airflow.cli.commands.standalone_command import StandaloneCommand
 
-from nyc_taxi.core.processes import listening
+from nyc_taxi.airflow_adapter.environment import standalone_record
+from nyc_taxi.core.processes import listening, write_private
+from nyc_taxi.core.settings import get_settings
 
 WITH_LOG_SERVER = ("scheduler", "triggerer")
 
@@ -51,7 +54,12 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
-    LocalStandalone().run()
+    record = standalone_record(get_settings())
+    write_private(record, {"pid": os.getpid(), "port": port})
+    try:
+        LocalStandalone().run()
+    finally:
+        record.unlink(missing_ok=True)
     return 0
 
 

@@ -330,6 +330,44 @@ def test_the_broken_month_is_refused_by_its_check_before_raw_and_the_lineage_say
     assert verdict["warnings"] > 0  # the TLC's quirks, kept as published
 
 
+def test_the_runs_of_a_flow_and_of_a_dag_say_what_the_runs_under_them_read_and_wrote(demo):
+    """`--runs TrainForecastModelFlow` (the README's way to find run ids) and `--runs train_forecast_model`:
+    each flow run and DAG run with what its steps (and, for the DAG, the flow it started) read from outside
+    it and wrote, with versions, as its steps' own runs recorded them."""
+    from nyc_taxi.lineage.read.runs import Runs
+
+    settings = demo[0]
+    runs = Runs.read(settings)
+
+    def steps_under(run_id: str) -> list:
+        """The flow's step runs whose chain of parents reaches ``run_id``."""
+        found = []
+        for step in (r for r in runs if r.job.startswith(f"{F}.")):
+            parent = step.parent
+            while parent and parent[1] != run_id:
+                parent = runs.by_id[parent[1]].parent if parent[1] in runs.by_id else None
+            if parent:
+                found.append(step)
+        return found
+
+    for job in (F, T):
+        answer = json.loads(_lineage_cli(demo, "--runs", job, "--json").stdout)
+        assert len(answer) == len(DEMO_FLOW_RUNS)
+        for run in answer:
+            steps = steps_under(run["run_id"])
+            assert len(steps) == 8, (job, run["label"])
+            written = {n: v for s in steps for n, v in s.outputs.items()}
+            assert run["outputs"]["yellow_rides_hourly_forecast"] == written["yellow_rides_hourly_forecast"]
+            assert run["outputs"]["yellow_rides_forecast_model"] == written["yellow_rides_forecast_model"]
+            assert run["inputs"]["yellow_taxi_raw"] == next(
+                s.inputs["yellow_taxi_raw"] for s in steps if "yellow_taxi_raw" in s.inputs
+            )
+            assert "yellow_rides_hourly_actuals" not in run["inputs"]  # written inside the run: not read from outside
+            assert ("weather_raw" in run["inputs"]) == (steps[0].parameters["model"] == "weather_adjusted")
+        text = _lineage_cli(demo, "--runs", job).stdout
+        assert "read  -" not in text and "wrote -" not in text and "yellow_taxi_raw@" in text
+
+
 # ---- versions, evolution, the Airflow → Metaflow hop and columns (what the lineage can answer) ----
 
 

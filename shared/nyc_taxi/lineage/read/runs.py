@@ -192,6 +192,29 @@ class Runs:
     def children(self, run: JobRun) -> list[JobRun]:
         return [r for r in self if r.parent == (run.job, run.run_id)]
 
+    def descendants(self, run: JobRun) -> list[JobRun]:
+        """The runs under a DAG or flow run: its tasks or steps, and what they started (a training task's
+        flow run and its steps), in the order they started."""
+        found, todo = [], self.children(run)
+        while todo:
+            child = todo.pop(0)
+            if child not in found:
+                found.append(child)
+                todo += self.children(child)
+        return sorted(found, key=lambda r: r.started or "")
+
+    def read_and_written(self, run: JobRun) -> tuple[list[tuple[str, str | None]], dict[str, str | None]]:
+        """What a run read (each dataset and version once) and wrote, with versions; for a DAG or flow run,
+        what the runs under it read from outside it, and what they wrote (the last version of each)."""
+        if not run.is_pipeline_run:
+            return sorted(run.inputs.items()), run.outputs
+        under = [r for r in self.descendants(run) if not r.is_pipeline_run]
+        written = {(n, v) for r in under for n, v in r.outputs.items()}
+        read = {(n, v) for r in under for n, v in r.inputs.items() if (n, v) not in written}
+        return sorted(read, key=lambda pair: (pair[0], pair[1] or "")), {
+            n: v for r in under for n, v in r.outputs.items()
+        }
+
     def find(self, text: str) -> JobRun:
         """A run by what a user has: an OpenLineage run id, ``<Flow>/<run id>`` (Metaflow) or
         ``<dag_id>/<run_id>`` (Airflow), or a pathspec of a step run."""
@@ -239,6 +262,10 @@ def job_runs(job: str, settings: Settings | None = None) -> list[JobRun]:
             + (f"; did you mean: {', '.join(close)}" if close else f"; jobs with runs: {', '.join(sorted(jobs))}")
         )
     ordered = runs.of_job(match)
+    for run in ordered:  # a DAG or flow run: what the runs under it read and wrote
+        if run.is_pipeline_run:
+            read, run.outputs = runs.read_and_written(run)
+            run.inputs = dict(read)
     last_good = None
     for run in ordered:
         if run.state == "success":

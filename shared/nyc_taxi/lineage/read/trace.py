@@ -161,14 +161,10 @@ class Tracer:
         run = self.runs.find(text)
         if run.is_pipeline_run:  # a DAG or flow run: everything its jobs read from outside it
             step = RunStep(run, started_by=self._started_by(run))
-            children = self.runs.children(run)
-            written_inside = {(n, v) for c in children for n, v in c.outputs.items()}
-            for child in children:
-                for input_name, input_version in sorted(child.inputs.items()):
-                    if (input_name, input_version) not in written_inside:
-                        step.reads.append(self.version(input_name, input_version))
+            read, written = self.runs.read_and_written(run)
+            step.reads = [self.version(name, version) for name, version in read]
             # what the DAG or flow run wrote is what its jobs wrote (a copy: the runs stay as recorded)
-            step.run = replace(run, outputs={n: v for c in children for n, v in c.outputs.items()})
+            step.run = replace(run, outputs=written)
             return step
         return self.run(run)
 

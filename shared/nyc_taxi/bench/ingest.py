@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
         ),
         (
             "RATIO checks and profiles / stage + merge, worst new month  (target <= 0.05)",
-            max((t["checks_s"] + observed) / (t["stage_s"] + t["merge_s"]) for t in new_months),
+            f"{max((t['checks_s'] + observed) / (t['stage_s'] + t['merge_s']) for t in new_months):.3f}",
         ),
     ]
     rows += startup.rows(figures["startup"])

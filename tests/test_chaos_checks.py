@@ -266,3 +266,209 @@ def test_a_sender_killed_on_its_connection_prints_no_traceback_from_the_server(t
         server.kill()
         server.wait()
     assert server.stderr.read() == ""
+
+
+# ---- the ways a chaos run could pass without checking, each closed ------------------------------------------
+
+
+def test_a_chaos_run_with_no_fault_is_refused_and_passes_nothing():
+    from nyc_taxi.chaos.run import chaos, passed
+    from nyc_taxi.cli.chaos import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["--faults", "0"])
+    assert refused.value.code == 2
+    with pytest.raises(ValueError, match="at least one fault"):
+        chaos(0, 1, 5, 100, 1, None)
+    assert passed({"runs": []}) is False  # all() over no runs would say True
+    assert passed({"runs": [{**_run_verdicts(), "faults": []}]}) is False
+
+
+def _run_verdicts(**changed) -> dict:
+    verdicts = {
+        "tables equal": True,
+        "tables as published": True,
+        "files readable": True,
+        "lineage equal": True,
+        "delivered once": True,
+        "nothing left": True,
+        "runs failed": [],
+    }
+    return {**verdicts, **changed}
+
+
+def _fault_result(**changed) -> dict:
+    return {"pids": [42], "recovered_s": 3.0, "error": "", **changed}
+
+
+def test_a_fault_that_killed_nothing_is_an_error_and_fails_the_run(monkeypatch):
+    from nyc_taxi.chaos import run as chaos_run
+    from nyc_taxi.chaos.moments import Kill
+
+    fault = Fault(1, 1, "month 2024-01", "lineage shipper", "lineage shipper after the server accepted")
+    ctx = SimpleNamespace(wait=lambda *args, **kwargs: True)
+    said = []
+    # the shipper moment found no sender connected to the server: nothing was killed
+    monkeypatch.setattr(chaos_run, "_kill", lambda c, f: Kill("lineage shipper", [], "no sender found", time.time()))
+    chaos_run._inject(ctx, fault, SimpleNamespace(step=fault.step, passed=[]), said.append)
+    assert fault.error == "RuntimeError: killed nothing: no sender found" and fault.recovered_s is None
+    assert not chaos_run.passed({"runs": [{**_run_verdicts(), "faults": [_fault_result(pids=[], error="")]}]})
+    assert chaos_run.passed({"runs": [{**_run_verdicts(), "faults": [_fault_result()]}]})
+
+
+def test_a_killed_shipper_is_back_when_a_later_shipping_reaches_the_server_and_an_unknown_kill_never_is(tmp_path):
+    from nyc_taxi.chaos import run as chaos_run
+    from nyc_taxi.chaos.moments import Kill
+
+    log = tmp_path / "server.jsonl"
+    server = LineageServer(log)
+    killed_at = time.time()
+    log.write_text(json.dumps({"path": OPENLINEAGE_PATH, "received": killed_at - 1, "status": 201, "body": {}}) + "\n")
+    ctx = SimpleNamespace(server=server, supervisor=lambda: None)
+    kill = Kill("lineage shipper", [42], "the shipper", killed_at)
+    fault = Fault(1, 1, "month 2024-01", "lineage shipper", "lineage shipper after the server accepted")
+    monkey = chaos_run.RECOVERY_BOUND
+    try:
+        chaos_run.RECOVERY_BOUND = 1  # no shipping after the kill: not back (it was "back" at once before)
+        with pytest.raises(RuntimeError, match="not back within"):
+            chaos_run._recovered(ctx, fault, kill)
+        with log.open("a") as out:  # the next task's shipping reaches the server
+            out.write(json.dumps({"path": OPENLINEAGE_PATH, "received": time.time(), "status": 201, "body": {}}) + "\n")
+        assert chaos_run._recovered(ctx, fault, kill) >= 0
+        with pytest.raises(RuntimeError, match="not back within"):  # what no check knows is never back
+            chaos_run._recovered(ctx, fault, Kill("something else", [42], "?", time.time()))
+    finally:
+        chaos_run.RECOVERY_BOUND = monkey
+
+
+def _result(**changed):
+    from nyc_taxi.chaos.run import Result
+
+    tables = {name: {"rows": 10, "doubled": [], "by_key": {}} for name in check.TABLES}
+    fields = {
+        "run": 0,
+        "faults": [],
+        "tables": tables,
+        "unexpected": {},
+        "unreadable": [],
+        "edges": {("Dag.task", "read", "ns/x", "1")},
+        "columns": set(),
+        "delivery": {"once": True},
+        "leftovers": [],
+        "runs": [{"dag_id": "d", "run_id": "r", "state": "success"}],
+        "seconds": 1.0,
+    }
+    return Result(**{**fields, **changed})
+
+
+def test_the_clean_run_is_checked_on_its_own_rows_keys_expectations_and_delivery():
+    assert _result().problems() == []
+    empty = {name: {"rows": 0, "doubled": [], "by_key": {}} for name in check.TABLES}
+    assert "yellow_taxi_raw holds no rows" in _result(tables=empty).problems()
+    doubled = {**_result().tables, "weather_raw": {"rows": 10, "doubled": ["k"], "by_key": {}}}
+    assert _result(tables=doubled).problems() == ["weather_raw: 1 keys twice"]
+    wrong = _result(unexpected={"yellow_taxi_raw": "not the published trips of f"})
+    assert wrong.problems() == ["yellow_taxi_raw: not the published trips of f"]
+    assert _result(edges=set()).problems() == ["the lineage server received no lineage of a successful run"]
+    assert len(_result(delivery={"once": False}).problems()) == 1
+
+
+def _train_and_predict(run: str, raw_version: str) -> list[dict]:
+    model = {"namespace": "metaflow://x", "name": "nyc_taxi.model"}
+    pathspec = f"TrainForecastModelFlow/{run}/train/1"
+    train = _event("Flow.train", "COMPLETE", run, raw_version)
+    predict = {
+        "eventType": "COMPLETE",
+        "eventTime": "t2",
+        "run": {"runId": f"{run}-predict"},
+        "job": {"name": "Flow.predict"},
+        "inputs": [{**model, "facets": {"version": {"datasetVersion": pathspec}}}],
+        "outputs": [],
+    }
+    return [train, predict]
+
+
+def test_a_model_resolves_to_the_versions_it_was_trained_from():
+    contents = {"11": "rows:A", "12": "rows:A", "13": "rows:B"}
+
+    def resolve(dataset, version):
+        return contents.get(version, version)
+
+    same = check.lineage_edges(_train_and_predict("r1", "11"), resolve)
+    assert check.lineage_edges(_train_and_predict("r9", "12"), resolve) == same  # other run, same data
+    other = check.lineage_edges(_train_and_predict("r9", "13"), resolve)[0]
+    predict_reads = {e for e in other if e[0] == "Flow.predict"}
+    assert predict_reads and predict_reads.isdisjoint(same[0])  # a model trained from other data is another model
+    [read] = [e for e in same[0] if e[0] == "Flow.predict"]
+    assert read[3] == 'trained from [["iceberg://lakehouse/nyc_taxi.yellow_taxi_raw", "rows:A"]]'
+
+
+def test_the_mission_s_events_are_told_by_their_run_type_not_by_a_word_anywhere_in_them():
+    from nyc_taxi.chaos.run import _mission_events
+
+    def event(run_type: str, note: str) -> dict:
+        facets = {"airflow": {"dagRun": {"run_id": f"{run_type}__2026", "run_type": run_type}}, "tags": note}
+        return {"eventType": "COMPLETE", "run": {"runId": run_type, "facets": facets}, "job": {"name": "d.t"}}
+
+    manual = event("manual", "a parameter that says scheduled__ somewhere")
+    flow_step = {"eventType": "COMPLETE", "run": {"runId": "s", "facets": {}}, "job": {"name": "Flow.step"}}
+    assert _mission_events([manual, event("scheduled", ""), flow_step]) == [manual, flow_step]
+
+
+def test_lineage_is_compared_as_the_server_received_it_and_datahub_delivery_counts_a_second_send(tmp_path, monkeypatch):
+    from nyc_taxi.chaos import run as chaos_run
+    from nyc_taxi.core.settings import Settings
+
+    log = tmp_path / "server.jsonl"
+    server = LineageServer(log)
+    events = _train_and_predict("r1", "11")
+    proposal = {"proposal": {"entityUrn": "urn:li:dataset:x", "aspectName": "status", "aspect": {"value": "{}"}}}
+    requests = [{"path": OPENLINEAGE_PATH, "received": 1, "status": 201, "body": e} for e in events]
+    requests += [{"path": DATAHUB_INGEST_PATH, "received": 2, "status": 200, "body": proposal}] * 2  # sent twice
+    log.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    monkeypatch.setattr(check, "VersionResolver", lambda state: lambda dataset, version: version)
+    # nothing in the deployment's own outbox: the edges are what the server received
+    edges, _ = chaos_run._lineage(server, tmp_path)
+    assert {e[0] for e in edges} == {"Flow.train", "Flow.predict"}
+    settings = Settings(_env_file=None, state_dir=tmp_path / "state")
+    assert chaos_run._delivery(settings, server, shipper_kills=0)["once"] is False  # a record accepted twice
+    assert chaos_run._delivery(settings, server, shipper_kills=1)["once"] is True  # the one a killed shipper resent
+
+
+def test_the_chaos_runs_expectations_agree_with_the_suites_own_reading_of_the_files(tmp_path):
+    """The chaos command's oracle (chaos/expected.py, from the registry's column declarations) and the
+    suite's (tests/expected_loads.py, from columns written out by hand) read the same files alike."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from expected_loads import (
+        comparable,
+        expected_actuals,
+        expected_daily_prcp,
+        expected_taxi_rows,
+        expected_weather,
+        expected_weather_adjusted,
+        seasonal_naive,
+    )
+
+    from nyc_taxi.chaos import expected
+    from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
+
+    months = ((2019, 3), (2019, 4))
+    files = [add_taxi_month(tmp_path, y, m, rows=3_000, seed=m) for y, m in months]
+    for y, m in months:
+        add_weather_month(tmp_path, y, m, seed=m, n_counties=30)
+    for path in files:
+        rows = expected.taxi_rows(path)
+        names = ["source_file", *(c.name for c in expected.d.YELLOW_TRIP_COLUMNS)]
+        mine = comparable(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}, schema=None))
+        assert mine.equals(comparable(expected_taxi_rows(path)))
+    assert expected.weather_rows(tmp_path, 2019, 4) == expected_weather(tmp_path, 2019, 4, "scaled")
+    assert expected.daily_rain(tmp_path, months) == expected_daily_prcp(tmp_path, months)
+    as_of = dt.datetime(2019, 4, 15)
+    window = (as_of - dt.timedelta(days=28), as_of + dt.timedelta(hours=24))
+    counts = expected.hourly_rides(files, *window)
+    assert counts == expected_actuals(files, *window)
+    assert expected.seasonal_naive(counts, as_of) == seasonal_naive(counts, as_of, 24)
+    _, adjusted = expected_weather_adjusted(counts, expected_daily_prcp(tmp_path, months), as_of, 24)
+    assert expected.weather_adjusted(counts, expected.daily_rain(tmp_path, months), as_of) == adjusted

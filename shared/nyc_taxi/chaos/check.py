@@ -1,16 +1,21 @@
 """What a chaos run checks, independently of the code under test: the tables through pyiceberg on the
-catalog's own connection details (not the project's lakehouse), every data file and manifest read
-back from the object store, the lineage as the lineage server received it, and the process table.
+catalog's own connection details (not the project's lakehouse) and against an independent reading of
+the published files, every data file and manifest read back from the object store, the lineage as the
+lineage server received it, and the process table.
 
 - **tables**: every row of the staging tables, raw, weather, actuals and forecasts by its key, with a
   SHA-256 of its values; the columns that say when or by which run a row was written are left out (a re-run
   writes them anew); no key twice;
 - **files**: every manifest of the current snapshot and every data file it lists, read whole;
-- **lineage**: the edges of every successful run — job → dataset read or written, with the version
-  resolved to the data it names (a table's snapshot to the fingerprint of its rows then) — and the
-  column edges; run ids and try numbers left out;
+- **expectations**: the tables against what the published files say they must hold, computed apart
+  (``expected.py``): every run, the clean one too;
+- **lineage**: the edges of every successful run as the lineage server received them — job → dataset
+  read or written, with the version resolved to the data it names (a table's snapshot to the fingerprint
+  of its rows then, a model to the versions it was trained from) — and the column edges; run ids and try
+  numbers left out;
 - **delivery**: every event of a successful run stored once by the lineage server, per (run, event
-  type);
+  type), and every DataHub record of the outbox stored; a record accepted twice only where a sender was
+  killed before it heard back;
 - **leftovers**: no DAG run or task queued or running, no message waiting in the broker, and no
   process of the deployment outside supervisord's programs.
 """
@@ -22,15 +27,17 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from nyc_taxi.core import datasets as d
+
 # tables compared, and the key of a row (the primary key as the tables are declared, a staging table's
 # rows by the same key: a load that appended to staging instead of replacing it shows as doubled keys)
 TABLES = {
-    "yellow_taxi_staging": ("row_key",),
-    "weather_staging": ("county_code", "date"),
-    "yellow_taxi_raw": ("row_key",),
-    "weather_raw": ("county_code", "date"),
-    "yellow_rides_hourly_actuals": ("pickup_location_id", "pickup_hour"),
-    "yellow_rides_hourly_forecast": ("pickup_location_id", "forecast_hour"),
+    d.YELLOW_TAXI_STAGING.name: d.YELLOW_TAXI_RAW.primary_key,
+    d.WEATHER_STAGING.name: d.WEATHER_RAW.primary_key,
+    d.YELLOW_TAXI_RAW.name: d.YELLOW_TAXI_RAW.primary_key,
+    d.WEATHER_RAW.name: d.WEATHER_RAW.primary_key,
+    d.YELLOW_RIDES_HOURLY_ACTUALS.name: d.YELLOW_RIDES_HOURLY_ACTUALS.primary_key,
+    d.YELLOW_RIDES_HOURLY_FORECAST.name: d.YELLOW_RIDES_HOURLY_FORECAST.primary_key,
 }
 # when, or by which run, a row was written: a re-run writes these anew
 VOLATILE = {"ingested_at", "computed_at", "created_at", "model_version"}
@@ -100,6 +107,53 @@ def table_differences(clean: dict, faulty: dict) -> dict[str, str]:
     return said
 
 
+def unexpected(state_dir: Path, expected, namespace: str = "nyc_taxi", only: bool = True) -> dict[str, str]:
+    """What differs between the tables and what the published files say they must hold (``expected``:
+    ``chaos.expected.Expected``), per table; empty: every table as expected. ``only``: the raw tables hold
+    nothing else (a deployment of the mission's own), else other months are left out of the comparison."""
+    from nyc_taxi.chaos.expected import row_order
+
+    lake, said = catalog(state_dir), {}
+
+    def rows(name: str) -> list[dict]:
+        table = lake.load_table(f"{namespace}.{name}")
+        return table.scan().to_arrow().to_pylist() if table.metadata.snapshots else []
+
+    trip = ["source_file", *(c.name for c in d.YELLOW_TRIP_COLUMNS)]
+    raw: dict[str, list[tuple]] = {}
+    for row in rows(d.YELLOW_TAXI_RAW.name):
+        raw.setdefault(row["source_file"], []).append(tuple(row[c] for c in trip))
+    wrong = [f for f, want in expected.taxi.items() if sorted(raw.get(f, []), key=row_order) != want]
+    wrong += sorted(set(raw) - set(expected.taxi)) if only else []
+    if wrong:
+        said[d.YELLOW_TAXI_RAW.name] = f"not the published trips of {', '.join(wrong)}"
+    last = list(expected.taxi)[-1]
+    staged = sorted((tuple(r[c] for c in trip) for r in rows(d.YELLOW_TAXI_STAGING.name)), key=row_order)
+    if staged != expected.taxi[last]:
+        said[d.YELLOW_TAXI_STAGING.name] = f"not the published trips of {last} ({len(staged)} rows)"
+    months = {(day.year, day.month) for _, day in expected.weather}
+    for name, keys in ((d.WEATHER_RAW.name, set(expected.weather)), (d.WEATHER_STAGING.name, expected.last_weather)):
+        held = {(r["county_code"], r["date"]): r for r in rows(name)}
+        if not only:
+            held = {key: row for key, row in held.items() if (key[1].year, key[1].month) in months}
+        if held.keys() != keys or any(
+            held[key][column] != value for key in keys for column, value in expected.weather[key].items()
+        ):
+            said[name] = f"{len(held)} county-days, {len(keys)} published: not NOAA's values"
+    forecasts: dict = {}
+    for row in rows(d.YELLOW_RIDES_HOURLY_FORECAST.name):
+        forecasts.setdefault(row["as_of_datetime"], {})[(row["pickup_location_id"], row["forecast_hour"])] = row[
+            "predicted_ride_count"
+        ]
+    for as_of, want in expected.forecasts.items():
+        got = forecasts.get(as_of, {})
+        if got.keys() != want.keys() or any(abs(got[k] - want[k]) > 1e-9 for k in want):
+            said[f"{d.YELLOW_RIDES_HOURLY_FORECAST.name} as of {as_of:%Y-%m-%d %H:%M}"] = (
+                f"{len(got)} forecasts, {len(want)} expected from the published trips: not the same"
+            )
+    return said
+
+
 def unreadable_files(state_dir: Path, namespace: str = "nyc_taxi") -> list[str]:
     """Every manifest of every table's current snapshot and every data file they list, read whole:
     the ones that cannot be read (gone, cut short)."""
@@ -166,34 +220,46 @@ def _successful_runs(events: list[dict]) -> set[str]:
 def lineage_edges(events: list[dict], resolve) -> tuple[set, set]:
     """(dataset edges, column edges) of the successful runs' COMPLETE events. A dataset edge is (job,
     read|write, dataset, the version resolved to its data); a column edge (job, output dataset.column,
-    input dataset.column)."""
+    input dataset.column). A model's version is the pathspec of the run that trained it: it resolves to
+    the versions that run read (the same model trained by another run from the same data is the same
+    edge; one trained from other data is not)."""
+    complete = [e for e in events if e.get("eventType") == "COMPLETE"]
+
+    def versions(event: dict, side: str):
+        for dataset in event.get(side) or []:
+            version = (dataset.get("facets") or {}).get("version", {}).get("datasetVersion")
+            yield dataset, f"{dataset['namespace']}/{dataset['name']}", version
+
+    trained_from = {}
+    for event in complete:
+        read = sorted((name, str(resolve(d["name"], v))) for d, name, v in versions(event, "inputs"))
+        for _, _, version in versions(event, "outputs"):
+            if version and "/" in version:  # a model: the run's pathspec
+                trained_from[version] = "trained from " + json.dumps(read)
     edges, columns = set(), set()
-    for event in events:
-        if event.get("eventType") != "COMPLETE":
-            continue
+    for event in complete:
         job = event["job"]["name"]
-        model_inputs = []
         for side, kind in (("inputs", "read"), ("outputs", "write")):
-            for dataset in event.get(side) or []:
-                name = f"{dataset['namespace']}/{dataset['name']}"
-                version = (dataset.get("facets") or {}).get("version", {}).get("datasetVersion")
-                resolved = resolve(dataset["name"], version)
-                if kind == "read":
-                    model_inputs.append((name, resolved))
+            for dataset, name, version in versions(event, side):
+                if version and "/" in version:
+                    resolved = trained_from.get(version, f"a model no recorded run trained: {version}")
+                else:
+                    resolved = resolve(dataset["name"], version)
                 edges.add((job, kind, name, resolved))
                 lineage = (dataset.get("facets") or {}).get("columnLineage", {}).get("fields", {})
                 for column, source in lineage.items():
                     for field in source.get("inputFields", []):
                         columns.add((job, f"{name}.{column}", f"{field['namespace']}/{field['name']}.{field['field']}"))
-    return _without_run_names(edges), columns
+    return edges, columns
 
 
-def _without_run_names(edges: set) -> set:
-    """A model's version is the pathspec of the run that trained it: the same model trained by another
-    run is the same edge, named by the job alone."""
-    return {
-        (job, kind, name, "run-named" if version and "/" in version else version) for job, kind, name, version in edges
-    }
+def sent_again(accepted: list[dict], identity) -> list[str]:
+    """The records a server accepted more than once (``identity(request)``: what names a record): each is a
+    record whose sender never heard that it was accepted, and sent it again."""
+    counted: dict[str, int] = defaultdict(int)
+    for request in accepted:
+        counted[identity(request)] += 1
+    return sorted(key for key, n in counted.items() if n > 1)
 
 
 def delivery(events: list[dict], stored: list[dict]) -> dict:

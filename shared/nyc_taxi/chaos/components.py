@@ -29,10 +29,6 @@ class Component:
     name: str
     kind: str  # "program" | "task process" | "lineage server"
     scope: str = "process"  # "process": the one process; "group": its process group
-    during: str = ""  # for a task process: what must be running for it to exist ("spark", "flow step")
-
-    def describe(self) -> str:
-        return f"{self.name} ({'with its process group' if self.scope == 'group' else 'the process'})"
 
 
 PROGRAMS = (
@@ -51,8 +47,8 @@ PROGRAMS = (
     *(Component(worker, "program", "group") for worker in WORKERS),
 )
 TASK_PROCESSES = (
-    Component("spark-driver", "task process", during="spark"),
-    Component("metaflow-step", "task process", during="flow step"),
+    Component("spark-driver", "task process"),
+    Component("metaflow-step", "task process"),
 )
 LINEAGE_SERVER = Component("lineage-server", "lineage server")
 COMPONENTS = {c.name: c for c in (*PROGRAMS, *TASK_PROCESSES, LINEAGE_SERVER)}

@@ -40,24 +40,15 @@ import psutil
 from nyc_taxi.airflow_adapter.rest_api import RestApi
 from nyc_taxi.chaos import components
 from nyc_taxi.chaos.components import COMPONENTS, Component
-from nyc_taxi.core import team
+from nyc_taxi.core import jobs, team
+from nyc_taxi.core.datasets import YELLOW_TAXI_RAW
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment.supervisor import Supervisor
 from nyc_taxi.fixtures.lineage_server import LineageServer
 
-TAXI, WEATHER, TRAINING = "ingest_yellow_taxi_data", "ingest_weather_data", "train_forecast_model"
+TAXI, WEATHER, TRAINING = jobs.INGEST_YELLOW_TAXI_DATA, jobs.INGEST_WEATHER_DATA, jobs.TRAIN_FORECAST_MODEL
 HELD_DESCRIBED_WITHIN = 30  # seconds: a held moment's description waits this long for the API
 DOWN_BEYOND_RETRIES = 90  # seconds: every task ending meanwhile tries for LINEAGE_SHIP_SECONDS and gives up
-NAMED = (
-    "worker after commit",
-    "staging load after writing",
-    "PostgreSQL mid-commit",
-    "scheduler between queueing and recording",
-    "API server while a task reports success",
-    "Redis while a task is queued",
-    "lineage shipper after the server accepted",
-    "lineage server down beyond every retry budget",
-)
 
 
 @dataclass
@@ -332,7 +323,7 @@ def _drop_hold(ctx: Context, database: str, table: str, name: str) -> None:
     ctx.wait(dropped, 600, 1)
 
 
-def postgres_mid_commit(ctx: Context, table: str = "yellow_taxi_raw") -> Kill:
+def postgres_mid_commit(ctx: Context, table: str = YELLOW_TAXI_RAW.name) -> Kill:
     """PostgreSQL killed while a commit's UPDATE of ``table``'s catalog entry is in flight."""
     hold = "chaos_hold_mid_commit"
     # held longer than the description may take: the kill, not the hold, ends the UPDATE
@@ -369,7 +360,7 @@ def scheduler_between_queueing_and_recording(ctx: Context) -> Kill:
 
 
 def api_server_while_reporting_success(
-    ctx: Context, dag: str = WEATHER, task: str = "merge_upsert_staging_into_raw_weather"
+    ctx: Context, dag: str = WEATHER.name, task: str = WEATHER.merge_upsert_staging_into_raw_weather.name
 ) -> Kill:
     """The API server killed while the task's report of its success is in flight: a trigger holds the
     UPDATE that would record ``success`` in Airflow's database, and the API server making it is killed
@@ -498,11 +489,6 @@ def server_down(ctx: Context, seconds: float = DOWN_BEYOND_RETRIES) -> Kill:
 
     threading.Thread(target=again, daemon=True).start()
     return killed
-
-
-def lineage_server_killed(ctx: Context) -> Kill:
-    """The lineage server killed and started again at once (a crash its supervisor restarts)."""
-    return server_down(ctx, 2)
 
 
 def _name(process: psutil.Process) -> str:

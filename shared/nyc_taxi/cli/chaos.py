@@ -1,8 +1,9 @@
 """`bash run chaos [--faults N] [--seed S]`: the team deployment's mission once clean, then again under
 N faults — each a SIGKILL of one component (a service, a worker, a task's Spark driver, a flow step, the
 lineage server) at a moment the seed chooses — and every run's tables, data files, lineage and lineage
-delivery compared with the clean run's. Prints a row per fault and a JSON report; exits 1 unless every
-fault recovered and every run equals the clean one."""
+delivery compared with the clean run's, and every run's tables (the clean one's too) with what the
+published files say they must hold. Prints a row per fault and a JSON report; exits 1 unless every fault
+killed something at its moment and it recovered, and every run equals the clean one and the files."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="where the JSON report goes (default: beside the run's state)")
     parser.add_argument("--keep", action="store_true", help="keep the runs' state directories")
     args = parser.parse_args(argv)
+    if args.faults < 1:  # a run with no fault compares nothing, and would pass
+        parser.error(f"--faults {args.faults}: a chaos run needs at least one fault")
     return chaos(args.faults, args.seed, args.per_run, args.rows, args.retries, args.report, args.keep)
 
 

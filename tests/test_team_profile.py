@@ -489,6 +489,58 @@ def test_every_object_survives_the_s3_gateway_the_volume_server_and_the_filer_ki
     assert {key: after.get(key) for key in before} == before
 
 
+def _status(env) -> dict[str, dict]:
+    """`team status`, program by program: its state, whether it answers, its restarts."""
+    status = _team(env, "status")
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("program"))
+    found = {}
+    for line in lines[header + 1 :]:
+        words = line.split()
+        if len(words) == 6 and words[-1].isdigit():
+            found[words[0]] = {"state": words[1], "answers": words[2], "restarts": int(words[-1])}
+    return found
+
+
+BURST = (  # ten programs, killed at once (SIGKILL): every kind of service the deployment runs
+    "postgres",
+    "redis",
+    "seaweedfs-master",
+    "seaweedfs-volume",
+    "seaweedfs-filer",
+    "seaweedfs-s3",
+    "spark-master",
+    "airflow-scheduler",
+    "airflow-triggerer",
+    "airflow-worker-2",
+)
+
+
+def test_ten_programs_killed_at_once_are_each_restarted_counted_and_answering_and_every_object_reads(team):
+    """An operator's test: ten programs SIGKILLed together. supervisord runs each again; `team status`
+    counts each one's restart (a burst of exits once overflowed supervisord's event buffer, and a killed
+    master showed 0 restarts) and says each program answers a request once it does (RUNNING came seconds
+    before the S3 gateway accepted connections); every object of the bucket reads as it was."""
+    settings, env = team
+    _api(settings).idle(seconds=1800)
+    before, objects = _status(env), _bucket(settings)
+    assert set(BURST) <= set(before) and all(p["answers"] == "yes" for p in before.values()), before
+    pids = {program: _programs(settings)[program]["pid"] for program in BURST}
+    for pid in pids.values():
+        os.kill(pid, signal.SIGKILL)
+    for program, pid in pids.items():
+        _restarted(settings, program, pid, seconds=300)
+    after = _wait_for(lambda: _status(env), lambda s: all(p["answers"] == "yes" for p in s.values()), 300)
+    assert all(p["state"] == "RUNNING" and p["answers"] == "yes" for p in after.values()), after
+    assert {p: after[p]["restarts"] - before[p]["restarts"] >= 1 for p in BURST} == dict.fromkeys(BURST, True), (
+        before,
+        after,
+    )
+    now = _bucket(settings)
+    assert {key: now.get(key) for key in objects} == objects
+
+
 def test_a_celery_worker_killed_in_the_middle_of_a_merge_is_retried_on_the_other_and_the_month_loads_once(team, site):
     """A worker lost with its task (SIGKILL to its whole process tree, as a machine that goes away):
     the task stops heart-beating, Airflow fails that try and retries it on the other worker; the
@@ -620,6 +672,16 @@ def test_chaos_tables_equal_an_independent_reading_and_every_file_and_manifest_r
     assert predicted.keys() == expected.keys()
     assert all(abs(predicted[k] - expected[k]) < 1e-9 for k in expected)
     assert check.unreadable_files(settings.state_dir) == []
+    # the chaos command's own reading of the files agrees, and finds a difference where there is one
+    from nyc_taxi.chaos import expected as chaos_expected
+    from nyc_taxi.chaos import mission
+
+    backtest = mission.backtest_origin(CHAOS_MONTHS)
+    assert (
+        check.unexpected(settings.state_dir, chaos_expected.expected(site, chaos.files, CHAOS_MONTHS, backtest)) == {}
+    )
+    swapped = chaos_expected.expected(site, chaos.files[::-1], CHAOS_MONTHS, backtest)  # staging: the other month
+    assert set(check.unexpected(settings.state_dir, swapped)) == {"yellow_taxi_staging"}
 
 
 def test_chaos_lineage_reached_the_server_once_and_nothing_is_left_running_or_queued(chaos, lineage_server):

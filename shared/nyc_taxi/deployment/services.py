@@ -22,10 +22,11 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
-from nyc_taxi.airflow_adapter.rest_api import base_url, healthy
+from nyc_taxi.airflow_adapter.rest_api import base_url, health, healthy
 from nyc_taxi.core import team
 from nyc_taxi.core.processes import ServiceError, free_port, listening, read_record, write_private, write_private_text
 from nyc_taxi.core.settings import Settings
@@ -79,6 +80,11 @@ class Service:
     def ready(self) -> bool:
         return True
 
+    def answers(self, program: str) -> bool:
+        """Whether one of its programs answers a request now (RUNNING is not answering: a process up but
+        not yet listening refuses a connection)."""
+        return _answers(self.ready)
+
     def after(self) -> None:
         """What needs it answering (databases, a bucket, the files other programs read)."""
 
@@ -94,7 +100,12 @@ class Service:
             return f"{self.name}: given ({self.given_by})"
         self.prepare()
         supervisor.start_programs(self.programs)
-        _wait(lambda: _answers(self.ready), 180, self.name, logs_dir(self.settings) / f"{self.programs[-1]}.log")
+        _wait(
+            lambda: all(self.answers(p) for p in self.programs),
+            180,
+            self.name,
+            logs_dir(self.settings) / f"{self.programs[-1]}.log",
+        )
         self.after()
         return f"{self.name}: {self.address()}"
 
@@ -280,6 +291,20 @@ class ObjectStorage(Service):
         self.store.client(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}).list_buckets()
         return True
 
+    def answers(self, program: str) -> bool:
+        """Each process on its own HTTP port: the master's cluster status, the volume server's status, the
+        filer's root, the S3 gateway's bucket list."""
+        if program == "seaweedfs-s3":
+            return _answers(self.ready)
+        part, path = {
+            "seaweedfs-master": ("master", "/cluster/status"),
+            "seaweedfs-volume": ("volume", "/status"),
+            "seaweedfs-filer": ("filer", "/"),
+        }[program]
+        url = f"http://127.0.0.1:{self.record['seaweedfs'][f'{part}_port']}{path}"
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        return _answers(lambda: urllib.request.urlopen(request, timeout=3).status == 200)
+
     def after(self) -> None:
         s3 = self.store.client()
         if self.store.bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
@@ -303,6 +328,12 @@ class SparkCluster(Service):
 
     def ready(self) -> bool:
         return team.SparkCluster(self.settings).workers_alive() > 0
+
+    def answers(self, program: str) -> bool:
+        """The master: its web UI's account of the cluster; the worker: registered with the master."""
+        if program == "spark-master":
+            return _answers(team.SparkCluster(self.settings).applications)
+        return _answers(self.ready)
 
     def address(self) -> str:
         return f"{team.SparkCluster(self.settings).master()}, one worker"
@@ -328,8 +359,33 @@ class Airflow(Service):
     def ready(self) -> bool:
         return healthy(base_url(self.settings))
 
+    def answers(self, program: str) -> bool:
+        """The API server: its health answer; the scheduler, DAG processor and triggerer: healthy in it
+        (a fresh heartbeat); a Celery worker: its reply to Celery's ping through the broker."""
+        part = {"airflow-scheduler": "scheduler", "airflow-dag-processor": "dag_processor"}
+        part |= {"airflow-triggerer": "triggerer"}
+        if program == "airflow-api-server":
+            return health(base_url(self.settings)) is not None
+        if program in part:
+            return healthy(base_url(self.settings), (part[program],))
+        return _answers(lambda: _worker_replies(self.settings, program))
+
     def address(self) -> str:
         return f"the UI on {base_url(self.settings)}; scheduler, DAG processor, triggerer, 2 Celery workers"
+
+
+def _worker_replies(settings: Settings, program: str) -> bool:
+    """A Celery worker of the deployment (airflow-worker-N, named worker-N@<host>) answers Celery's ping."""
+    import socket
+
+    from celery import Celery
+
+    app = Celery(broker=team.Redis(settings).url())
+    try:
+        name = f"worker-{program.rsplit('-', 1)[1]}@{socket.gethostname()}"
+        return bool(app.control.ping(destination=[name], timeout=1.5))
+    finally:
+        app.close()
 
 
 SERVICES: tuple[type[Service], ...] = (Postgres, Redis, ObjectStorage, SparkCluster, Airflow)
@@ -443,23 +499,35 @@ def down(settings: Settings, delete_data: bool = False) -> list[str]:
     return said
 
 
+def answering(settings: Settings, program: str) -> bool:
+    """Whether a program of the deployment answers a request now (what `up` waits for, `status` shows and a
+    chaos run counts as back)."""
+    settings = team_settings(settings)
+    record = read_record(team.services_record(settings)) or {}
+    service = next(s for s in SERVICES if program in s.programs)
+    return service(settings, record).answers(program)
+
+
 def status(settings: Settings) -> list[str]:
-    """Each program: its state, pid, uptime and restarts; the services a team gives."""
+    """Each program: its state, whether it answers, its pid, uptime and restarts; the services a team gives."""
     settings = team_settings(settings)
     supervisor = Supervisor(settings)
     given = [f"{s.name}: given ({s.given_by})" for s in SERVICES if s(settings, {}).given]
     if not supervisor.running():
         return given + ["the team deployment: down (bash run team up)"]
     restarts = process_states.unexpected_exits(process_states.read(logs_dir(settings) / "process-states.jsonl"))
-    lines = [f"{'program':<24}{'state':<10}{'pid':>8}{'uptime':>10}{'restarts':>10}"]
+    lines = [f"{'program':<24}{'state':<10}{'answers':<9}{'pid':>8}{'uptime':>10}{'restarts':>10}"]
     order = program_names()
     for info in sorted(supervisor.programs(), key=lambda p: order.index(p["name"]) if p["name"] in order else -1):
         if info["group"] == "process-states":
             continue
-        uptime = info["now"] - info["start"] if info["statename"] == "RUNNING" else 0
+        running = info["statename"] == "RUNNING"
+        answers = ("yes" if answering(settings, info["name"]) else "no") if running else "-"
+        uptime = info["now"] - info["start"] if running else 0
         clock = f"{uptime // 3600}:{uptime % 3600 // 60:02d}:{uptime % 60:02d}" if uptime else "-"
         lines.append(
-            f"{info['name']:<24}{info['statename']:<10}{info['pid'] or '-':>8}{clock:>10}{restarts.get(info['name'], 0):>10}"
+            f"{info['name']:<24}{info['statename']:<10}{answers:<9}{info['pid'] or '-':>8}{clock:>10}"
+            f"{restarts.get(info['name'], 0):>10}"
         )
     record = read_record(team.services_record(settings)) or {}
     lines += [f"{s.name}: {s(settings, record).address()}" for s in SERVICES if not s(settings, record).given]

@@ -1,4 +1,4 @@
-"""Look datasets and jobs up: by the name a user types, by URN, by OpenLineage name.
+"""Look datasets and jobs up: by the name a user types, by URN.
 
 The declarations are in ``datasets`` and ``jobs``; the naming rules in ``naming``.
 """
@@ -22,17 +22,6 @@ def get(name: str) -> Dataset:
 def by_urn(urn: str, settings: Settings | None = None) -> Dataset | None:
     """The dataset whose DataHub URN under the active profile is ``urn``."""
     return next((d for d in DATASETS.values() if identity(d, settings).datahub_urn == urn), None)
-
-
-def by_openlineage_name(namespace: str, name: str, settings: Settings | None = None) -> Dataset | None:
-    return next(
-        (
-            d
-            for d in DATASETS.values()
-            if (identity(d, settings).ol_namespace, identity(d, settings).ol_name) == (namespace, name)
-        ),
-        None,
-    )
 
 
 def job(qualified_name: str) -> Job:

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nyc_taxi.core.datasets import Column
-from nyc_taxi.core.jobs import Job
 from nyc_taxi.core.naming import identity
 from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
 from nyc_taxi.lineage.write.report import DatasetUse, Range, StepReport, describe_error
@@ -385,8 +384,3 @@ def run_event(
         inputs=[input_dataset(u, settings) for u in (report.inputs if report else [])],
         outputs=[output_dataset(u, settings) for u in (report.outputs if report else [])],
     )
-
-
-def declared_uses(job: Job) -> tuple[list[DatasetUse], list[DatasetUse]]:
-    """The datasets a job is declared to read and write (what a run announces before it knows more)."""
-    return [DatasetUse(d) for d in job.reads], [DatasetUse(d) for d in job.writes]

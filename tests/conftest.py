@@ -1,8 +1,8 @@
 """Test set-up: every test run gets its own state directory; the rest (the fixture site on 127.0.0.1,
 one Spark session, one moto server, Airflow's database, a browser) only for the tests that ask.
 
-`bash run test --fast` runs the unit tests: everything not marked spark, airflow, metaflow, ui,
-lineage or scale_out (see pyproject.toml)."""
+`pytest --fast` (`bash run test --fast`, and `bash run upgrade-check` on the newest releases) is the fast
+lane: every test not marked with one of ``HEAVY`` (see pyproject.toml's markers)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,22 @@ from pathlib import Path
 import pytest
 
 _STATE = Path(tempfile.mkdtemp(prefix="nyc-taxi-test-state-"))
+# what the fast lane leaves out: the tests that start Spark, Airflow, Metaflow, a browser, the demo, a
+# Spark cluster or the team deployment
+HEAVY = ("spark", "airflow", "metaflow", "ui", "lineage", "scale_out", "team")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true", help=f"the fast lane: no test marked {', '.join(HEAVY)}")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("fast"):
+        return
+    heavy = [item for item in items if any(item.get_closest_marker(name) for name in HEAVY)]
+    if heavy:
+        config.hook.pytest_deselected(items=heavy)
+        items[:] = [item for item in items if item not in heavy]
 
 
 def pytest_configure(config):

@@ -18,6 +18,7 @@ from nyc_taxi.airflow_adapter.datahub_connection import plugin_connection, plugi
         {"AIRFLOW__DATAHUB__CONN_ID": None, "AIRFLOW__DATAHUB__ENABLED": None},  # the plugin's defaults
     ],
 )
+@pytest.mark.guards
 def test_the_plugin_connection_is_read_as_the_plugin_reads_it(monkeypatch, environment):
     for name, value in environment.items():
         if value is None:
@@ -28,6 +29,7 @@ def test_the_plugin_connection_is_read_as_the_plugin_reads_it(monkeypatch, envir
     assert plugin_connection() == (theirs.enabled, theirs._datahub_connection_ids)
 
 
+@pytest.mark.guards
 def test_the_emitter_is_the_one_the_plugin_would_make():
     theirs = get_lineage_config().make_emitter_hook().make_emitter()
     ours = plugin_emitter()

@@ -426,6 +426,7 @@ def test_a_month_that_fails_its_checks_is_refused_before_raw_and_its_correction_
     )
 
 
+@pytest.mark.guards
 def test_unpublished_month_skips_cleanly(dagbag):
     before = snapshot_id(registry.YELLOW_TAXI_RAW)
     states = run_dag(dagbag, "ingest_yellow_taxi_data", "2031-01")

@@ -93,6 +93,7 @@ def standalone(request, airflow_db, settings, tmp_path, airflow_state):
         log.close()
 
 
+@pytest.mark.guards
 def test_trigger_weather_dag_from_the_ui_and_it_succeeds(
     standalone, site, settings, tmp_path, browser, listening_sockets
 ):

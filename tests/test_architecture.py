@@ -224,3 +224,67 @@ def test_the_readme_layout_names_every_room():
     assert missing == []
     for top in ("airflow/", "metaflow/", "shared/", "infra/", "tests/", "images/", "run"):
         assert f"`{top}`" in layout, top
+
+
+# ---- the docs' lists match the tree ------------------------------------------------------------------
+
+ARCHITECTURE = PACKAGE.parents[1] / "docs" / "architecture.md"
+LISTED_ROOMS = (
+    "core",
+    "ingest",
+    "forecast",
+    "lineage/write",
+    "lineage/read",
+    "lineage/read/site",
+    "airflow_adapter",
+    "metaflow_adapter",
+    "deployment",
+    "chaos",
+    "cli",
+    "bench",
+)
+
+
+def test_every_module_of_every_room_is_named_in_the_architecture():
+    text = ARCHITECTURE.read_text()
+    unnamed = [
+        f"{room}/{path.stem}"
+        for room in LISTED_ROOMS
+        for path in sorted((PACKAGE / room).glob("*.py"))
+        if path.stem not in ("__init__",) and f"`{path.stem}`" not in text and f"[`{path.stem}`]" not in text
+    ]
+    assert unnamed == []
+
+
+def _guarded_tests() -> set[str]:
+    """Every test marked ``guards``: a module's (its pytestmark) or a function's (its decorator)."""
+    tests = PACKAGE.parents[1] / "tests"
+    found = set()
+    for path in sorted(tests.glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        module = f"tests/{path.name}"
+        for node in tree.body:
+            marks = isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets)
+            if marks and "guards" in ast.unparse(node.value):
+                found.add(module)
+            if isinstance(node, ast.FunctionDef) and any("guards" in ast.unparse(d) for d in node.decorator_list):
+                found.add(f"{module}::{node.name}")
+    return found
+
+
+def test_the_internals_table_and_the_guards_marks_name_the_same_tests():
+    """docs/architecture.md's table of other projects' internals names, for each, the tests that fail when it
+    moves: each of those is marked ``guards`` (what `bash run upgrade-check` runs), and no other is."""
+    import re
+
+    text = ARCHITECTURE.read_text()
+    table = text.split("## Other projects' internals", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| [`")]
+    named = {
+        ref for row in rows for ref in re.findall(r"`(tests/test_[a-z_]+\.py(?:::[a-z_0-9]+)?)`", row.split("|")[4])
+    }
+    assert len(rows) >= 10 and all(re.search(r"`tests/test_", row.split("|")[4]) for row in rows), rows
+    for row in rows:  # the place it names exists
+        where = re.search(r"\]\(\.\./([^)]+)\)", row).group(1)
+        assert (ARCHITECTURE.parent / ".." / where).resolve().exists(), where
+    assert named == _guarded_tests()

@@ -135,6 +135,7 @@ def _merge_against_appender(spark, own, name, stop_after_first_loss: bool):
     return result, appender.commits, handler.messages
 
 
+@pytest.mark.guards
 def test_a_merge_that_loses_a_race_is_recomputed_and_nothing_is_lost(spark, race):
     own, name = race
     result, appended, lost = _merge_against_appender(spark, own, name, stop_after_first_loss=True)

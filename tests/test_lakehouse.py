@@ -47,6 +47,7 @@ def _in_a_fresh_process(probe: str) -> list[str]:
     return result.stdout.split()
 
 
+@pytest.mark.guards
 def test_one_spark_session_per_process_and_a_new_one_after_stop():
     """In a fresh process: asking twice gives the same session (one JVM application); after stop_spark
     the next ask starts a new one."""
@@ -218,6 +219,7 @@ def test_pyiceberg_appends_are_seen_by_spark(spark, tables):
     assert [tuple(r) for r in got] == [("30061", dt.date(1999, 1, 2), 1.0)]
 
 
+@pytest.mark.guards
 def test_a_sql_merge_commits_the_summary_properties_it_was_given_and_only_that_commit(spark, tables):
     """commit_properties reaches Iceberg's thread-local commit metadata (core/snapshots.py): the MERGE
     run inside it carries the properties in its snapshot summary; a commit after it does not."""

@@ -125,6 +125,7 @@ def test_a_taken_port_stops_team_up_with_its_name_before_anything_starts(tmp_pat
         subprocess.run([sys.executable, "-m", "nyc_taxi.cli.team", "down", "--delete-data"], env=env, timeout=300)
 
 
+@pytest.mark.guards
 def test_the_runner_handle_the_training_task_stops_its_flow_with_is_there():
     """RunFlowOperator.on_kill stops the flow through Metaflow's ExecutingRun.command_obj.kill(): the
     Runner API has no public call for it. A Metaflow release that moves it fails here, loudly."""

@@ -134,6 +134,7 @@ def _results(version: str, failing: int) -> list[quality.CheckResult]:
     return quality.judge(d.YELLOW_TAXI_STAGING.name, d.YELLOW_TAXI_STAGING.checks, counts, version, values)
 
 
+@pytest.mark.guards
 def test_assertion_urns_are_stable_run_events_accumulate_in_lite_and_every_record_is_valid(tmp_path):
     from datahub_check import assert_valid_record_files
 

@@ -72,6 +72,7 @@ def test_table_identities_local(overrides):
     "overrides", [{}, {"datahub_platform_instance": "nyc_lake", "datahub_env": "DEV"}], ids=["default", "instance+env"]
 )
 @pytest.mark.parametrize("dataset", NOT_A_MODEL, ids=lambda x: x.name)
+@pytest.mark.guards
 def test_datahub_plugin_translates_our_asset_and_openlineage_dataset_to_our_urn(dataset, overrides):
     """The seam: DataHub's Airflow plugin, given our Asset or our OpenLineage dataset, lands on our URN."""
     settings = _local(**overrides)

@@ -18,7 +18,7 @@ from nyc_taxi.core import spark_server
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.settings import Settings
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.guards]
 
 # A task's view of Spark, in a fresh process: which application answers, whether a JVM is its own child.
 PROBE = """

@@ -383,6 +383,7 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
         assert path.stat().st_mode & 0o077 == 0, path
 
 
+@pytest.mark.guards
 def test_up_again_changes_nothing_and_status_names_every_program(team):
     from nyc_taxi.deployment.supervisor import program_names
 
@@ -637,6 +638,7 @@ def chaos(team, lineage_server, site):
     )
 
 
+@pytest.mark.guards
 def test_chaos_every_fault_met_its_moment_and_what_it_killed_came_back_within_its_bound(chaos):
     from nyc_taxi.chaos.run import RECOVERY_BOUND, TASK_BOUND
 
@@ -733,6 +735,7 @@ def test_chaos_a_merge_lost_after_its_commit_is_committed_once_and_its_training_
         ("lineage server down beyond every retry budget", "down for 90 s"),
     ],
 )
+@pytest.mark.guards
 def test_chaos_each_named_moment_was_met_and_its_component_came_back(chaos, moment, said):
     """Each moment the systems underneath get wrong, met where it says (what was running then is in its
     description), its component back under supervisord within the bound; the tests above check the data."""

@@ -172,6 +172,7 @@ def rerun(backtest, tmp_path_factory):
         datahub.stop()
 
 
+@pytest.mark.guards
 def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(loaded, backtest, rerun, settings):
     run_id, events = backtest.run_id, backtest.events
 

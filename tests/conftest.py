@@ -23,7 +23,23 @@ def pytest_addoption(parser):
     parser.addoption("--fast", action="store_true", help=f"the fast lane: no test marked {', '.join(HEAVY)}")
 
 
+# The modules that take longest, in the order they start (their times: docs/testing.md): on two workers
+# the team deployment's module runs beside everything else, so it starts first; the rest follow in file order.
+LONGEST_FIRST = (
+    "tests/test_team_profile.py",
+    "tests/test_lineage.py",
+    "tests/test_site.py",
+    "tests/test_readme_path.py",
+    "tests/test_stale.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        module = item.nodeid.split("::", 1)[0]
+        return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each module's tests keep their order
     if not config.getoption("fast"):
         return
     heavy = [item for item in items if any(item.get_closest_marker(name) for name in HEAVY)]
@@ -69,26 +85,22 @@ def pytest_unconfigure(config):
 
 # Test modules that read the session's one demo run (the `demo` fixture): on one worker, so it runs once.
 DEMO_READERS = ("tests/test_lineage.py", "tests/test_site.py")
-# Two local Airflow standalones at once (SQLite, a LocalExecutor, Spark under each) starve each other on
-# 2 cores: the README path's Trigger and its tasks' execution API calls time out at 30 s (reproduced on
-# the landed code with `bash run test tests/test_readme_path.py tests/test_airflow_ui.py`).
-STANDALONES = ("tests/test_readme_path.py", "tests/test_airflow_ui.py")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """`bash run test`'s workers take a test file at a time (--dist loadfile), its module fixtures run
-    once; the demo's readers go to one worker together, and so do the tests that run Airflow standalone."""
+    once; the demo's readers go to one worker together."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
+    config.option.loadscopereorder = False  # modules in collection order (LONGEST_FIRST), not by test count
+
     class ModulesSharingAWorker(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = super()._split_scope(nodeid)
-            if module in DEMO_READERS:
-                return "the demo's readers"
-            return "the local Airflow standalones" if module in STANDALONES else module
+            return "the demo's readers" if module in DEMO_READERS else module
 
     return ModulesSharingAWorker(config, log)
 

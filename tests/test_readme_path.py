@@ -5,12 +5,16 @@ edited path.
 
 - `bash run …` lines run as written (from the repository's root); the commands that serve until
   Ctrl-C (`airflow standalone`, `fixtures`, `lineage serve`) run in the background until the end;
-- the DAG runs of step 2 are triggered through Airflow's REST API, as the UI's Trigger button does;
+- the DAG runs of step 2 are triggered in the UI, in headless Chromium signed in with the password
+  `bash run airflow-login` prints: the DAG's page, Trigger, the month in the form;
 - the placeholders of the lineage commands (RUN_A, RUN_B, RUN) are the run ids `bash run lineage --runs`
   prints, where the README says they come from.
 
-Every command must succeed; the forecasts the flow wrote equal an independent seasonal-naive count of
-the fixture files; the stop-and-start-over commands leave no state behind."""
+Every command must succeed. The scheduler itself starts train_forecast_model after each taxi merge, from
+its asset event; those forecasts and the flow's own equal an independent seasonal-naive count of the
+fixture files. A month the form refuses is refused. Every listener of Airflow and of the tasks' Spark
+drivers is on 127.0.0.1; the admin password is in no log and no lineage record; `bash run clean` while
+the standalone runs is refused; the stop-and-start-over commands leave no state behind."""
 
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 SERVING = ("airflow standalone", "fixtures", "lineage serve")  # commands that run until Ctrl-C
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.metaflow, pytest.mark.lineage]
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.metaflow, pytest.mark.lineage, pytest.mark.ui]
 
 
 def section(title: str) -> str:
@@ -107,7 +111,95 @@ def _seasonal_naive_forecasts_equal_an_independent_count(line: str, state: Path,
     assert len(predicted) == len(rows) and predicted == seasonal_naive(counted, as_of, 24)
 
 
-def test_the_users_path_as_the_readme_writes_it(tmp_path):
+def _signed_in(browser, base: str, password: str):
+    """The UI in headless Chromium, signed in as the README's login step says (user admin)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{base}/dags/ingest_weather_data")
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/dags/ingest_weather_data**", timeout=60_000)
+    return page
+
+
+def _triggered_in_the_ui(page, base: str, api, dag_id: str, month: str) -> str:
+    """A DAG run triggered as the README says: the DAG's page, Trigger, its month in the form; its run id,
+    read back through the REST API (a manual run with that month that was not there before)."""
+    before = {r["dag_run_id"] for r in api.runs(dag_id, limit=100)}
+    page.goto(f"{base}/dags/{dag_id}")
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("textbox").last.fill(month)
+    dialog.get_by_role("button", name="Trigger").click()
+
+    def made():
+        runs = api.runs(dag_id, limit=100)
+        return [r for r in runs if r["dag_run_id"] not in before and r["run_type"] == "manual"]
+
+    (run,) = _wait(made, 60, f"{dag_id} {month} triggered in the UI")
+    assert run["conf"] == {"month": month}, run
+    return run["dag_run_id"]
+
+
+def _each_merge_started_one_training(api, settings, taxi_runs: dict[str, str], files: list[Path]) -> None:
+    """The scheduler itself started train_forecast_model after each taxi merge (run type asset_triggered),
+    each run consuming exactly the one event of its merge, and forecast from the start of the month after
+    the one the merge loaded, as the DAG documents: the seasonal-naive count of the fixture files."""
+    from nyc_taxi.core import datasets as registry
+    from nyc_taxi.core.catalog import current_snapshot_id, load_table
+
+    consumed = {}
+    for run in api.runs("train_forecast_model", limit=100):
+        url = f"/api/v2/dags/train_forecast_model/dagRuns/{run['dag_run_id']}/upstreamAssetEvents"
+        events = api.call(url)["asset_events"]
+        assert run["run_type"] == "asset_triggered" and run["state"] == "success" and len(events) == 1, (run, events)
+        consumed[events[0]["source_run_id"]] = events[0]
+    assert consumed.keys() == set(taxi_runs.values()), (consumed, taxi_runs)
+    for month, run_id in taxi_runs.items():
+        event = consumed[run_id]
+        assert (event["source_dag_id"], event["source_task_id"], event["extra"]["month"]) == (
+            "ingest_yellow_taxi_data",
+            "merge_upsert_staging_into_raw_yellow",
+            month,
+        )
+    assert event["extra"]["snapshot_id"] == str(current_snapshot_id(registry.YELLOW_TAXI_RAW, settings))
+    rows = load_table(registry.YELLOW_RIDES_HOURLY_FORECAST, settings).scan().to_arrow().to_pylist()
+    for month in taxi_runs:
+        year, number = map(int, month.split("-"))
+        as_of = dt.datetime(year + number // 12, number % 12 + 1, 1)
+        predicted = {
+            (r["pickup_location_id"], r["forecast_hour"]): r["predicted_ride_count"]
+            for r in rows
+            if r["as_of_datetime"] == as_of
+        }
+        loaded = [f for f in files if f.stem.rsplit("_", 1)[1] <= month]  # raw when that training ran
+        counted = expected_actuals(loaded, as_of - dt.timedelta(days=28), as_of)
+        assert predicted and predicted == seasonal_naive(counted, as_of, 24), as_of
+
+
+def _each_weather_merge_emitted_its_event(api, settings, weather_runs: dict[str, str]) -> None:
+    """Every weather merge that committed emitted an event of weather_raw's asset (an asset no DAG is
+    scheduled on yet: Airflow lists it among the inactive ones) naming its month; the last one carries
+    the snapshot raw holds now."""
+    from nyc_taxi.airflow_adapter.operators import asset
+    from nyc_taxi.core import datasets as registry
+    from nyc_taxi.core.catalog import current_snapshot_id
+
+    tasks = ("create_tables", "download_published_files", "stage_landed_files", "merge_upsert_staging_into_raw_weather")
+    for run in weather_runs.values():
+        assert api.task_states("ingest_weather_data", run) == dict.fromkeys(tasks, "success"), run
+    assets = api.call("/api/v2/assets?uri_pattern=weather_raw&only_active=false")["assets"]
+    assert [a["uri"] for a in assets] == [asset(registry.WEATHER_RAW).uri]
+    events = api.call(f"/api/v2/assets/events?asset_id={assets[0]['id']}&limit=100")["asset_events"]
+    said = [(e["source_dag_id"], e["source_task_id"], e["source_run_id"], e["extra"]["month"]) for e in events]
+    merge = "merge_upsert_staging_into_raw_weather"
+    assert sorted(said) == sorted(("ingest_weather_data", merge, run, month) for month, run in weather_runs.items())
+    last = max(events, key=lambda e: e["timestamp"])
+    assert last["extra"]["snapshot_id"] == str(current_snapshot_id(registry.WEATHER_RAW, settings))
+
+
+@pytest.mark.guards
+def test_the_users_path_as_the_readme_writes_it(tmp_path, browser, listening_sockets):
     from nyc_taxi.airflow_adapter.rest_api import RestApi, healthy
     from nyc_taxi.core.settings import Settings, state_settings_file
 
@@ -121,22 +213,39 @@ def test_the_users_path_as_the_readme_writes_it(tmp_path):
     env["DATAHUB_TELEMETRY_ENABLED"] = "false"
     settings = Settings(_env_file=None, state_dir=state, airflow_port=port)
     base = f"http://127.0.0.1:{port}"
+    screenshots = Path(os.environ.get("SCREENSHOT_DIR", tmp_path))
 
     serving: list[subprocess.Popen] = []
     placeholders: dict[str, str] = {}
     airflow_log = tmp_path / "airflow-standalone.log"
+    password, page, standalone = None, None, None
+    listeners: set[tuple[str, str, int]] = set()
+    runs: dict[str, dict[str, str]] = {"ingest_yellow_taxi_data": {}, "ingest_weather_data": {}}
     try:
         for language, line in steps(section("The user's path")):
-            if language == "text":  # step 2: a DAG run, triggered as the UI's Trigger button does
+            if language == "text":  # step 2: a DAG run, triggered in the UI with its month
                 dag_id, conf = line.split(None, 1)
+                month = json.loads(conf)["month"]
                 api = RestApi(settings)
+                if page is None:
+                    page = _signed_in(browser, base, password)
+                    # a month the DAG's Param refuses is refused at the trigger, with the reason: no run
+                    with pytest.raises(urllib.error.HTTPError) as refused:
+                        api.trigger(dag_id, {"month": month.replace("-0", "-")})
+                    assert refused.value.code == 400 and "month" in refused.value.read().decode()
                 try:
-                    run_id = api.trigger(dag_id, json.loads(conf))
-                except (urllib.error.HTTPError, TimeoutError) as refused:  # with Airflow's answer and its log's end
-                    answer = refused.read()[:500] if isinstance(refused, urllib.error.HTTPError) else b""
+                    run_id = _triggered_in_the_ui(page, base, api, dag_id, month)
+                except (AssertionError, TimeoutError) as lost:  # with the end of Airflow's log
                     said = airflow_log.read_text(errors="replace")[-6000:]
-                    raise AssertionError(f"{line}: {refused!r} {answer!r}\n{said}") from refused
-                assert api.finished(dag_id, run_id, 900)["state"] == "success", (dag_id, conf)
+                    raise AssertionError(f"{line}: {lost!r}\n{said}") from lost
+
+                def finished(api=api, dag_id=dag_id, run_id=run_id, pid=standalone.pid):
+                    listeners.update(listening_sockets(pid))  # the tasks' Spark JVMs too, while they run
+                    return api.run(dag_id, run_id)["state"] in ("success", "failed")
+
+                api.wait(finished, 900, every=1)
+                assert api.run(dag_id, run_id)["state"] == "success", (dag_id, conf)
+                runs[dag_id][month] = run_id
                 continue
             if not line.startswith("bash run"):
                 continue
@@ -156,6 +265,7 @@ def test_the_users_path_as_the_readme_writes_it(tmp_path):
                     )
                 )
                 if "airflow standalone" in line:
+                    standalone = serving[-1]
                     _wait(lambda: healthy(base), 300, "bash run airflow standalone")
                     _wait(lambda: RestApi(settings).call("/api/v2/dags/ingest_weather_data"), 120, "the DAGs parsed")
                 elif "fixtures" in line:
@@ -164,22 +274,53 @@ def test_the_users_path_as_the_readme_writes_it(tmp_path):
                     said = Path(log.name)
                     _wait(lambda said=said: "http://127.0.0.1:" in said.read_text(), 120, line)
                 continue
-            if line.startswith("bash run training-flow"):
-                RestApi(settings).idle(seconds=1800)  # the asset-triggered trainings first, as the UI shows them
+            if line.startswith("bash run training-flow") and not placeholders.get("trained"):
+                api = RestApi(settings)
+                api.idle(seconds=1800)  # the asset-triggered trainings first, as the UI shows them
+                files = sorted(state.glob("fixtures/**/yellow_tripdata_*.parquet"))
+                _each_merge_started_one_training(api, settings, runs["ingest_yellow_taxi_data"], files)
+                _each_weather_merge_emitted_its_event(api, settings, runs["ingest_weather_data"])
+                placeholders["trained"] = "yes"
             done = _run(line, env)
             if line.startswith("bash run training-flow") and "weather_adjusted" not in line:
                 _seasonal_naive_forecasts_equal_an_independent_count(line, state, settings)
             if line.startswith("bash run airflow-login"):
-                assert re.search(r"password\s+\S{8,}", done.stdout), done.stdout
+                password = re.search(r"password\s+(\S{8,})", done.stdout)[1]
             if line.startswith("bash run lineage --runs TrainForecastModelFlow"):
-                runs = re.findall(r"TrainForecastModelFlow/(\d+)", done.stdout)
-                assert len(set(runs)) >= 2, done.stdout
+                flow_runs = re.findall(r"TrainForecastModelFlow/(\d+)", done.stdout)
+                assert len(set(flow_runs)) >= 2, done.stdout
                 placeholders |= {
-                    "RUN_A": f"TrainForecastModelFlow/{runs[-2]}",
-                    "RUN_B": f"TrainForecastModelFlow/{runs[-1]}",
+                    "RUN_A": f"TrainForecastModelFlow/{flow_runs[-2]}",
+                    "RUN_B": f"TrainForecastModelFlow/{flow_runs[-1]}",
                 }
-                placeholders["RUN"] = runs[-1]
-        assert placeholders, "no `bash run lineage --runs TrainForecastModelFlow` before the commands that need run ids"
+                placeholders["RUN"] = flow_runs[-1]
+        assert "RUN" in placeholders, (
+            "no `bash run lineage --runs TrainForecastModelFlow` before the commands that need run ids"
+        )
+        assert [len(months) for months in runs.values()] == [2, 2], runs
+
+        page.goto(f"{base}/dags/ingest_weather_data/runs/{runs['ingest_weather_data']['2024-01']}")
+        page.get_by_text("merge_upsert_staging_into_raw_weather").first.wait_for(timeout=30_000)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(screenshots / "airflow-ui-ingest_weather_data.png"))
+        page.close()
+        # every listener of Airflow and of the tasks' Spark drivers is on this machine only; no log servers
+        assert {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
+        assert any("api_server" in name for name, _, _ in listeners), listeners
+        assert any("java" in name for name, _, _ in listeners), listeners
+        assert not [port for _, _, port in listeners if port in (8793, 8794)], listeners
+        # the admin password is in no task log and no lineage record
+        leaks = [
+            str(p)
+            for root in (settings.airflow_home / "logs", settings.lineage_dir)
+            for p in root.rglob("*")
+            if p.is_file() and password.encode() in p.read_bytes()
+        ]
+        assert leaks == []
+        # `bash run clean` while the standalone runs: refused, naming it; nothing removed
+        cleaned = subprocess.run(["bash", "run", "clean"], cwd=REPO, env=env, capture_output=True, text=True)
+        assert cleaned.returncode == 1 and f"runs on {state} (pid " in cleaned.stderr, cleaned.stderr
+        assert (settings.airflow_home / "airflow.db").is_file() and settings.catalog_db_path.is_file()
     finally:
         for process in serving:
             stop_group(process, signal.SIGINT)  # Ctrl-C, as the README says

@@ -217,7 +217,14 @@ def test_a_concurrent_load_of_another_month_during_the_republication_leaves_both
     check_trip_keys(raw_rows_of(newcomer))
 
 
-def test_a_weather_month_republished_without_a_day_and_a_county_leaves_raw_equal_to_the_files(spark, site):
+def test_a_weather_month_republished_with_a_gap_is_refused_and_one_through_fewer_days_leaves_raw_equal_to_it(
+    spark, site
+):
+    """The current month's preliminary files through day 20, loaded. NOAA republishes them with day 12
+    and Queens gone: the merge refuses (every_county_day, an error check) and raw keeps its version. Then
+    republished through day 15 only, every county and day present: raw holds exactly those files, the five
+    days after them removed in one commit that names the version it replaced."""
+    from nyc_taxi.core.quality import ChecksFailed
     from nyc_taxi.ingest import weather
 
     def load():
@@ -225,11 +232,20 @@ def test_a_weather_month_republished_without_a_day_and_a_county_leaves_raw_equal
         weather.stage_landed_files(2021, 7)
         return weather.merge_into_raw(2021, 7)
 
+    def month_in_raw():
+        rows = load_table(registry.WEATHER_RAW).scan().to_arrow()
+        return {
+            (r["county_code"], r["date"]): {c: r[c] for c in ("tmax_c", "tmin_c", "tavg_c", "prcp_mm")}
+            for r in rows.filter(pc.equal(pc.month(rows["date"]), 7)).to_pylist()
+        }
+
     ensure_tables([registry.WEATHER_STAGING, registry.WEATHER_RAW])
     add_weather_month(site, 2021, 7, seed=3, through_day=20)  # the current month: -prelim, 20 days so far
     first = load()
     assert first.outputs[0].changes.added == 5 * 20
-    # NOAA replaces the preliminary files: day 12 is gone (-999.99 for every variable), and Queens too
+    loaded = month_in_raw()
+    assert loaded == expected_weather(site, 2021, 7, "prelim")
+    # republished: day 12 is gone (-999.99 for every variable), and Queens too
     for var in ("prcp", "tavg", "tmax", "tmin"):
         path = weather_path(site, 2021, 7, var, "prelim")
         lines = []
@@ -239,22 +255,22 @@ def test_a_weather_month_republished_without_a_day_and_a_county_leaves_raw_equal
             if fields[1] != "30081":
                 lines.append(",".join(fields))
         path.write_bytes("\n".join(lines).encode())
-    table = load_table(registry.WEATHER_RAW)
-    snapshots = len(table.snapshots())
-    report = load()
+    snapshot = load_table(registry.WEATHER_RAW).current_snapshot().snapshot_id
+    with pytest.raises(ChecksFailed, match="every_county_day") as refused:
+        load()
+    assert [(r.check, r.status) for r in refused.value.results if r.status != "pass"] == [("every_county_day", "fail")]
+    assert load_table(registry.WEATHER_RAW).current_snapshot().snapshot_id == snapshot
+    assert month_in_raw() == loaded
 
+    add_weather_month(site, 2021, 7, seed=3, through_day=15)  # republished through day 15, nothing missing
+    report = load()
     expected = expected_weather(site, 2021, 7, "prelim")
-    rows = load_table(registry.WEATHER_RAW).scan().to_arrow()
-    got = {
-        (r["county_code"], r["date"]): {c: r[c] for c in ("tmax_c", "tmin_c", "tavg_c", "prcp_mm")}
-        for r in rows.filter(pc.equal(pc.month(rows["date"]), 7)).to_pylist()
-    }
-    assert got == expected and len(expected) == 4 * 19
+    assert month_in_raw() == expected and len(expected) == 5 * 15
     changes = report.outputs[0].changes
-    assert (changes.added, changes.changed, changes.removed) == (0, 0, 20 + 4)  # Queens' 20 days, day 12 elsewhere
+    assert (changes.added, changes.changed, changes.removed) == (0, 0, 5 * 5)  # days 16 to 20 of each county
     after = load_table(registry.WEATHER_RAW)
-    assert len(after.snapshots()) == snapshots + 1
-    assert after.current_snapshot().summary["nyc-taxi.rows-removed"] == "24"
+    assert after.current_snapshot().parent_snapshot_id == snapshot
+    assert after.current_snapshot().summary["nyc-taxi.rows-removed"] == "25"
     assert report.outputs[0].replaced_version == first.outputs[0].source_version != report.outputs[0].source_version
 
 

@@ -8,7 +8,7 @@ runs on this machine and the UI reads its logs from disk, so they are switched o
 components' own ``--skip-serve-logs`` flag. Everything else is Airflow's standalone as is.
 
 Airflow's internals, in this one place: the standalone command has no public way to pass a
-component a flag, so its ``subcommands`` table is replaced. ``tests/test_airflow_ui.py`` reads the
+component a flag, so its ``subcommands`` table is replaced. ``tests/test_readme_path.py`` reads the
 standalone's listening sockets: were the internal to move, a log server on 0.0.0.0 fails it.
 
 A port that is taken stops the command before anything starts: Airflow's own standalone would start

@@ -129,6 +129,18 @@ def plan(faults: int, seed: int, per_run: int) -> list[Fault]:
     return chosen
 
 
+# A deployment's own choices, shorter than Airflow's defaults, so a lost task is failed and retried within
+# minutes: a task whose worker stopped heartbeating after 45 s (default 300 s), one queued whose message
+# never reached a worker after 180 s (default 600 s: the scheduler killed between queueing and recording
+# leaves one), the retry 5 s later. The chaos run and the suite's team deployment both run with them.
+QUICK_RECOVERY = {
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+    "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "180",
+    "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
+}
+
+
 def _environment(state: Path, port: int, server: LineageServer, site_url: str, retries: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "OPENLINEAGE", "DATAHUB"))}
     return env | {
@@ -141,12 +153,7 @@ def _environment(state: Path, port: int, server: LineageServer, site_url: str, r
         "OPENLINEAGE_URL": server.url,
         "DATAHUB_GMS_URL": server.url,
         "TASK_RETRIES": str(retries),
-        # a deployment's own choices, shorter than Airflow's defaults (300 s), so a lost task is failed
-        # and retried within minutes
-        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",
-        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
-        "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
-        "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "180",
+        **QUICK_RECOVERY,
         "DATAHUB_TELEMETRY_ENABLED": "false",
     }
 

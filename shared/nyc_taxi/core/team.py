@@ -180,6 +180,13 @@ class SparkCluster:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/", timeout=5) as answer:
             return json.load(answer)
 
+    def master_alive(self) -> bool:
+        """The master answers with its cluster's state, and that state is ALIVE (not a standby or recovering)."""
+        try:
+            return self._state().get("status") == "ALIVE"
+        except OSError:  # its web UI is not up
+            return False
+
     def workers_alive(self) -> int:
         try:
             return int(self._state().get("aliveworkers", 0))

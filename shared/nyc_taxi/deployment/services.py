@@ -332,7 +332,7 @@ class SparkCluster(Service):
     def answers(self, program: str) -> bool:
         """The master: its web UI's account of the cluster; the worker: registered with the master."""
         if program == "spark-master":
-            return _answers(team.SparkCluster(self.settings).applications)
+            return _answers(team.SparkCluster(self.settings).master_alive)
         return _answers(self.ready)
 
     def address(self) -> str:

@@ -1,8 +1,13 @@
-"""What the ingestion steps share: a month's bounds and label."""
+"""What the ingestion steps share: a month's bounds and label, the report of a merge into raw."""
 
 from __future__ import annotations
 
 import datetime as dt
+
+from nyc_taxi.core.datasets import Table
+from nyc_taxi.core.quality import CheckResult
+from nyc_taxi.core.upserts import RowChanges
+from nyc_taxi.lineage.write.report import ColumnLineage, DatasetUse, StepReport
 
 
 def month_bounds(year: int, month: int) -> tuple[dt.date, dt.date]:
@@ -12,3 +17,45 @@ def month_bounds(year: int, month: int) -> tuple[dt.date, dt.date]:
 
 def month_label(year: int, month: int) -> str:
     return f"{year:04d}-{month:02d}"
+
+
+def merge_report(
+    staging: Table,
+    staged: tuple[str | None, int, list[CheckResult]],
+    raw: Table,
+    raw_version: str | None,
+    committed: bool,
+    changes: RowChanges,
+    columns: ColumnLineage,
+    label: str,
+    version: str | None,
+    replaced: str | None,
+) -> StepReport:
+    """A month's merge into raw: the staged batch it read (``staged``: its version, rows and checks) and
+    raw as it left it; the changes, the landed version and the version it replaced only if it committed."""
+    staged_version, staged_rows, checked = staged
+    replaced = replaced if committed else None
+    written = DatasetUse(
+        raw,
+        version=raw_version,
+        row_count=changes.written,
+        committed=committed,
+        columns=columns,
+        changes=changes if committed else None,
+        source_version=version if committed else None,
+        replaced_version=replaced,
+    )
+    return StepReport(
+        inputs=[DatasetUse(staging, version=staged_version, row_count=staged_rows, checks=checked)],
+        outputs=[written],
+        summary={
+            "month": label,
+            "staged_rows": staged_rows,
+            "merged_rows": changes.written,
+            "added_rows": changes.added,
+            "changed_rows": changes.changed,
+            "removed_rows": changes.removed,
+            **({"replaced_version": replaced} if replaced else {}),
+            **{f"check {r.check}": r.status for r in checked if not r.passed},
+        },
+    )

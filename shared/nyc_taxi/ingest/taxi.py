@@ -30,7 +30,7 @@ from nyc_taxi.core.tables import pinned, pinned_rows
 from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.audit import audit_staged, check_published
-from nyc_taxi.ingest.common import month_bounds, month_label
+from nyc_taxi.ingest.common import merge_report, month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
@@ -349,30 +349,19 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         row_count,
         f" ({version} replaces {replaced[0]})" if replaced[0] else "",
     )
-    written = DatasetUse(
+    report = merge_report(
+        STAGING,
+        (_id(staged_snapshot), row_count, checked),
         RAW,
-        version=_id(after),
-        row_count=changes.written,
-        committed=committed,
-        columns=columns,
-        changes=changes if committed else None,
-        source_version=version if committed else None,
-        replaced_version=replaced[0] if committed else None,
+        _id(after),
+        committed,
+        changes,
+        columns,
+        label,
+        version,
+        replaced[0],
     )
-    report = StepReport(
-        inputs=[DatasetUse(STAGING, version=_id(staged_snapshot), row_count=row_count, checks=checked)],
-        outputs=[written],
-        summary={
-            "month": label,
-            "staged_rows": row_count,
-            "merged_rows": changes.written,
-            "added_rows": changes.added,
-            "changed_rows": changes.changed,
-            "removed_rows": changes.removed,
-            **({"replaced_version": replaced[0]} if replaced[0] and committed else {}),
-            **{f"check {r.check}": r.status for r in checked if not r.passed},
-        },
-    )
+    (written,) = report.outputs
     if committed:  # raw's own checks and profile, on the snapshot this run holds as its commit
         names = staged_files(staged_snapshot)
         check_published(

@@ -17,7 +17,7 @@ from nyc_taxi.core.tables import pinned, pinned_rows
 from nyc_taxi.core.upserts import RowChanges, upsert_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.audit import audit_staged, check_published
-from nyc_taxi.ingest.common import month_bounds, month_label
+from nyc_taxi.ingest.common import merge_report, month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
@@ -293,31 +293,19 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         {"staging": STAGING},
         settings,
     )
-    replaced_now = summary.get(REPLACED_VERSION) if committed else None
-    written = DatasetUse(
+    report = merge_report(
+        STAGING,
+        (snapshot_id(staged_snapshot), staged, checked),
         RAW,
-        version=snapshot_id(after),
-        row_count=changes.written,
-        committed=committed,
-        columns=columns,
-        changes=changes if committed else None,
-        source_version=version if committed else None,
-        replaced_version=replaced_now,
+        snapshot_id(after),
+        committed,
+        changes,
+        columns,
+        label,
+        version,
+        summary.get(REPLACED_VERSION),
     )
-    report = StepReport(
-        inputs=[DatasetUse(STAGING, version=snapshot_id(staged_snapshot), row_count=staged, checks=checked)],
-        outputs=[written],
-        summary={
-            "month": label,
-            "staged_rows": staged,
-            "merged_rows": changes.written,
-            "added_rows": changes.added,
-            "changed_rows": changes.changed,
-            "removed_rows": changes.removed,
-            **({"replaced_version": replaced_now} if replaced_now else {}),
-            **{f"check {r.check}": r.status for r in checked if not r.passed},
-        },
-    )
+    (written,) = report.outputs
     if committed:  # raw's own checks (on the month's few hundred rows) and profile, on the snapshot written
         bounds = {"month_start": str(start), "next_month_start": str(end)}
         check_published(

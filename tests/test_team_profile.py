@@ -277,6 +277,65 @@ def test_the_mission_through_the_scheduler_on_postgres_celery_and_a_spark_cluste
     assert len(task_logs) >= 9 and not [text for text in task_logs if "lost a race with another writer" in text]
 
 
+def test_a_broken_month_is_refused_before_raw_through_the_scheduler_once_and_the_server_hears_why(
+    team, site, lineage_server
+):
+    """The TLC publishes a month whose trips are all a year early, triggered as the UI does. On the team
+    profile as locally: it lands and stages, its checks stop the merge before raw changes, and the merge
+    fails on its first try though the deployment retries a task three times (the same data fails every
+    try). The lineage server received the merge's FAIL, naming the check with its counts, and DataHub's
+    run event of the failed check on the staged version."""
+    import json
+
+    from nyc_taxi.core.catalog import current_snapshot_id, load_table
+    from nyc_taxi.core.naming import landed_folder
+    from nyc_taxi.fixtures import tlc
+    from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH
+
+    settings, _ = team
+    path = tlc.write_yellow_month(tlc.generate_yellow_month(2023, 12, rows=2_000, seed=12), taxi_path(site, 2024, 12))
+    raw_before = current_snapshot_id(registry.YELLOW_TAXI_RAW, settings)
+    api = _api(settings)
+    run_id = api.trigger(TAXI, {"month": "2024-12"})
+    assert _finished(api, TAXI, run_id)["state"] == "failed"
+    stage, merge = (_task(api, TAXI, run_id, t) for t in (TAXI_JOBS.stage_landed_files.name, TAXI_MERGE))
+    assert (stage["state"], merge["state"], merge["try_number"]) == ("success", "failed", 1), (stage, merge)
+    assert current_snapshot_id(registry.YELLOW_TAXI_RAW, settings) == raw_before
+    staging = load_table(registry.YELLOW_TAXI_STAGING, settings)
+    assert staging.scan().to_arrow().num_rows == 2_000  # the staged version, kept for inspection
+    assert f"{landed_folder(registry.TLC_YELLOW_TRIPDATA_LANDED)}/{path.name}" in _bucket(settings)
+
+    snapshot = str(staging.current_snapshot().snapshot_id)
+
+    def received():
+        """The merge's FAIL and DataHub's failed run event on the staged version, once both arrived."""
+        fails = [
+            r["body"]
+            for r in lineage_server.stored(OPENLINEAGE_PATH)
+            if r["body"]["eventType"] == "FAIL" and r["body"]["job"]["name"].endswith(f".{TAXI_MERGE}")
+        ]
+        fails = [f for f in fails if "2024-12" in f["run"]["facets"].get("errorMessage", {}).get("message", "")]
+        events = [
+            json.loads(r["body"]["proposal"]["aspect"]["value"])
+            for r in lineage_server.stored(DATAHUB_INGEST_PATH)
+            if r["body"]["proposal"]["aspectName"] == "assertionRunEvent"
+        ]
+        failures = [
+            e for e in events if e["batchSpec"]["nativeBatchId"] == snapshot and e["result"]["type"] == "FAILURE"
+        ]
+        return (fails, failures) if fails and failures else None
+
+    found = _wait_for(received, bool, 180)
+    assert found, (lineage_server.requests()[-5:], snapshot)
+    (failed,), failures = found
+    message = failed["run"]["facets"]["errorMessage"]["message"]
+    assert "pickup_in_month (error): 2,000 of 2,000 rows fail (100.0%)" in message, message
+    assert f"yellow_taxi_raw was not changed (it stays at snapshot {raw_before})" in message, message
+    assert [(e["result"]["nativeResults"]["status"], e["result"]["unexpectedCount"]) for e in failures] == [
+        ("fail", 2_000)
+    ], failures
+
+
 def _task_spans(api: RestApi, dag: str, run_id: str) -> list[tuple[dt.datetime, dt.datetime]]:
     return [
         (dt.datetime.fromisoformat(ti["start_date"]), dt.datetime.fromisoformat(ti["end_date"]))
@@ -468,169 +527,6 @@ def test_every_dataset_keeps_its_name_datahubs_iceberg_source_on_postgres_includ
     assert merge and all((o["namespace"], o["name"]) == (raw.ol_namespace, raw.ol_name) for o in merge[0]["outputs"])
 
 
-@pytest.fixture
-def no_training(team):
-    """train_forecast_model paused for a test that loads a month only to hurt the load: its merge's asset
-    event then starts no training (the scheduler queues asset-triggered runs for unpaused DAGs only), and
-    the tests after it do not wait for a run nobody checks."""
-    api = _api(team[0])
-    before = {r["dag_run_id"] for r in api.runs(TRAINING, limit=100)}
-    api.call(f"/api/v2/dags/{TRAINING}", {"is_paused": True}, method="PATCH")
-    try:
-        yield
-        assert {r["dag_run_id"] for r in api.runs(TRAINING, limit=100)} == before  # no training while paused
-    finally:
-        api.call(f"/api/v2/dags/{TRAINING}", {"is_paused": False}, method="PATCH")
-
-
-def _when_running(api: RestApi, run_id: str, task: str, seconds: float = 600) -> dict:
-    found = _wait_for(lambda: _task(api, TAXI, run_id, task), lambda ti: ti["state"] == "running", seconds)
-    assert found and found["state"] == "running", found
-    return found
-
-
-def test_every_object_survives_the_s3_gateway_the_volume_server_and_the_filer_killed_in_the_middle_of_a_load(
-    team, site, no_training
-):
-    """SeaweedFS's S3 gateway killed while the month downloads, its volume server while it stages, its
-    filer while it merges (SIGKILL to each process): supervisord runs each again, the load succeeds (a
-    task whose storage went away is retried), raw holds the file's rows once, and every object the
-    bucket held before is there with the same ETag."""
-    settings, env = team
-    before = _bucket(settings)
-    assert before
-    taxi_file, api, run_id = _a_taxi_month_loading(settings, site, 2024, 9)
-    for task, program in (
-        (TAXI_JOBS.download_published_files.name, "seaweedfs-s3"),
-        (TAXI_JOBS.stage_landed_files.name, "seaweedfs-volume"),
-        (TAXI_MERGE, "seaweedfs-filer"),
-    ):
-        _when_running(api, run_id, task)
-        old = _kill(settings, program)
-        _restarted(settings, program, old)
-        assert _restarts(env, program) >= 1
-
-    assert _finished(api, TAXI, run_id)["state"] == "success"
-    _raw_holds_exactly(settings, taxi_file)
-    after = _bucket(settings)
-    assert {key: after.get(key) for key in before} == before
-
-
-def _status(env) -> dict[str, dict]:
-    """`team status`, program by program: its state, whether it answers, its pid, its restarts."""
-    status = _team(env, "status")
-    assert status.returncode == 0, status.stderr
-    lines = status.stdout.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("program"))
-    found = {}
-    for line in lines[header + 1 :]:
-        words = line.split()
-        if len(words) == 6 and words[-1].isdigit():
-            found[words[0]] = {
-                "state": words[1],
-                "answers": words[2],
-                "pid": int(words[3]) if words[3].isdigit() else None,
-                "restarts": int(words[-1]),
-            }
-    return found
-
-
-BURST = (  # ten programs, killed at once (SIGKILL): every kind of service the deployment runs
-    "postgres",
-    "redis",
-    "seaweedfs-master",
-    "seaweedfs-volume",
-    "seaweedfs-filer",
-    "seaweedfs-s3",
-    "spark-master",
-    "airflow-scheduler",
-    "airflow-triggerer",
-    "airflow-worker-2",
-)
-
-
-def test_ten_programs_killed_at_once_are_each_restarted_counted_and_answering_and_every_object_reads(team):
-    """An operator's test: ten programs SIGKILLed together. supervisord runs each again; `team status`
-    counts each one's restart (a burst of exits once overflowed supervisord's event buffer, and a killed
-    master showed 0 restarts) and says each program answers a request once it does (RUNNING came seconds
-    before the S3 gateway accepted connections); every object of the bucket reads as it was."""
-    settings, env = team
-    _api(settings).idle(seconds=1800)
-    before, objects = _status(env), _bucket(settings)
-    assert set(BURST) <= set(before) and all(p["answers"] == "yes" for p in before.values()), before
-    pids = {program: _programs(settings)[program]["pid"] for program in BURST}
-    for pid in pids.values():
-        os.kill(pid, signal.SIGKILL)
-    for program, pid in pids.items():
-        _restarted(settings, program, pid, seconds=300)
-    after = _wait_for(lambda: _status(env), lambda s: all(p["answers"] == "yes" for p in s.values()), 300)
-    assert all(p["state"] == "RUNNING" and p["answers"] == "yes" for p in after.values()), after
-    assert {p: after[p]["restarts"] - before[p]["restarts"] >= 1 for p in BURST} == dict.fromkeys(BURST, True), (
-        before,
-        after,
-    )
-    now = _bucket(settings)
-    assert {key: now.get(key) for key in objects} == objects
-
-
-def test_a_celery_worker_killed_in_the_middle_of_a_merge_is_retried_on_the_other_and_the_month_loads_once(
-    team, site, no_training
-):
-    """A worker lost with its task (SIGKILL to its whole process tree, as a machine that goes away):
-    the task stops heart-beating, Airflow fails that try and retries it on the other worker; the
-    month is in raw exactly once. supervisord runs the lost worker again, and `team status` counts it."""
-    import psutil
-
-    from nyc_taxi.core import team as services
-    from nyc_taxi.deployment.supervisor import logs_dir
-
-    settings, env = team
-    taxi_file, api, run_id = _a_taxi_month_loading(settings, site, 2024, 10)
-    cluster = services.SparkCluster(settings)
-
-    def merging():
-        ti = _task(api, TAXI, run_id, TAXI_MERGE)
-        active = [a for a in cluster.applications() if a["state"] == "RUNNING"]
-        return ti if ti["state"] == "running" and ti.get("pid") and active else None
-
-    ti = _wait_for(merging, lambda found: found is not None, 600)
-    assert ti, _task(api, TAXI, run_id, TAXI_MERGE)
-    workers = {n: p for n, p in _component_pids(settings).items() if n.startswith("airflow-worker-")}
-    victim = next(n for n, p in workers.items() if ti["pid"] in {c.pid for c in psutil.Process(p).children(True)})
-    time.sleep(2)  # its Spark application is running the merge
-    tree = [psutil.Process(workers[victim]), *psutil.Process(workers[victim]).children(True)]
-    for process in tree:
-        process.kill()
-    psutil.wait_procs(tree, timeout=30)
-
-    assert _finished(api, TAXI, run_id)["state"] == "success"
-    retried = _task(api, TAXI, run_id, TAXI_MERGE)
-    assert retried["state"] == "success" and retried["try_number"] == 2, retried
-    _raw_holds_exactly(settings, taxi_file)
-    _restarted(settings, victim, workers[victim])
-    assert _restarts(env, victim) >= 1
-    (survivor,) = set(workers) - {victim}
-    assert "received" in (logs_dir(settings) / f"{survivor}.log").read_text()
-
-
-def test_postgres_and_the_scheduler_killed_in_the_middle_of_a_merge_come_back_and_the_month_loads_once(
-    team, site, no_training
-):
-    """PostgreSQL (the catalog and Airflow's database) and the scheduler killed with SIGKILL while a merge
-    runs: supervisord runs both again (PostgreSQL recovers from its write-ahead log), with no `team up`;
-    the merge's try fails or succeeds, the run ends in success, and the month is in raw exactly once."""
-    settings, env = team
-    taxi_file, api, run_id = _a_taxi_month_loading(settings, site, 2024, 11)
-    _when_running(api, run_id, TAXI_MERGE)
-    time.sleep(3)
-    killed = {program: _kill(settings, program) for program in ("postgres", "airflow-scheduler")}
-    for program, pid in killed.items():
-        _restarted(settings, program, pid)
-        assert _restarts(env, program) >= 1
-    assert _finished(_api(settings), TAXI, run_id)["state"] == "success"
-    _raw_holds_exactly(settings, taxi_file)
-
-
 # ---- chaos: the mission under faults, each at its moment ------------------------------------------------
 
 CHAOS_MONTHS = ((2019, 3), (2019, 4))
@@ -794,6 +690,171 @@ def test_chaos_postgres_killed_mid_commit_deleted_no_file_a_table_may_reference(
     fault = chaos.faults["PostgreSQL mid-commit"]
     assert "in flight" in fault.at and "merge_upsert_staging_into_raw_yellow" in fault.at, fault.at
     assert check.unreadable_files(chaos.settings.state_dir) == []
+
+
+@pytest.fixture
+def no_training(team):
+    """train_forecast_model paused for a test that loads a month only to hurt the load: its merge's asset
+    event then starts no training (the scheduler queues asset-triggered runs for unpaused DAGs only), and
+    the tests after it do not wait for a run nobody checks. The next asset-triggered training consumes
+    every event since the last one (Airflow's event window, paused or not) and forecasts from the latest
+    month among them, so these tests come after every test that checks a training a merge started."""
+    api = _api(team[0])
+    before = {r["dag_run_id"] for r in api.runs(TRAINING, limit=100)}
+    api.call(f"/api/v2/dags/{TRAINING}", {"is_paused": True}, method="PATCH")
+    try:
+        yield
+        assert {r["dag_run_id"] for r in api.runs(TRAINING, limit=100)} == before  # no training while paused
+    finally:
+        api.call(f"/api/v2/dags/{TRAINING}", {"is_paused": False}, method="PATCH")
+
+
+def _when_running(api: RestApi, run_id: str, task: str, seconds: float = 600) -> dict:
+    found = _wait_for(lambda: _task(api, TAXI, run_id, task), lambda ti: ti["state"] == "running", seconds)
+    assert found and found["state"] == "running", found
+    return found
+
+
+def test_every_object_survives_the_s3_gateway_the_volume_server_and_the_filer_killed_in_the_middle_of_a_load(
+    team, site, no_training
+):
+    """SeaweedFS's S3 gateway killed while the month downloads, its volume server while it stages, its
+    filer while it merges (SIGKILL to each process): supervisord runs each again, the load succeeds (a
+    task whose storage went away is retried), raw holds the file's rows once, and every object the
+    bucket held before is there with the same ETag."""
+    settings, env = team
+    before = _bucket(settings)
+    assert before
+    taxi_file, api, run_id = _a_taxi_month_loading(settings, site, 2024, 9)
+    for task, program in (
+        (TAXI_JOBS.download_published_files.name, "seaweedfs-s3"),
+        (TAXI_JOBS.stage_landed_files.name, "seaweedfs-volume"),
+        (TAXI_MERGE, "seaweedfs-filer"),
+    ):
+        _when_running(api, run_id, task)
+        old = _kill(settings, program)
+        _restarted(settings, program, old)
+        assert _restarts(env, program) >= 1
+
+    assert _finished(api, TAXI, run_id)["state"] == "success"
+    _raw_holds_exactly(settings, taxi_file)
+    after = _bucket(settings)
+    assert {key: after.get(key) for key in before} == before
+
+
+def _status(env) -> dict[str, dict]:
+    """`team status`, program by program: its state, whether it answers, its pid, its restarts."""
+    status = _team(env, "status")
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("program"))
+    found = {}
+    for line in lines[header + 1 :]:
+        words = line.split()
+        if len(words) == 6 and words[-1].isdigit():
+            found[words[0]] = {
+                "state": words[1],
+                "answers": words[2],
+                "pid": int(words[3]) if words[3].isdigit() else None,
+                "restarts": int(words[-1]),
+            }
+    return found
+
+
+BURST = (  # ten programs, killed at once (SIGKILL): every kind of service the deployment runs
+    "postgres",
+    "redis",
+    "seaweedfs-master",
+    "seaweedfs-volume",
+    "seaweedfs-filer",
+    "seaweedfs-s3",
+    "spark-master",
+    "airflow-scheduler",
+    "airflow-triggerer",
+    "airflow-worker-2",
+)
+
+
+def test_ten_programs_killed_at_once_are_each_restarted_counted_and_answering_and_every_object_reads(team):
+    """An operator's test: ten programs SIGKILLed together. supervisord runs each again; `team status`
+    counts each one's restart (a burst of exits once overflowed supervisord's event buffer, and a killed
+    master showed 0 restarts) and says each program answers a request once it does (RUNNING came seconds
+    before the S3 gateway accepted connections); every object of the bucket reads as it was."""
+    settings, env = team
+    _api(settings).idle(seconds=1800)
+    before, objects = _status(env), _bucket(settings)
+    assert set(BURST) <= set(before) and all(p["answers"] == "yes" for p in before.values()), before
+    pids = {program: _programs(settings)[program]["pid"] for program in BURST}
+    for pid in pids.values():
+        os.kill(pid, signal.SIGKILL)
+    for program, pid in pids.items():
+        _restarted(settings, program, pid, seconds=300)
+    after = _wait_for(lambda: _status(env), lambda s: all(p["answers"] == "yes" for p in s.values()), 300)
+    assert all(p["state"] == "RUNNING" and p["answers"] == "yes" for p in after.values()), after
+    assert {p: after[p]["restarts"] - before[p]["restarts"] >= 1 for p in BURST} == dict.fromkeys(BURST, True), (
+        before,
+        after,
+    )
+    now = _bucket(settings)
+    assert {key: now.get(key) for key in objects} == objects
+
+
+def test_a_celery_worker_killed_in_the_middle_of_a_merge_is_retried_on_the_other_and_the_month_loads_once(
+    team, site, no_training
+):
+    """A worker lost with its task (SIGKILL to its whole process tree, as a machine that goes away):
+    the task stops heart-beating, Airflow fails that try and retries it on the other worker; the
+    month is in raw exactly once. supervisord runs the lost worker again, and `team status` counts it."""
+    import psutil
+
+    from nyc_taxi.core import team as services
+    from nyc_taxi.deployment.supervisor import logs_dir
+
+    settings, env = team
+    taxi_file, api, run_id = _a_taxi_month_loading(settings, site, 2024, 10)
+    cluster = services.SparkCluster(settings)
+
+    def merging():
+        ti = _task(api, TAXI, run_id, TAXI_MERGE)
+        active = [a for a in cluster.applications() if a["state"] == "RUNNING"]
+        return ti if ti["state"] == "running" and ti.get("pid") and active else None
+
+    ti = _wait_for(merging, lambda found: found is not None, 600)
+    assert ti, _task(api, TAXI, run_id, TAXI_MERGE)
+    workers = {n: p for n, p in _component_pids(settings).items() if n.startswith("airflow-worker-")}
+    victim = next(n for n, p in workers.items() if ti["pid"] in {c.pid for c in psutil.Process(p).children(True)})
+    time.sleep(2)  # its Spark application is running the merge
+    tree = [psutil.Process(workers[victim]), *psutil.Process(workers[victim]).children(True)]
+    for process in tree:
+        process.kill()
+    psutil.wait_procs(tree, timeout=30)
+
+    assert _finished(api, TAXI, run_id)["state"] == "success"
+    retried = _task(api, TAXI, run_id, TAXI_MERGE)
+    assert retried["state"] == "success" and retried["try_number"] == 2, retried
+    _raw_holds_exactly(settings, taxi_file)
+    _restarted(settings, victim, workers[victim])
+    assert _restarts(env, victim) >= 1
+    (survivor,) = set(workers) - {victim}
+    assert "received" in (logs_dir(settings) / f"{survivor}.log").read_text()
+
+
+def test_postgres_and_the_scheduler_killed_in_the_middle_of_a_merge_come_back_and_the_month_loads_once(
+    team, site, no_training
+):
+    """PostgreSQL (the catalog and Airflow's database) and the scheduler killed with SIGKILL while a merge
+    runs: supervisord runs both again (PostgreSQL recovers from its write-ahead log), with no `team up`;
+    the merge's try fails or succeeds, the run ends in success, and the month is in raw exactly once."""
+    settings, env = team
+    taxi_file, api, run_id = _a_taxi_month_loading(settings, site, 2024, 11)
+    _when_running(api, run_id, TAXI_MERGE)
+    time.sleep(3)
+    killed = {program: _kill(settings, program) for program in ("postgres", "airflow-scheduler")}
+    for program, pid in killed.items():
+        _restarted(settings, program, pid)
+        assert _restarts(env, program) >= 1
+    assert _finished(_api(settings), TAXI, run_id)["state"] == "success"
+    _raw_holds_exactly(settings, taxi_file)
 
 
 def test_down_in_the_middle_of_a_training_run_leaves_no_process_and_up_finds_every_object(team, site):

@@ -175,7 +175,7 @@ def check(packages: list[str], work: Path, with_demo: bool, say) -> tuple[dict[s
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bash run upgrade-check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", action="store_true", help="keep the throw-away environment (its path is printed)")
-    parser.add_argument("--no-demo", action="store_true", help="the fast lane only")
+    parser.add_argument("--no-demo", action="store_true", help="the fast lane and the guards, no demo")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="upgrade-check-"))
     say = lambda text: print(text, flush=True)  # noqa: E731

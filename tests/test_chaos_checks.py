@@ -418,11 +418,15 @@ def test_the_mission_s_events_are_told_by_their_run_type_not_by_a_word_anywhere_
 def test_lineage_is_compared_as_the_server_received_it_and_datahub_delivery_counts_a_second_send(tmp_path, monkeypatch):
     from nyc_taxi.chaos import run as chaos_run
     from nyc_taxi.core.settings import Settings
+    from nyc_taxi.lineage.write.outbox import Outbox
 
     log = tmp_path / "server.jsonl"
     server = LineageServer(log)
     events = _train_and_predict("r1", "11")
-    proposal = {"proposal": {"entityUrn": "urn:li:dataset:x", "aspectName": "status", "aspect": {"value": "{}"}}}
+    status = {"entityType": "dataset", "entityUrn": "urn:li:dataset:x", "changeType": "UPSERT"}
+    status |= {"aspectName": "status", "aspect": {"json": {"removed": False}}}
+    value = {"value": '{"removed": false}', "contentType": "application/json"}
+    proposal = {"proposal": {"entityUrn": "urn:li:dataset:x", "aspectName": "status", "aspect": value}}
     requests = [{"path": OPENLINEAGE_PATH, "received": 1, "status": 201, "body": e} for e in events]
     requests += [{"path": DATAHUB_INGEST_PATH, "received": 2, "status": 200, "body": proposal}] * 2  # sent twice
     log.write_text("".join(json.dumps(r) + "\n" for r in requests))
@@ -431,8 +435,14 @@ def test_lineage_is_compared_as_the_server_received_it_and_datahub_delivery_coun
     edges, _ = chaos_run._lineage(server, tmp_path)
     assert {e[0] for e in edges} == {"Flow.train", "Flow.predict"}
     settings = Settings(_env_file=None, state_dir=tmp_path / "state")
+    outbox = Outbox(settings, "airflow")
+    outbox.add_records([status])  # the outbox holds it once, the server accepted it twice
     assert chaos_run._delivery(settings, server, shipper_kills=0)["once"] is False  # a record accepted twice
     assert chaos_run._delivery(settings, server, shipper_kills=1)["once"] is True  # the one a killed shipper resent
+    # two runs wrote the same aspect with the same value (a dataset's status): two records, each sent once
+    outbox.add_records([status])
+    assert chaos_run._delivery(settings, server, shipper_kills=0)["once"] is True
+    assert chaos_run._delivery(settings, server, shipper_kills=0)["sent again"] == 0
 
 
 def test_the_chaos_runs_expectations_agree_with_the_suites_own_reading_of_the_files(tmp_path):

@@ -14,8 +14,8 @@ lineage server received it, and the process table.
   of its rows then, a model to the versions it was trained from) — and the column edges; run ids and try
   numbers left out;
 - **delivery**: every event of a successful run stored once by the lineage server, per (run, event
-  type), and every DataHub record of the outbox stored; a record accepted twice only where a sender was
-  killed before it heard back;
+  type), and every DataHub record of the outbox stored; a record accepted more often than the outbox
+  holds it only where a sender was killed before it heard back;
 - **leftovers**: no DAG run or task queued or running, no message waiting in the broker, and no
   process of the deployment outside supervisord's programs.
 """
@@ -253,13 +253,18 @@ def lineage_edges(events: list[dict], resolve) -> tuple[set, set]:
     return edges, columns
 
 
-def sent_again(accepted: list[dict], identity) -> list[str]:
-    """The records a server accepted more than once (``identity(request)``: what names a record): each is a
-    record whose sender never heard that it was accepted, and sent it again."""
+def sent_again(accepted: list[str], held: list[str]) -> list[str]:
+    """The records a server accepted more often than the outbox holds them (both by what names a record):
+    each extra one is a record whose sender never heard that it was accepted, and sent it again (a
+    record the outbox no longer holds counts once). The outbox may hold one record several times — a DataHub aspect every run writes with the same value,
+    a dataset's status — and the server then accepts it as many times."""
     counted: dict[str, int] = defaultdict(int)
-    for request in accepted:
-        counted[identity(request)] += 1
-    return sorted(key for key, n in counted.items() if n > 1)
+    holds: dict[str, int] = defaultdict(int)
+    for key in accepted:
+        counted[key] += 1
+    for key in held:
+        holds[key] += 1
+    return sorted(key for key, n in counted.items() for _ in range(n - max(holds[key], 1)))
 
 
 def delivery(events: list[dict], stored: list[dict]) -> dict:

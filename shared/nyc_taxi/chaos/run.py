@@ -377,11 +377,13 @@ def _delivery(settings: Settings, server: LineageServer, shipper_kills: int) -> 
     local = OpenLineageServer(settings)
     events = [e for path in local.files() for e in local.read(path)]
     delivered = check.delivery(events, server.stored(OPENLINEAGE_PATH))
-    again = [
-        again
-        for path in (OPENLINEAGE_PATH, DATAHUB_INGEST_PATH)
-        for again in check.sent_again(server.accepted(path), lambda r, path=path: identity(path, r["body"]))
-    ]
+    again = check.sent_again(
+        [identity(OPENLINEAGE_PATH, r["body"]) for r in server.accepted(OPENLINEAGE_PATH)],
+        [identity(OPENLINEAGE_PATH, e) for e in events],
+    ) + check.sent_again(
+        [_datahub_key(r["body"]["proposal"]) for r in server.accepted(DATAHUB_INGEST_PATH)],
+        _datahub_outbox(settings),
+    )
     delivered |= {"datahub records missing": _datahub_missing(settings, server), "sent again": len(again)}
     delivered["once"] = (
         not delivered["missing"]
@@ -392,26 +394,27 @@ def _delivery(settings: Settings, server: LineageServer, shipper_kills: int) -> 
     return delivered
 
 
-def _datahub_missing(settings: Settings, server: LineageServer) -> int:
-    """DataHub records of the outbox the server does not hold (by entity, aspect and value)."""
-    from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH
+def _datahub_key(proposal: dict) -> str:
+    """What names a DataHub record: its entity, aspect and value (as sent: the value a JSON string)."""
+    value = proposal["aspect"].get("json")
+    value = json.loads(proposal["aspect"]["value"]) if value is None else value
+    return json.dumps([proposal["entityUrn"], proposal["aspectName"], json.dumps(value, sort_keys=True)])
+
+
+def _datahub_outbox(settings: Settings) -> list[str]:
+    """The DataHub records of the outbox, each as often as it is there."""
     from nyc_taxi.lineage.write.delivery import DataHubServer
 
     local = DataHubServer(settings)
-    records = {
-        json.dumps([r["entityUrn"], r["aspectName"], json.dumps(r["aspect"]["json"])])
-        for path in local.files()
-        for r in local.read(path)
-    }
-    stored = set()
-    for request in server.stored(DATAHUB_INGEST_PATH):
-        proposal = request["body"]["proposal"]
-        stored.add(
-            json.dumps(
-                [proposal["entityUrn"], proposal["aspectName"], json.dumps(json.loads(proposal["aspect"]["value"]))]
-            )
-        )
-    return len(records - stored)
+    return [_datahub_key(r) for path in local.files() for r in local.read(path)]
+
+
+def _datahub_missing(settings: Settings, server: LineageServer) -> int:
+    """DataHub records of the outbox the server does not hold (by entity, aspect and value)."""
+    from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH
+
+    stored = {_datahub_key(request["body"]["proposal"]) for request in server.stored(DATAHUB_INGEST_PATH)}
+    return len(set(_datahub_outbox(settings)) - stored)
 
 
 def _leftovers(settings: Settings, env: dict[str, str]) -> list[str]:

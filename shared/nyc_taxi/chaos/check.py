@@ -256,8 +256,9 @@ def lineage_edges(events: list[dict], resolve) -> tuple[set, set]:
 def sent_again(accepted: list[str], held: list[str]) -> list[str]:
     """The records a server accepted more often than the outbox holds them (both by what names a record):
     each extra one is a record whose sender never heard that it was accepted, and sent it again (a
-    record the outbox no longer holds counts once). The outbox may hold one record several times — a DataHub aspect every run writes with the same value,
-    a dataset's status — and the server then accepts it as many times."""
+    record the outbox no longer holds counts once). The outbox may hold one record several times — a
+    DataHub aspect every run writes with the same value, a dataset's status — and the server then
+    accepts it as many times."""
     counted: dict[str, int] = defaultdict(int)
     holds: dict[str, int] = defaultdict(int)
     for key in accepted:

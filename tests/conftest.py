@@ -1,8 +1,13 @@
 """Test set-up: every test run gets its own state directory; the rest (the fixture site on 127.0.0.1,
 one Spark session, one moto server, Airflow's database, a browser) only for the tests that ask.
 
-`pytest --fast` (`bash run test --fast`, and `bash run upgrade-check` on the newest releases) is the fast
-lane: every test not marked with one of ``HEAVY`` (see pyproject.toml's markers)."""
+Every test is in exactly one lane (docs/testing.md), chosen by its marks:
+
+- ``fast``: `bash run test --fast` (`pytest --fast`): every test not marked with one of ``HEAVY``;
+- ``suite``: the rest of `bash run test`, CI's command, which runs the fast lane with it;
+- ``system``: `bash run test --system` (`pytest --system`): the long proofs, marked ``system``.
+
+`pytest --all-lanes` runs all three (`bash run upgrade-check` runs the guards of every lane)."""
 
 from __future__ import annotations
 
@@ -13,20 +18,47 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ("team_deployment",)  # the team deployment's fixtures, for the modules that run it
+
 _STATE = Path(tempfile.mkdtemp(prefix="nyc-taxi-test-state-"))
 # what the fast lane leaves out: the tests that start Spark, Airflow, Metaflow, a browser, the demo, a
 # Spark cluster or the team deployment
 HEAVY = ("spark", "airflow", "metaflow", "ui", "lineage", "scale_out", "team")
+LANES = ("fast", "suite", "system")
+# the lanes each command runs (`bash run test` is CI's), and the pytest option that chooses it
+COMMANDS = {
+    "bash run test --fast": ("--fast", ("fast",)),
+    "bash run test": (None, ("fast", "suite")),
+    "bash run test --system": ("--system", ("system",)),
+}
+
+
+def lane(item) -> str:
+    """The one lane a test is in, by its marks."""
+    if item.get_closest_marker("system"):
+        return "system"
+    return "suite" if any(item.get_closest_marker(name) for name in HEAVY) else "fast"
+
+
+def selected(items, lanes: tuple[str, ...]) -> list:
+    """The tests of ``lanes``, of those collected."""
+    return [item for item in items if lane(item) in lanes]
 
 
 def pytest_addoption(parser):
-    parser.addoption("--fast", action="store_true", help=f"the fast lane: no test marked {', '.join(HEAVY)}")
+    parser.addoption("--fast", action="store_true", help=f"the fast lane: no test marked {', '.join(HEAVY)} or system")
+    parser.addoption("--system", action="store_true", help="the system lane: only the tests marked system")
+    parser.addoption("--all-lanes", action="store_true", help="every lane: the suite's tests and the system's")
+    parser.addoption(
+        "--lanes", action="store_true", help="print each collected test's lane and the commands that run it; run none"
+    )
 
 
 # The modules that take longest, in the order they start (their times: docs/testing.md): on two workers
 # the team deployment's module runs beside everything else, so it starts first; the rest follow in file order.
 LONGEST_FIRST = (
     "tests/test_team_profile.py",
+    "tests/test_team_system.py",
     "tests/test_lineage.py",
     "tests/test_site.py",
     "tests/test_readme_path.py",
@@ -40,12 +72,20 @@ def pytest_collection_modifyitems(config, items):
         return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: each module's tests keep their order
-    if not config.getoption("fast"):
+    if config.getoption("lanes"):  # for the lanes' own test: every test, the commands that run it, none run
+        for item in items:
+            commands = [command for command, (_, lanes) in COMMANDS.items() if selected([item], lanes)]
+            print(f"LANE {item.nodeid}\t{lane(item)}\t{', '.join(commands)}")
+        config.hook.pytest_deselected(items=list(items))
+        items[:] = []
         return
-    heavy = [item for item in items if any(item.get_closest_marker(name) for name in HEAVY)]
-    if heavy:
-        config.hook.pytest_deselected(items=heavy)
-        items[:] = [item for item in items if item not in heavy]
+    if config.getoption("all_lanes"):
+        return
+    option = next((option for option, _ in COMMANDS.values() if option and config.getoption(option[2:])), None)
+    kept = selected(items, next(lanes for given, lanes in COMMANDS.values() if given == option))
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
 
 
 def pytest_configure(config):

@@ -128,7 +128,7 @@ def tests(project: Path, select: list[str] | None = None) -> str | None:
     """The fast lane of the tests, then every test that guards an internal, on the throw-away environment:
     the first failing test and its error (``select``: only these tests)."""
     python = project / ".venv" / "bin" / "python"
-    for lane in [["--fast"], ["-m", GUARDS]] if select is None else [[]]:
+    for lane in [["--fast"], ["-m", GUARDS, "--all-lanes"]] if select is None else [["--all-lanes"]]:
         done = subprocess.run(
             [str(python), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *lane, *(select or [])],
             cwd=REPO_ROOT,

@@ -79,6 +79,7 @@ class Fault:
     target: str = ""  # <dag>.<task> for a generic moment
     delay: float = 0.0
     # what happened
+    killed: str = ""  # the component it killed (which Celery worker, for a worker)
     at: str = ""
     pids: list[int] = field(default_factory=list)
     recovered_s: float | None = None  # the component back: running and answering
@@ -129,18 +130,6 @@ def plan(faults: int, seed: int, per_run: int) -> list[Fault]:
     return chosen
 
 
-# A deployment's own choices, shorter than Airflow's defaults, so a lost task is failed and retried within
-# minutes: a task whose worker stopped heartbeating after 45 s (default 300 s), one queued whose message
-# never reached a worker after 180 s (default 600 s: the scheduler killed between queueing and recording
-# leaves one), the retry 5 s later. The chaos run and the suite's team deployment both run with them.
-QUICK_RECOVERY = {
-    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",
-    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
-    "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "180",
-    "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
-}
-
-
 def _environment(state: Path, port: int, server: LineageServer, site_url: str, retries: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "OPENLINEAGE", "DATAHUB"))}
     return env | {
@@ -152,8 +141,7 @@ def _environment(state: Path, port: int, server: LineageServer, site_url: str, r
         "NOAA_BASE_URL": site_url,
         "OPENLINEAGE_URL": server.url,
         "DATAHUB_GMS_URL": server.url,
-        "TASK_RETRIES": str(retries),
-        **QUICK_RECOVERY,
+        "TASK_RETRIES": str(retries),  # the deployment's recovery settings are its own (team up ships them)
         "DATAHUB_TELEMETRY_ENABLED": "false",
     }
 
@@ -229,11 +217,17 @@ def mission_run(
 
 
 def with_faults(
-    settings: Settings, env: dict[str, str], server: LineageServer, faults: list[Fault], say, months=mission.MONTHS
+    settings: Settings,
+    env: dict[str, str],
+    server: LineageServer,
+    faults: list[Fault],
+    say,
+    months=mission.MONTHS,
+    steps: tuple[mission.Step, ...] | None = None,
 ) -> list[dict]:
     """The mission on a running deployment (its last step: the last shipping, what a lost task never shipped
-    goes then, in order) while each fault waits for its moment in a thread of its own. The mission's DAG
-    runs."""
+    goes then, in order) while each fault waits for its moment in a thread of its own (``steps``: others than
+    the months' own). The mission's DAG runs."""
     progress = mission.Progress()
     stop = threading.Event()
     context = moments.Context(settings, server, stop)
@@ -241,7 +235,7 @@ def with_faults(
     for thread in threads:
         thread.start()
     try:
-        return mission.run(settings, env, progress, months=months)
+        return mission.run(settings, env, progress, months=months, these=steps)
     finally:
         stop.set()
         for thread in threads:
@@ -253,7 +247,7 @@ def _inject(ctx: moments.Context, fault: Fault, progress: mission.Progress, say)
     try:
         ctx.wait(lambda: progress.step == fault.step or fault.step in progress.passed, 7200, 0.5)
         killed = _kill(ctx, fault)
-        fault.at, fault.pids, fault.task = killed.moment, killed.pids, killed.task
+        fault.killed, fault.at, fault.pids, fault.task = killed.component, killed.moment, killed.pids, killed.task
         if not killed.pids:  # a moment met with nothing to kill proves nothing survived
             raise RuntimeError(f"killed nothing: {killed.moment}")
         say(f"  fault {fault.number}: killed {killed.component} {killed.pids} — {killed.moment}")

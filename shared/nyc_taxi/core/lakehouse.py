@@ -489,6 +489,13 @@ class TeamLakehouse(S3Objects, LocalLakehouse):
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
             "AIRFLOW__CELERY__BROKER_URL_CMD": f"cat {redis.broker_url_file}",
             "AIRFLOW__CELERY__RESULT_BACKEND_CMD": f"cat {postgres.celery_results_url_file}",
+            # A task whose worker was lost is failed after 45 s without a heartbeat, one whose message never
+            # reached a worker after 180 s in the queue (Airflow's defaults: 300 s and 600 s), and retried 5 s
+            # later: what `bash run chaos` proves the deployment survives with (docs/reliability.md).
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "180",
+            "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
         }
 
     def _catalog_exists(self) -> bool:

@@ -11,7 +11,7 @@ import functools
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The package is installed editable from <repo>/shared/nyc_taxi/core, so the repository is three levels up.
@@ -96,7 +96,9 @@ class Settings(BaseSettings):
         8080, description="Airflow's API server (the UI and the tasks' execution API), on 127.0.0.1."
     )
     task_retries: int = Field(
-        1, description="How often Airflow runs a failed task again (a lost worker, a service coming back)."
+        1,
+        description="How often Airflow runs a failed task again (a lost worker, a service coming back); unset "
+        "on the team profile: 3, what `bash run chaos` proves its deployment survives with.",
     )
     task_niceness: int = Field(
         10, description="How much lower an Airflow task's CPU priority is than Airflow's own processes (0: the same)."
@@ -138,6 +140,14 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_is_none(cls, value):
         return None if value == "" else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _team_retries(cls, values):
+        """The team profile's deployment retries a task three times unless told otherwise."""
+        if isinstance(values, dict) and values.get("profile") == "team" and values.get("task_retries") in (None, ""):
+            return {**values, "task_retries": 3}
+        return values
 
     @field_validator("tlc_base_url", "noaa_base_url")
     @classmethod

@@ -73,11 +73,17 @@ class Progress:
 
 
 def run(
-    settings: Settings, env: dict[str, str], progress: Progress, seconds: float = 3600, months=MONTHS
+    settings: Settings,
+    env: dict[str, str],
+    progress: Progress,
+    seconds: float = 3600,
+    months=MONTHS,
+    these: tuple[Step, ...] | None = None,
 ) -> list[dict]:
-    """The mission's steps on a running deployment; every DAG run it saw, with its state."""
+    """The mission's steps (``these``: others than the months' own) on a running deployment; every DAG run
+    it saw, with its state."""
     api = RestApi(settings)
-    for step in steps(months):
+    for step in these or steps(months):
         if progress.step:
             progress.passed.append(progress.step)
         progress.step = step.name

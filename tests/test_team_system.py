@@ -1,0 +1,251 @@
+"""The team deployment's long proofs, in the system lane (`bash run test --system`; docs/testing.md says
+when it must run): the chaos run's whole mission — two months, the trainings the scheduler starts from
+each merge, a weather-adjusted backtest, the last shipping of lineage — under every named moment and
+faults inside tasks and in every kind of service (a Celery worker with its task, each SeaweedFS process,
+a Spark driver, a flow step), each met at its moment; then ten programs killed at once.
+
+The suite's lane runs the same deployment under a short mission of four faults (tests/test_team_profile.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+from types import SimpleNamespace
+
+import pytest
+from expected_loads import (
+    comparable,
+    expected_actuals,
+    expected_daily_prcp,
+    expected_taxi_rows,
+    expected_weather_adjusted,
+    seasonal_naive,
+)
+from team_deployment import (
+    TAXI,
+    TAXI_MERGE,
+    api,
+    bucket,
+    check_weather,
+    forecasts_of,
+    programs,
+    raw_holds_exactly,
+    restarted,
+    status,
+    task,
+    wait_for,
+)
+
+from nyc_taxi.core import datasets as registry
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team, pytest.mark.system]
+
+CHAOS_MONTHS = ((2019, 3), (2019, 4))
+CHAOS_ROWS = 20_000
+
+
+@pytest.fixture(scope="module")
+def chaos(team, lineage_server, site):
+    """The chaos run's mission on this module's deployment under the eight named moments (each held open
+    so it is met every time) and seven faults inside tasks, two of them in one task, four of them in the
+    object storage and a Celery worker: (settings, the faults as they went, the mission's DAG runs, the taxi
+    files)."""
+    from nyc_taxi.chaos import mission
+    from nyc_taxi.chaos.run import Fault, with_faults
+
+    settings, env = team
+    files = mission.publish(site, CHAOS_ROWS, CHAOS_MONTHS)
+    first, second = (f"month {y:04d}-{m:02d}" for y, m in CHAOS_MONTHS)
+    faults = [
+        Fault(1, 1, first, "lineage-server", "lineage server down beyond every retry budget"),
+        Fault(2, 1, first, "airflow-worker", "staging load after writing"),
+        Fault(3, 1, first, "airflow-worker", "worker after commit"),
+        Fault(4, 1, first, "spark-driver", "during", "ingest_weather_data.stage_landed_files", 1.0),
+        Fault(5, 1, first, "seaweedfs-s3", "during", "ingest_yellow_taxi_data.download_published_files", 1.0),
+        Fault(6, 1, second, "postgres", "PostgreSQL mid-commit"),
+        Fault(7, 1, second, "airflow-api-server", "API server while a task reports success"),
+        Fault(8, 1, second, "airflow-scheduler", "scheduler between queueing and recording"),
+        Fault(9, 1, second, "seaweedfs-volume", "during", "ingest_yellow_taxi_data.stage_landed_files", 2.0),
+        Fault(10, 1, second, "airflow-worker", "during", "ingest_weather_data.merge_upsert_staging_into_raw_weather", 2.0),
+        Fault(11, 1, "backtest", "redis", "Redis while a task is queued"),
+        Fault(12, 1, "backtest", "metaflow-step", "during", "train_forecast_model.run_training_flow", 5.0),
+        # two faults in one task: the one met second finds its process under the try after the first's
+        Fault(13, 1, "backtest", "spark-driver", "during", "train_forecast_model.run_training_flow", 2.0),
+        Fault(14, 1, "backtest", "seaweedfs-filer", "during", "train_forecast_model.run_training_flow", 8.0),
+        Fault(15, 1, "backtest", "lineage shipper", "lineage shipper after the server accepted"),
+    ]  # fmt: skip
+    started = dt.datetime.now(dt.UTC)
+    runs = with_faults(settings, env, lineage_server, faults, print, months=CHAOS_MONTHS)
+    ours = [r for r in runs if dt.datetime.fromisoformat(r["run_after"]) >= started]
+    return SimpleNamespace(
+        settings=settings, env=env, faults={f.moment: f for f in faults}, all=faults, runs=ours, files=files
+    )
+
+
+@pytest.mark.guards
+def test_chaos_every_fault_met_its_moment_and_what_it_killed_came_back_within_its_bound(chaos):
+    from nyc_taxi.chaos.run import RECOVERY_BOUND, TASK_BOUND
+
+    for fault in chaos.all:
+        assert not fault.error and fault.at and fault.pids, vars(fault)
+        assert fault.recovered_s is not None and fault.recovered_s <= RECOVERY_BOUND, vars(fault)
+        assert fault.task_done_s is None or fault.task_done_s <= TASK_BOUND, vars(fault)
+    assert all(r["state"] == "success" for r in chaos.runs) and len(chaos.runs) >= 5, chaos.runs
+
+
+def test_chaos_every_program_killed_was_restarted_by_supervisord_and_team_status_counts_it(chaos):
+    """No `team up`: supervisord ran each killed program again, and `team status` counts each restart."""
+    killed = {f.killed for f in chaos.all if f.killed in programs(chaos.settings)}
+    now = status(chaos.env)
+    assert {"postgres", "redis", "seaweedfs-s3", "seaweedfs-volume", "seaweedfs-filer"} <= killed, killed
+    assert any(name.startswith("airflow-worker-") for name in killed), killed
+    assert {p: now[p]["restarts"] >= 1 for p in killed} == dict.fromkeys(killed, True), now
+
+
+def test_chaos_tables_equal_an_independent_reading_and_every_file_and_manifest_reads(chaos, site):
+    from nyc_taxi.chaos import check
+    from nyc_taxi.core.catalog import load_table
+
+    settings = chaos.settings
+    for taxi_file in chaos.files:
+        raw_holds_exactly(settings, taxi_file)
+    for year, month in CHAOS_MONTHS:
+        check_weather(settings, site, year, month)
+    # staging holds the last month staged, each row once: a retried stage replaced it, never appended
+    staging = load_table(registry.YELLOW_TAXI_STAGING, settings).scan().to_arrow()
+    assert comparable(staging).equals(comparable(expected_taxi_rows(chaos.files[-1])))
+    # the trainings the scheduler started after each merge, from an independent count of the files
+    for year, month in CHAOS_MONTHS:
+        as_of = dt.datetime(year + month // 12, month % 12 + 1, 1)
+        counted = expected_actuals(chaos.files, as_of - dt.timedelta(days=28), as_of)
+        assert forecasts_of(settings, as_of) == seasonal_naive(counted, as_of, 24), as_of
+    # the weather-adjusted backtest, recomputed from the files: counts and the rain of NOAA's files
+    as_of = dt.datetime(*CHAOS_MONTHS[-1], 15)
+    counted = expected_actuals(chaos.files, as_of - dt.timedelta(days=28), as_of + dt.timedelta(hours=24))
+    _, expected = expected_weather_adjusted(counted, expected_daily_prcp(site, CHAOS_MONTHS), as_of, 24)
+    predicted = forecasts_of(settings, as_of)
+    assert predicted.keys() == expected.keys()
+    assert all(abs(predicted[k] - expected[k]) < 1e-9 for k in expected)
+    assert check.unreadable_files(settings.state_dir) == []
+    # the chaos command's own reading of the files agrees, and finds a difference where there is one
+    from nyc_taxi.chaos import expected as chaos_expected
+    from nyc_taxi.chaos import mission
+
+    backtest = mission.backtest_origin(CHAOS_MONTHS)
+    published = chaos_expected.expected(site, chaos.files, CHAOS_MONTHS, backtest)
+    assert check.unexpected(settings.state_dir, published) == {}
+    swapped = chaos_expected.expected(site, chaos.files[::-1], CHAOS_MONTHS, backtest)  # staging: the other month
+    assert set(check.unexpected(settings.state_dir, swapped)) == {"yellow_taxi_staging"}
+
+
+def test_chaos_lineage_reached_the_server_once_and_nothing_is_left_running_or_queued(chaos, lineage_server):
+    from nyc_taxi.chaos import check
+    from nyc_taxi.chaos.run import _datahub_missing, _leftovers
+    from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH
+    from nyc_taxi.lineage.write.delivery import OpenLineageServer
+
+    local = OpenLineageServer(chaos.settings)
+    events = [e for path in local.files() for e in local.read(path)]
+    delivered = check.delivery(events, lineage_server.stored(OPENLINEAGE_PATH))
+    assert delivered == {"missing": [], "twice": []}
+    assert _datahub_missing(chaos.settings, lineage_server) == 0
+    # the shipper killed after the server stored a record sent it again; the server keeps it once
+    assert len(lineage_server.accepted(OPENLINEAGE_PATH)) + len(
+        lineage_server.accepted("/aspects?action=ingestProposal")
+    ) > len(lineage_server.stored(OPENLINEAGE_PATH)) + len(lineage_server.stored("/aspects?action=ingestProposal"))
+    assert _leftovers(chaos.settings, chaos.env) == []
+
+
+def test_chaos_a_merge_lost_after_its_commit_is_committed_once_and_its_training_still_runs(chaos):
+    """The worker running the taxi merge killed once the commit landed: the retry finds the commit as its
+    task run's own, commits nothing, and emits the asset event the lost try never did — the training the
+    scheduler starts after that merge ran (its forecasts are checked above)."""
+    from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.core.snapshots import COMMITTED_BY, MONTH
+
+    fault = chaos.faults["worker after commit"]
+    month = f"{CHAOS_MONTHS[0][0]:04d}-{CHAOS_MONTHS[0][1]:02d}"
+    raw = load_table(registry.YELLOW_TAXI_RAW, chaos.settings)
+    commits = [s for s in raw.snapshots() if (s.summary or {}).get(MONTH) == month]
+    assert len(commits) == 1 and TAXI_MERGE in commits[0].summary.get(COMMITTED_BY), commits
+    hit = task(api(chaos.settings), TAXI, fault.task["dag_run_id"], TAXI_MERGE)
+    assert hit["state"] == "success" and hit["try_number"] >= 2, hit
+    trainings = [r for r in chaos.runs if r["type"] == "asset_triggered"]
+    assert len(trainings) == 2 and all(r["state"] == "success" for r in trainings), trainings
+
+
+@pytest.mark.parametrize(
+    ("moment", "said"),
+    [
+        ("worker after commit", "committed yellow_taxi_raw"),
+        ("staging load after writing", "committed yellow_taxi_staging"),
+        ("PostgreSQL mid-commit", "UPDATE of yellow_taxi_raw in flight"),
+        ("scheduler between queueing and recording", "just reached the broker"),
+        ("API server while a task reports success", "reports success (its state then: running)"),
+        ("Redis while a task is queued", "(queued)"),
+        ("lineage shipper after the server accepted", "after the server stored a record"),
+        ("lineage server down beyond every retry budget", "down for 90 s"),
+    ],
+)
+@pytest.mark.guards
+def test_chaos_each_named_moment_was_met_and_its_component_came_back(chaos, moment, said):
+    """Each moment the systems underneath get wrong, met where it says (what was running then is in its
+    description), its component back under supervisord within the bound; the tests above check the data."""
+    from nyc_taxi.chaos.run import RECOVERY_BOUND
+
+    fault = chaos.faults[moment]
+    assert said in fault.at and not fault.error, vars(fault)
+    assert fault.recovered_s is not None and fault.recovered_s <= RECOVERY_BOUND, vars(fault)
+    if "committed" in said:  # the try killed after its commit never said so: a later try ended the task
+        hit = fault.task
+        now = task(api(chaos.settings), hit["dag_id"], hit["dag_run_id"], hit["task_id"])
+        assert now["state"] == "success" and now["try_number"] > hit["try_number"], (now, hit)
+
+
+def test_chaos_postgres_killed_mid_commit_deleted_no_file_a_table_may_reference(chaos):
+    """PostgreSQL killed while the catalog's UPDATE of raw's commit was in flight: the commit did not
+    happen, the writer retried, and every table's current metadata, manifests and data files read."""
+    from nyc_taxi.chaos import check
+
+    fault = chaos.faults["PostgreSQL mid-commit"]
+    assert "in flight" in fault.at and "merge_upsert_staging_into_raw_yellow" in fault.at, fault.at
+    assert check.unreadable_files(chaos.settings.state_dir) == []
+
+
+BURST = (  # ten programs, killed at once (SIGKILL): every kind of service the deployment runs
+    "postgres",
+    "redis",
+    "seaweedfs-master",
+    "seaweedfs-volume",
+    "seaweedfs-filer",
+    "seaweedfs-s3",
+    "spark-master",
+    "airflow-scheduler",
+    "airflow-triggerer",
+    "airflow-worker-2",
+)
+
+
+def test_ten_programs_killed_at_once_are_each_restarted_counted_and_answering_and_every_object_reads(chaos):
+    """An operator's test: ten programs SIGKILLed together. supervisord runs each again; `team status`
+    counts each one's restart (a burst of exits once overflowed supervisord's event buffer, and a killed
+    master showed 0 restarts) and says each program answers a request once it does (RUNNING came seconds
+    before the S3 gateway accepted connections); every object of the bucket reads as it was."""
+    settings, env = chaos.settings, chaos.env
+    api(settings).idle(seconds=1800)
+    before, objects = status(env), bucket(settings)
+    assert set(BURST) <= set(before) and all(p["answers"] == "yes" for p in before.values()), before
+    pids = {program: programs(settings)[program]["pid"] for program in BURST}
+    for pid in pids.values():
+        os.kill(pid, signal.SIGKILL)
+    for program, pid in pids.items():
+        restarted(settings, program, pid, seconds=300)
+    after = wait_for(lambda: status(env), lambda s: all(p["answers"] == "yes" for p in s.values()), 300)
+    assert all(p["state"] == "RUNNING" and p["answers"] == "yes" for p in after.values()), after
+    assert {p: after[p]["restarts"] - before[p]["restarts"] >= 1 for p in BURST} == dict.fromkeys(BURST, True), (
+        before,
+        after,
+    )
+    now = bucket(settings)
+    assert len(objects) > 1000 and {key: now.get(key) for key in objects} == objects

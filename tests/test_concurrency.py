@@ -318,6 +318,7 @@ def _the_flow_read(settings) -> dict[str, str | None]:
 
 @pytest.mark.airflow
 @pytest.mark.metaflow
+@pytest.mark.system  # the team profile's suite runs its own two workers at once (tests/test_team_profile.py)
 def test_both_dags_and_the_flow_at_once_overlap_and_each_reads_one_consistent_version(
     site, tmp_path, lineage_events, airflow_state
 ):

@@ -227,6 +227,7 @@ FAULTS = {
 HUNG_REQUEST_TIMEOUT = {"LINEAGE_REQUEST_TIMEOUT": "0.5"}
 
 
+@pytest.mark.system  # the lineage delivery's long proofs: a whole DAG run per misbehaving server
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_misbehaving_server_costs_no_record_and_bounded_time(site, airflow_state, tmp_path, receiver, live, fault):
     mode = FAULTS[fault]

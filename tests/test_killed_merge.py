@@ -19,7 +19,7 @@ from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.naming import table_location
 from nyc_taxi.fixtures.site import add_taxi_month
 
-pytestmark = [pytest.mark.spark, pytest.mark.faults]
+pytestmark = [pytest.mark.spark, pytest.mark.faults, pytest.mark.system]
 YEAR, MONTH = 2024, 11
 
 

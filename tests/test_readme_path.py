@@ -198,19 +198,104 @@ def _each_weather_merge_emitted_its_event(api, settings, weather_runs: dict[str,
     assert last["extra"]["snapshot_id"] == str(current_snapshot_id(registry.WEATHER_RAW, settings))
 
 
+def _new_users_shell(state: Path, port: int) -> dict:
+    """A new user's shell: no test-session settings; the state directory and the UI's port are settings
+    the README names (STATE_DIR, AIRFLOW_PORT)."""
+    keep = ("PATH", "HOME", "LANG", "USER", "TMPDIR", "UV_CACHE_DIR", "XDG_CACHE_HOME")
+    env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("UV_")}
+    env |= {"STATE_DIR": str(state), "AIRFLOW_PORT": str(port), "SPARK_LOCAL_IP": "127.0.0.1"}
+    return env | {"DATAHUB_TELEMETRY_ENABLED": "false"}
+
+
+def _readme_line(section_title: str, starts: str) -> str:
+    (line,) = [line for _, line in steps(section(section_title)) if line.startswith(starts)]
+    return line
+
+
 @pytest.mark.guards
+def test_the_standalone_the_readme_starts_runs_a_triggered_dag_on_127_0_0_1_and_clean_refuses_to_remove_it(
+    tmp_path, listening_sockets
+):
+    """The README's standalone, briefly (the whole path, each DAG run triggered in the UI, is the system
+    lane's test below): its commands as written start the lakehouse, Airflow and the fixture months; the
+    login is the one `bash run airflow-login` prints; a month the DAG's form refuses is refused, with the
+    reason; a weather month triggered as the Trigger button does loads from the fixture server, whose
+    address the running Airflow's task read from the state's settings (no restart), and its merge emits
+    weather_raw's asset event; everything Airflow and the task's Spark driver open listens on 127.0.0.1, no
+    log server; the password is in no log; `bash run clean` is refused while the standalone runs; the
+    stop-and-start-over commands leave nothing behind."""
+    from nyc_taxi.airflow_adapter.rest_api import RestApi, healthy
+    from nyc_taxi.core.settings import Settings, state_settings_file
+
+    state, port = tmp_path / "state", free_port()
+    env = _new_users_shell(state, port)
+    settings = Settings(_env_file=None, state_dir=state, airflow_port=port)
+    base, path = f"http://127.0.0.1:{port}", "The user's path"
+    serving: list[subprocess.Popen] = []
+    listeners: set[tuple[str, str, int]] = set()
+    try:
+        _run(_readme_line(path, "bash run create-infra"), env)
+        for line in (_readme_line(path, "bash run airflow standalone"), _readme_line(path, "bash run fixtures")):
+            log = (tmp_path / f"{len(serving)}.log").open("w")
+            serving.append(
+                subprocess.Popen(
+                    shlex.split(line), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            )
+        standalone = serving[0]
+        _wait(lambda: healthy(base), 300, "bash run airflow standalone")
+        _wait(lambda: "TLC_BASE_URL" in state_settings_file(state).read_text(), 120, "bash run fixtures")
+        login = _run(_readme_line(path, "bash run airflow-login"), env)
+        password = re.search(r"password\s+(\S{8,})", login.stdout)[1]
+        api = RestApi(settings)
+        assert api.call("/auth/token", {"username": "admin", "password": password})["access_token"]
+        _wait(lambda: api.call("/api/v2/dags/ingest_weather_data"), 120, "the DAGs parsed")
+
+        # a month the DAG's Param refuses is refused at the trigger, with the reason: no run
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            api.trigger("ingest_weather_data", {"month": "2024-1"})
+        assert refused.value.code == 400 and "month" in refused.value.read().decode()
+        run_id = api.trigger("ingest_weather_data", {"month": "2024-01"})
+
+        def finished():
+            listeners.update(listening_sockets(standalone.pid))  # the task's Spark JVM too, while it runs
+            return api.run("ingest_weather_data", run_id)["state"] in ("success", "failed")
+
+        api.wait(finished, 900, every=1)
+        _each_weather_merge_emitted_its_event(api, settings, {"2024-01": run_id})
+        assert {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
+        assert any("api_server" in name for name, _, _ in listeners), listeners
+        assert any("java" in name for name, _, _ in listeners), listeners
+        assert not [port for _, _, port in listeners if port in (8793, 8794)], listeners
+        leaks = [
+            str(p)
+            for root in (settings.airflow_home / "logs", settings.lineage_dir)
+            for p in root.rglob("*")
+            if p.is_file() and password.encode() in p.read_bytes()
+        ]
+        assert leaks == []
+        cleaned = subprocess.run(["bash", "run", "clean"], cwd=REPO, env=env, capture_output=True, text=True)
+        assert cleaned.returncode == 1 and f"runs on {state} (pid " in cleaned.stderr, cleaned.stderr
+        assert (settings.airflow_home / "airflow.db").is_file() and settings.catalog_db_path.is_file()
+    finally:
+        for process in serving:
+            stop_group(process, signal.SIGINT)  # Ctrl-C, as the README says
+
+    for _, line in steps(section("Stopping and starting over")):
+        if line.startswith("bash run"):
+            _run(line, env)
+    assert not state.exists()
+
+
+@pytest.mark.guards
+@pytest.mark.system  # the suite runs the standalone's own claims (above); the whole path is the long proof
 def test_the_users_path_as_the_readme_writes_it(tmp_path, browser, listening_sockets):
     from nyc_taxi.airflow_adapter.rest_api import RestApi, healthy
     from nyc_taxi.core.settings import Settings, state_settings_file
 
     state = tmp_path / "state"
     port = free_port()
-    # a new user's shell: no test-session settings; the state directory and the UI's port are settings
-    # the README names (STATE_DIR, AIRFLOW_PORT)
-    keep = ("PATH", "HOME", "LANG", "USER", "TMPDIR", "UV_CACHE_DIR", "XDG_CACHE_HOME")
-    env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("UV_")}
-    env |= {"STATE_DIR": str(state), "AIRFLOW_PORT": str(port), "SPARK_LOCAL_IP": "127.0.0.1"}
-    env["DATAHUB_TELEMETRY_ENABLED"] = "false"
+    env = _new_users_shell(state, port)
     settings = Settings(_env_file=None, state_dir=state, airflow_port=port)
     base = f"http://127.0.0.1:{port}"
     screenshots = Path(os.environ.get("SCREENSHOT_DIR", tmp_path))

@@ -18,7 +18,7 @@ from nyc_taxi.core import datasets as registry
 from nyc_taxi.fixtures.site import add_taxi_month
 from nyc_taxi.lineage.write.destinations import openlineage_events_dir
 
-pytestmark = [pytest.mark.airflow, pytest.mark.faults]
+pytestmark = [pytest.mark.airflow, pytest.mark.faults, pytest.mark.system]
 MONTH = "2023-09"
 MERGE = "merge_upsert_staging_into_raw_yellow"
 

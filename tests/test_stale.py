@@ -24,7 +24,8 @@ from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month, taxi_path
 
-pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.metaflow]
+# the system lane's: the demo's republication, re-run and reproduction are the suite's (tests/test_lineage.py)
+pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.metaflow, pytest.mark.system]
 ROWS = 20_000
 # A: reads January and February; B and C: late February only (no January trip falls there: checked below)
 RUNS = {

@@ -140,8 +140,13 @@ def test_a_killed_recorders_entries_are_recorded_by_the_next_reader(state):
     spool = recorder.spool(state)
     spool.start_recorder()
     assert spool.recorder_alive()
-    pid = next(int(line.split()[0]) for line in _processes() if str(spool.directory) in line)
-    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    pids = []
+    while not pids and time.monotonic() < deadline:  # the recorder process, once it shows in the table
+        pids = [int(line.split()[0]) for line in _processes() if str(spool.directory) in line]
+        time.sleep(0.05 if not pids else 0)
+    assert pids, spool.log_path.read_text() if spool.log_path.exists() else "no recorder.log"
+    os.kill(pids[0], signal.SIGKILL)
     deadline = time.monotonic() + 10
     while spool.recorder_alive() and time.monotonic() < deadline:
         time.sleep(0.05)

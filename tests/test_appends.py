@@ -24,7 +24,8 @@ from nyc_taxi.core.naming import spark_table, table_location
 from nyc_taxi.core.tables import ensure_tables
 from nyc_taxi.fixtures.site import add_taxi_month
 
-pytestmark = [pytest.mark.spark, pytest.mark.guards]
+# the merge path's variants: the system lane's (every new month of the suite joins raw this way)
+pytestmark = [pytest.mark.spark, pytest.mark.guards, pytest.mark.system]
 RAW, STAGING = registry.YELLOW_TAXI_RAW, registry.YELLOW_TAXI_STAGING
 METRICS = ("partition", "record_count", "file_size_in_bytes", "value_counts", "null_value_counts")
 BOUNDS = ("lower_bounds", "upper_bounds")

@@ -16,7 +16,8 @@ from nyc_taxi.core.statistics import COUNTS_PROPERTY
 from nyc_taxi.core.tables import ensure_tables
 from nyc_taxi.fixtures.site import add_taxi_month
 
-pytestmark = pytest.mark.spark
+# the merge path's variants: the system lane's (every merge of the suite reads the recorded counts)
+pytestmark = [pytest.mark.spark, pytest.mark.system]
 RAW, STAGING = registry.YELLOW_TAXI_RAW, registry.YELLOW_TAXI_STAGING
 
 

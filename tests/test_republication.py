@@ -29,7 +29,8 @@ from nyc_taxi.core.tables import ensure_tables
 from nyc_taxi.fixtures import tlc
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month, weather_path
 
-pytestmark = pytest.mark.spark
+# the merge path's variants: the system lane's (the demo and test_airflow_dags.py republish a month in the suite)
+pytestmark = [pytest.mark.spark, pytest.mark.system]
 RAW = registry.YELLOW_TAXI_RAW
 ROWS = 3_000
 OTHER = (2021, 4)  # a month loaded beside the republished one: never read or rewritten by its loads

@@ -130,9 +130,12 @@ class Expected:
     forecasts: dict[dt.datetime, dict[tuple[int, dt.datetime], float]] = field(default_factory=dict)  # by as_of
 
 
-def expected(site: Path, taxi_files: list[Path], months, backtest: dt.datetime, lookback_days: int = 28) -> Expected:
+def expected(
+    site: Path, taxi_files: list[Path], months, backtest: dt.datetime | None, lookback_days: int = 28
+) -> Expected:
     """The trainings the scheduler starts after each month's merge (seasonal naive, from the first hour of
-    the month after) and the mission's weather-adjusted backtest (``lookback_days`` of history)."""
+    the month after) and the mission's weather-adjusted backtest (``lookback_days`` of history; None: a
+    mission without one)."""
     weather: dict = {}
     for year, month in months:
         weather |= weather_rows(site, year, month)
@@ -141,9 +144,8 @@ def expected(site: Path, taxi_files: list[Path], months, backtest: dt.datetime, 
     for year, month in months:
         as_of = dt.datetime(year + month // 12, month % 12 + 1, 1)
         forecasts[as_of] = seasonal_naive(hourly_rides(taxi_files, as_of - LOOKBACK, as_of), as_of)
-    counts = hourly_rides(
-        taxi_files, backtest - dt.timedelta(days=lookback_days), backtest + dt.timedelta(hours=HORIZON)
-    )
-    forecasts[backtest] = weather_adjusted(counts, rain, backtest)
+    if backtest is not None:
+        window = (backtest - dt.timedelta(days=lookback_days), backtest + dt.timedelta(hours=HORIZON))
+        forecasts[backtest] = weather_adjusted(hourly_rides(taxi_files, *window), rain, backtest)
     last = set(weather_rows(site, *months[-1]))
     return Expected({p.name: taxi_rows(p) for p in taxi_files}, weather, last, forecasts)

@@ -225,6 +225,23 @@ def test_record_files_are_valid_datahub_and_openlineage(demo):
     assert [e for e in events if validation_errors(e)] == []
 
 
+def test_every_record_names_only_the_entity_types_its_schema_allows_and_the_models_checks_are_its_metrics(demo):
+    """A DataHub server that validates URNs refuses a record whose URN field names another entity type than
+    the installed acryl-datahub's schema allows (`UrnValidation`), and ordered delivery then holds back
+    everything behind it: no record of the demo does. The model's checks are not assertions (an assertion
+    asserts on a dataset) but its training metrics, and still read back by `--quality`."""
+    from datahub_check import urn_validation_errors
+
+    from nyc_taxi.lineage.read import quality
+
+    records = [r for tool in ("airflow", "metaflow", "catalog") for r in read_datahub_records(demo[0], tool)]
+    assert len(records) > 1000 and urn_validation_errors(records) == []
+    assert {r["aspectName"] for r in records} >= {"assertionInfo", "assertionRunEvent", "mlModelProperties"}
+    model = quality.read(demo[0]).of(registry.YELLOW_RIDES_FORECAST_MODEL.name)
+    assert {h.check for h in model.checks} == {c.name for c in registry.YELLOW_RIDES_FORECAST_MODEL.checks}
+    assert all(len(h.evaluations) == len(DEMO_FLOW_RUNS) for h in model.checks), model
+
+
 def test_datahub_iceberg_source_names_the_tables_as_the_lineage_does(demo):
     records = read_datahub_records(demo[0], "catalog")
     datasets = {r["entityUrn"] for r in records if r["entityUrn"].startswith("urn:li:dataset:")}
@@ -328,6 +345,35 @@ def test_the_broken_month_is_refused_by_its_check_before_raw_and_the_lineage_say
         "noaa_nclimgrid_daily_county_landed",
     }
     assert verdict["warnings"] > 0  # the TLC's quirks, kept as published
+
+
+def test_the_republished_month_made_its_readers_stale_the_rerun_cleared_them_and_the_forecast_reproduced(demo):
+    """The lineage acted on, as the demo prints it (`--stale`, `--stale --rerun`, `--reproduce`): January
+    republished made what read it stale, with a plan that loads January again and runs both flow runs
+    again; after the plan ran nothing is stale; the re-run's forecast and actuals were recomputed from the
+    versions its lineage recorded and equal the table's rows."""
+    import re
+
+    sections = {text.split("\n", 1)[0]: text for text in demo[1].split("\n==> ")}
+
+    def section(command: str) -> str:
+        (found,) = [text for head, text in sections.items() if head.endswith(f"({command})")]
+        return found
+
+    before = section("bash run lineage --stale")
+    assert re.search(r"^\s*stale \(\d+\):", before, flags=re.M), before
+    plan = [line.split(". ", 1)[1].split("   for ")[0] for line in before.splitlines() if re.match(r"\s+\d+\. ", line)]
+    conf = {"as_of_datetime": "2024-02-15T00:00", "lookback_days": 28, "predict_horizon_hours": 24}
+    assert plan == [
+        f'{Y} {{"month": "2024-01"}}',
+        *(f"{T} {json.dumps(conf | {'model': model}, sort_keys=True)}" for model in DEMO_FLOW_RUNS[:2]),
+    ], before
+    rerun = section("bash run lineage --stale --rerun")
+    assert "nothing is stale: every output was computed from what its inputs hold now" in rerun, rerun
+    (reproduced,) = [text for head, text in sections.items() if "(bash run lineage --reproduce " in head]
+    found = dict(re.findall(r"^(\S+) @ \d+: reproduced: (\d+) rows equal$", reproduced, flags=re.M))
+    assert found.keys() == {"yellow_rides_hourly_actuals", "yellow_rides_hourly_forecast"}, reproduced
+    assert all(int(rows) > 0 for rows in found.values()) and "differ" not in reproduced, reproduced
 
 
 def test_the_runs_of_a_flow_and_of_a_dag_say_what_the_runs_under_them_read_and_wrote(demo):

@@ -22,6 +22,7 @@ NYC_COUNTY_CODES = {"30005", "30047", "30061", "30081", "30085"}
 
 # What identifies a trip (the row key's hash); the TLC publishes no trip id.
 TRIP_IDENTITY = ["vendor_id", "pickup_datetime", "dropoff_datetime", "pickup_location_id", "dropoff_location_id"]
+TRIP_IDENTITY_SOURCE = ["VendorID", "tpep_pickup_datetime", "tpep_dropoff_datetime", "PULocationID", "DOLocationID"]
 
 
 def expected_taxi_rows(path: Path) -> pa.Table:
@@ -144,8 +145,13 @@ def quality_counts(path: Path, year: int, month: int) -> dict[str, int]:
     def count(mask) -> int:
         return pc.sum(pc.fill_null(mask, False).cast(pa.int64())).as_py() or 0
 
+    identities = zip(*(trips[c].to_pylist() for c in TRIP_IDENTITY_SOURCE), strict=True)
     return {
         "pickup_present": count(pc.is_null(pickup)),
+        "dropoff_present": count(pc.is_null(dropoff)),
+        "pickup_zone_present": count(pc.is_null(trips["PULocationID"])),
+        # a trip repeating an earlier row's vendor, times and zones (the row key's n-th is 2 or more)
+        "trip_not_repeated": trips.num_rows - len(set(identities)),
         "pickup_in_month": count(pc.or_(pc.less(pickup, start), pc.greater_equal(pickup, end))),
         "dropoff_after_pickup": count(pc.less_equal(dropoff, pickup)),
         "trip_within_3_hours": count(pc.greater(dropoff, pc.add(pickup, three_hours))),

@@ -177,7 +177,7 @@ def stage_landed_files(year: int, month: int, settings: Settings | None = None) 
         lambda spark: _landed_view(spark, locations, settings),
         settings,
         summary={"month": month_label(year, month), "status": status},
-        check_values=_check_values(year, month, status),
+        check_values=_check_values(year, month, status, settings),
         key=RAW.primary_key,
         empty=no_rows,
         small=True,  # the five NYC counties of every US county's rows: a few hundred county-days a month
@@ -185,12 +185,27 @@ def stage_landed_files(year: int, month: int, settings: Settings | None = None) 
     )
 
 
-def _check_values(year: int, month: int, status: str) -> dict[str, object]:
+def _check_values(year: int, month: int, status: str, settings: Settings) -> dict[str, object]:
     """What a staged month's checks compare with: every day of the month once its files are final; while
-    they are preliminary, the days up to the last one published (the day of the latest date staged)."""
+    they are preliminary, the days up to the last one the landed files publish for any county of the
+    country (not only the rows staged: a day New York City's counties lack is missing there)."""
     start, end = month_bounds(year, month)
-    days = (end - start).days if status == "scaled" else "day(max(date))"
+    days = (end - start).days
+    if status != "scaled":
+        days = min(days, _last_published_day(_locations(year, month, status, settings), settings))
     return {"counties": len(NYC_COUNTIES), "days": days, "month_start": str(start), "next_month_start": str(end)}
+
+
+def _last_published_day(locations: list[str], settings: Settings) -> int:
+    """The last day of the month any row of the landed files has a value for (-999.99: none)."""
+    last = 0
+    for location in locations:
+        with lakehouse(settings).local_copy(location) as path:
+            for line in path.read_text().splitlines():
+                values = line.split(",")[6:]
+                published = [day for day, value in enumerate(values, 1) if value.strip() not in ("-999.99", "")]
+                last = max([last, *published])
+    return last
 
 
 def staged_rows(spark, locations: list[str], settings: Settings):
@@ -247,7 +262,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         STAGING,
         RAW,
         staged_snapshot,
-        _check_values(year, month, values["status"]),
+        _check_values(year, month, values["status"], settings),
         before,
         spark,
         settings,

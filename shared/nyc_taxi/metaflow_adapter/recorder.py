@@ -233,7 +233,7 @@ class _StepRecords:
             *datahub.write_records(
                 report, f"metaflow:{self.job.qualified_name}", self.settings, ended_ms, self.step_run.run_id
             ),
-            *datahub.model_records(run, report, self.settings),
+            *datahub.model_records(run, report, self.settings, run_id=self.step_run.run_id),
             *datahub.run_records(run, report, succeeded=error is None, settings=self.settings, ended_ms=ended_ms),
         ]
         if error is not None or self.context.is_end:

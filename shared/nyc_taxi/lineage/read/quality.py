@@ -21,10 +21,14 @@ from dataclasses import asdict, dataclass, field
 
 from nyc_taxi.core import registry
 from nyc_taxi.core.datasets import DATASETS, Check
+from nyc_taxi.core.quality import declared_rule
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.lineage.read.graph import when
+from nyc_taxi.lineage.write.datahub import MODEL_CHECK
 
-ASPECTS = ("assertionInfo", "assertionRunEvent", "datasetProfile")
+# a model's checks are among its training metrics (an assertion asserts on a dataset): each version of its
+# properties carries the results of the run that trained it
+ASPECTS = ("assertionInfo", "assertionRunEvent", "datasetProfile", "mlModelProperties")
 SYMBOLS = {"pass": "✓", "warn": "!", "fail": "✗"}
 
 
@@ -141,11 +145,14 @@ def read(settings: Settings | None = None) -> Quality:
     infos: dict[str, dict] = {}
     events: dict[str, list[dict]] = defaultdict(list)
     profiles: dict[str, list[dict]] = defaultdict(list)
+    models: dict[str, list[dict]] = defaultdict(list)
     for urn, aspect, value in _rows(settings):
         if aspect == "assertionInfo":
             infos[urn] = value
         elif aspect == "assertionRunEvent":
             events[urn].append(value)
+        elif aspect == "mlModelProperties":
+            models[urn].append(value)
         else:
             profiles[urn].append(value)
     datasets: dict[str, DatasetQuality] = {}
@@ -192,6 +199,48 @@ def read(settings: Settings | None = None) -> Quality:
                 )
             )
         datasets.setdefault(name, DatasetQuality(name)).checks.append(history)
+    for urn, versions in models.items():
+        name = dataset_of(urn)
+        histories: dict[str, CheckHistory] = {}
+        seen = set()
+        for properties in versions:
+            for metric in properties.get("trainingMetrics") or []:
+                if not metric["name"].startswith(MODEL_CHECK):
+                    continue
+                check, result = metric["name"][len(MODEL_CHECK) :], json.loads(metric["value"])
+                if (check, result["run"], result["version"]) in seen:  # the same evaluation loaded twice
+                    continue
+                seen.add((check, result["run"], result["version"]))
+                declared = _declared(name, check)
+                history = histories.setdefault(
+                    check,
+                    CheckHistory(
+                        dataset=name,
+                        check=check,
+                        severity=result["severity"],
+                        doc=declared.doc if declared else metric.get("description", ""),
+                        rule=declared_rule(declared) if declared else "",
+                        declared=declared is not None,
+                    ),
+                )
+                history.evaluations.append(
+                    Evaluation(
+                        dataset=name,
+                        check=check,
+                        severity=result["severity"],
+                        status=result["status"],
+                        failing=result["failing"],
+                        rows=result["rows"],
+                        version=result["version"],
+                        run_id=result["run"],
+                        tool=result["tool"],
+                        at_ms=metric.get("createdAt") or 0,
+                        expected=result.get("expected"),
+                    )
+                )
+        for history in histories.values():
+            history.evaluations.sort(key=lambda e: e.at_ms, reverse=True)
+        datasets.setdefault(name, DatasetQuality(name)).checks.extend(histories.values())
     for urn, values in profiles.items():
         name = dataset_of(urn)
         points = {}

@@ -9,6 +9,7 @@ their versions, its parent run) and the model as an ML model.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -169,11 +170,11 @@ def _assertion_result(result):
         import json
 
         native["examples"] = json.dumps(list(result.examples), default=str)
+    # As DataHub's dbt source maps a test: a warning is a SUCCESS (its failing rows kept in the counts and
+    # the native results), only what stops the run a FAILURE, so a Quality tab is red when a version was refused
     return dhs.AssertionResultClass(
-        type=dhs.AssertionResultTypeClass.SUCCESS if result.passed else dhs.AssertionResultTypeClass.FAILURE,
-        severity=None
-        if result.passed
-        else (dhs.AssertionResultSeverityClass.HIGH if result.stops else dhs.AssertionResultSeverityClass.LOW),
+        type=dhs.AssertionResultTypeClass.FAILURE if result.stops else dhs.AssertionResultTypeClass.SUCCESS,
+        severity=dhs.AssertionResultSeverityClass.HIGH if result.stops else None,
         rowCount=result.rows,
         unexpectedCount=result.failing,
         actualAggValue=float(result.rows if result.kind == "row_count" else result.failing),
@@ -204,6 +205,8 @@ def quality_records(report: StepReport, tool: str, run_id: str, settings: Settin
 
     records = []
     for use in [*report.inputs, *report.outputs]:
+        if isinstance(use.dataset, Model):  # an assertion asserts on a dataset: the model's are its metrics
+            continue
         dataset_urn = identity(use.dataset, settings).datahub_urn
         for result in (r for r in use.checks if r.here):
             urn = assertion_urn(use.dataset, result.check, settings)
@@ -389,15 +392,34 @@ def kept_job_io(job: Job, settings: Settings | None = None) -> list:
     return [MetadataChangeProposalWrapper.from_obj(obj) for obj in json.loads(path.read_text())]
 
 
-def model_records(run: StepRun, report: StepReport, settings: Settings | None = None) -> list:
-    """A model written by this run: an ML model, trained by this job, used by the jobs declared to read it."""
+MODEL_CHECK = "check:"  # the name of a model check's result among its training metrics
+
+
+def model_check_metric(result, run_id: str, tool: str, at_ms: int):
+    """A check of the model's, as one of its training metrics (DataHub's assertions assert on datasets only):
+    its summary, and as its JSON value its status, counts and the run that evaluated it."""
+    from datahub.metadata import schema_classes as dhs
+
+    counts = {k: getattr(result, k) for k in ("status", "severity", "failing", "rows", "expected", "version")}
+    counts |= {"run": run_id, "tool": tool}
+    return dhs.MLMetricClass(
+        name=f"{MODEL_CHECK}{result.check}", description=result.summary(), value=json.dumps(counts), createdAt=at_ms
+    )
+
+
+def model_records(
+    run: StepRun, report: StepReport, settings: Settings | None = None, run_id: str = "", tool: str = "metaflow"
+) -> list:
+    """A model written by this run: an ML model, trained by this job, used by the jobs declared to read it, its
+    checks' results among its training metrics (``run_id``: the run they are results of). A model its checks
+    refused is none (no version of it is written)."""
     from datahub.emitter.mcp import MetadataChangeProposalWrapper
     from datahub.metadata import schema_classes as dhs
 
     settings = settings or get_settings()
     records = []
     for use in report.outputs:
-        if isinstance(use.dataset, Model):
+        if isinstance(use.dataset, Model) and use.committed:
             users = [
                 datahub_job_urn(p, j, settings)
                 for p in declared.PIPELINES.values()
@@ -413,6 +435,10 @@ def model_records(run: StepRun, report: StepReport, settings: Settings | None = 
                         version=dhs.VersionTagClass(versionTag=str(use.version)),
                         trainingJobs=[datahub_job_urn(run.pipeline, run.job, settings)],
                         downstreamJobs=users,
+                        trainingMetrics=[
+                            model_check_metric(r, run_id or run.run_id, tool, _now_ms()) for r in use.checks if r.here
+                        ]
+                        or None,
                         customProperties=run.properties,
                     ),
                 )

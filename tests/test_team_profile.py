@@ -272,7 +272,7 @@ def test_a_broken_month_is_refused_before_raw_through_the_scheduler_once_and_the
             for r in lineage_server.stored(DATAHUB_INGEST_PATH)
             if r["body"]["proposal"]["aspectName"] == "assertionRunEvent"
         ]
-        # a warn check that finds rows is a FAILURE too (the generator's TLC quirks): the errors are "fail"
+        # the checks that stop the merge: status "fail" (a warning is a SUCCESS, its rows in the native results)
         errors = [
             e
             for e in events

@@ -45,6 +45,10 @@ class Check:
     the run stops before what it checks is published, when more than ``tolerance`` of the rows fail
     (a share; fewer failing rows are warned of). ``${name}`` placeholders are the batch's own values
     (its month, the landed file's rows), filled by the step that checks it.
+
+    ``grain``: what a row is. Empty: a row of the dataset. Otherwise rows the writer derives from what it
+    writes, named with the dataset (``day``: one per day of a window; ``forecast``: one for the forecast as a
+    whole), whose columns the dataset's declaration lists.
     """
 
     name: str
@@ -55,10 +59,11 @@ class Check:
     where: str = ""
     severity: Literal["warn", "error"] = "warn"
     tolerance: float = 0.0
+    grain: str = ""
 
 
-def expect(name: str, rule: str, *, on: tuple[str, ...], doc: str, severity="warn", tolerance=0.0) -> Check:
-    return Check(name, "expect", doc, on, rule, severity=severity, tolerance=tolerance)
+def expect(name: str, rule: str, *, on: tuple[str, ...], doc: str, severity="warn", tolerance=0.0, grain="") -> Check:
+    return Check(name, "expect", doc, on, rule, severity=severity, tolerance=tolerance, grain=grain)
 
 
 def not_null(column: str, *, name: str, doc: str, severity="warn", tolerance=0.0) -> Check:
@@ -300,7 +305,6 @@ WEATHER_COLUMNS: tuple[Column, ...] = (
     Column("ingested_at", "TIMESTAMP", "When the row was loaded (UTC instant)", nullable=False),
 )
 WEATHER_MONTH_CHECKS: tuple[Check, ...] = (
-    unique("county_code", "date", name="county_day_unique", doc="One row per county and day"),
     row_count("every_county_day", "${counties} * ${days}", on=("county_code", "date"),
               doc="Every county has every day: of the whole month once its files are final (-scaled); while they "
                   "are preliminary (-prelim), up to the last day the files publish for any county of the country"),
@@ -329,11 +333,9 @@ WEATHER_RAW = Table(
     columns=WEATHER_COLUMNS,
     partitioned_by=("years(date)",),
     primary_key=("county_code", "date"),
-    checks=(
-        unique("county_code", "date", name="month_county_day_unique",
-               where="date >= DATE'${month_start}' AND date < DATE'${next_month_start}'",
-               doc="After a merge the month holds one row per county and day (its primary key)"),
-    ),
+    # No check of its own: the merge's MERGE on the key can write a county-day once only, Iceberg refuses a
+    # MERGE over another writer's rows of the month (serializable isolation) and Spark a MERGE whose key
+    # matches twice, so no input could make a uniqueness check here fail (docs/quality.md).
 )
 
 # ---- Demand forecasting -------------------------------------------------------------------------
@@ -349,14 +351,24 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
     ),
     partitioned_by=("months(pickup_hour)",),
     primary_key=("pickup_location_id", "pickup_hour"),
-    # checked on the window's counts before they are written: a window that fails is not committed
+    # Checked on the window's days before its counts are written (grain "day", one row per day of the window:
+    # `day`; `rides`, its trips in every zone within the window; `training`, whether the model learns from it
+    # (before the forecast origin); `complete`, whether the whole day is in the window; `weekday_median`, the
+    # median rides of the window's complete days of its weekday that have rides). A window that fails is not
+    # committed, and no model is trained on it. A horizon day without rides has not happened, or is not
+    # loaded yet: it is not counted (no zero is written for it).
     checks=(
-        unique("pickup_location_id", "pickup_hour", name="zone_hour_unique", doc="One count per zone and hour"),
-        row_count("every_zone_hour", "count(DISTINCT pickup_location_id) * ${window_hours}", on=("pickup_location_id", "pickup_hour"),
-                  doc="Zero-filled: every zone with a ride in the window has a count for every hour of it"),
-        expect("ride_count_not_negative", "ride_count >= 0", on=("ride_count",), severity="error", doc="Counts are never negative"),
-        expect("zone_known", "pickup_location_id BETWEEN 1 AND 265", on=("pickup_location_id",), severity="error",
-               doc="Only the TLC's taxi zones are counted"),
+        expect("training_days_have_rides", "rides > 0 OR NOT training", on=("pickup_hour", "ride_count"),
+               severity="error", grain="day",
+               doc="Every day a model learns from has trips in raw: a day without a single trip in any zone is a "
+                   "month not loaded (or published empty), not a quiet day, and counting it as zeros would teach "
+                   "the model that nobody rode"),
+        expect("day_rides_near_their_weekday",
+               "NOT complete OR rides = 0 OR rides BETWEEN 0.2 * weekday_median AND 3 * weekday_median",
+               on=("pickup_hour", "ride_count"), severity="error", grain="day",
+               doc="A day's trips within a fifth and three times the median of its weekday in the window: "
+                   "holidays and storms stay well inside (about half a usual day), a day most of whose trips are "
+                   "missing does not (docs/quality.md)"),
     ),
 )
 YELLOW_RIDES_FORECAST_MODEL = Model(
@@ -372,11 +384,9 @@ YELLOW_RIDES_FORECAST_MODEL = Model(
     ),
     # checked on the fitted model (its history, one row per zone and hour) before it is used: DuckDB's SQL
     checks=(
-        row_count("last_week_learned", "${zones} * 168", where="history_hour >= TIMESTAMP '${season_start}'", on=("history_hour",),
-                  doc="Every zone has the 168 hours before the forecast origin, which a seasonal-naive forecast "
-                      "repeats: a zone-hour missing there would be forecast as zero"),
-        expect("history_not_negative", "history_ride_count >= 0", on=("history_ride_count",), severity="error",
-               doc="Counts are never negative"),
+        row_count("every_training_hour_learned", "${zones} * ${training_hours}", on=("history_hour",),
+                  doc="Every zone the model learned has every hour of the training window (its actuals are "
+                      "zero-filled): an hour missing there, in the actuals it read, would be forecast as zero"),
         expect("wet_factor_plausible", "wet_factor BETWEEN 0.5 AND 2", on=("wet_factor",),
                doc="weather_adjusted: rain changes demand by less than half or double (NULL: the model has no factor)"),
     ),
@@ -396,15 +406,16 @@ YELLOW_RIDES_HOURLY_FORECAST = Table(
     ),
     partitioned_by=("months(forecast_hour)",),
     primary_key=("pickup_location_id", "forecast_hour"),
-    # checked on the run's forecasts before they are written: forecasts that fail are not committed
+    # Checked on the run's forecasts before they are written (grain "forecast", one row: `predicted`, the
+    # forecast rides of the horizon's first week at most; `week_before`, the rides the actuals table holds for
+    # the same hours a week earlier, read when the forecasts are written): forecasts that fail are not committed.
     checks=(
-        unique("pickup_location_id", "forecast_hour", name="zone_hour_unique", doc="One forecast per zone and hour"),
-        row_count("every_zone_hour", "${zones} * ${horizon_hours}", on=("pickup_location_id", "forecast_hour"),
-                  doc="A forecast for every zone the model learned and every hour of the horizon"),
-        expect("predicted_not_negative", "predicted_ride_count >= 0", on=("predicted_ride_count",), severity="error",
-               doc="Demand is never negative"),
-        expect("predicted_is_a_number", "NOT isnan(predicted_ride_count)", on=("predicted_ride_count",), severity="error",
-               doc="No NaN forecast"),
+        expect("forecast_near_the_week_before",
+               "week_before > 0 AND predicted BETWEEN 0.25 * week_before AND 4 * week_before",
+               on=("predicted_ride_count",), severity="error", grain="forecast",
+               doc="A forecast's rides are within a quarter and four times the rides of the same hours a week "
+                   "before, as the actuals table holds them: a forecast of zeros, or from a week with no rides, "
+                   "is not written"),
     ),
 )
 

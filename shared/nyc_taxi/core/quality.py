@@ -243,7 +243,9 @@ def refusal(subject: str, results: list[CheckResult], consequence: str, keep: st
 
 
 def _shown(value) -> str:
-    text = value.isoformat(sep=" ") if hasattr(value, "isoformat") else str(value)
+    import datetime as dt
+
+    text = value.isoformat(sep=" ") if isinstance(value, dt.datetime) else str(value)  # a date: 2024-03-01
     return text if len(text) <= 60 else text[:57] + "…"
 
 
@@ -265,6 +267,67 @@ def failing_examples(frame, check: Check, values: dict[str, object], shown: tupl
         return []
     columns = list(dict.fromkeys([*shown, *check.columns]))
     return [row.asDict() for row in frame.where(condition).select(*columns).limit(limit).collect()]
+
+
+def count_snapshot(iceberg, snapshot_id: int, rows, checks: Iterable[Check], values: dict[str, object]) -> dict:
+    """``checks`` on a table's snapshot: a row count whose condition the snapshot's data files settle (each
+    holds one value of the columns the condition names: its exact lower and upper bounds are equal) from
+    Iceberg's manifests, no data read; every other check in one pass over ``rows`` (the snapshot's rows, a
+    Spark DataFrame), limited to the rows its condition names when it has one (the scan is pruned)."""
+    counts: dict = {}
+    for check in checks:
+        found = _row_count_from_manifests(iceberg, snapshot_id, check, values) if check.kind == "row_count" else None
+        if found is None:
+            frame = rows.where(fill(check.where, values)) if check.where else rows
+            found = count_frame(frame, compile_check(check, values))
+        counts |= found
+    return counts
+
+
+def _row_count_from_manifests(iceberg, snapshot_id: int, check: Check, values: dict[str, object]) -> dict | None:
+    """A row count from the data files' record counts and exact bounds (DuckDB evaluates the declared
+    condition on each file's one value of its columns); None when a file's bounds do not settle it."""
+    import duckdb
+    import pyarrow as pa
+
+    if not check.where or not check.columns:
+        return None
+    files = iceberg.inspect.data_files(snapshot_id).select(["record_count", "readable_metrics"]).to_pylist()
+    values_of: dict[str, list] = {column: [] for column in check.columns}
+    for file in files:
+        for column in check.columns:
+            bounds = file["readable_metrics"].get(column) or {}
+            low, high = bounds.get("lower_bound"), bounds.get("upper_bound")
+            if low is None or low != high:
+                return None
+            values_of[column].append(low)
+    per_file = pa.table({**values_of, "_records": [f["record_count"] for f in files]})
+    connection = duckdb.connect()
+    try:
+        connection.register("files", per_file)
+        rows, expected = connection.execute(
+            f"SELECT coalesce(sum(_records) FILTER (WHERE {fill(check.where, values)}), 0), "
+            f"({fill(check.rule, values)}) FROM files"
+        ).fetchone()
+    finally:
+        connection.close()
+    rows, expected = int(rows), int(expected or 0)
+    return {check.name: abs(rows - expected), f"{check.name}:rows": rows, f"{check.name}:expected": expected}
+
+
+def failing_arrow_examples(table, check: Check, values: dict[str, object], limit: int = 3) -> list[dict]:
+    """A few rows of an Arrow table that fail ``check`` (DuckDB's SQL)."""
+    import duckdb
+
+    condition = failing_condition(check, values)
+    if condition is None:
+        return []
+    connection = duckdb.connect()
+    try:
+        connection.register("rows", table)
+        return connection.sql(f"SELECT * FROM rows WHERE {condition} LIMIT {limit}").to_arrow_table().to_pylist()
+    finally:
+        connection.close()
 
 
 def count_arrow(table, measures: dict[str, str], name: str = "rows") -> dict:

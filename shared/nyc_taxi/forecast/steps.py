@@ -23,6 +23,7 @@ from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.tables import ensure_tables, pinned, set_property
 from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.forecast import model as models
+from nyc_taxi.forecast.errors import NoDataInWindow
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
 from nyc_taxi.lineage.write.report import DatasetUse, Range, StepReport
 
@@ -35,11 +36,6 @@ RAW, WEATHER, ACTUALS, FORECAST, MODEL = (
     d.YELLOW_RIDES_HOURLY_FORECAST,
     d.YELLOW_RIDES_FORECAST_MODEL,
 )
-
-
-class NoDataInWindow(ValueError):
-    """The requested window holds no trips (or, for a model that uses weather, no weather): nothing to
-    train on."""
 
 
 def parse_as_of(text: str) -> dt.datetime:
@@ -89,6 +85,106 @@ class Window:
             "as_of": self.as_of.isoformat(),
             "horizon_end": self.end.isoformat(),
         }
+
+
+@dataclass(frozen=True)
+class WindowDays:
+    """The window's days as its actuals' checks see them (the grain "day" of core/datasets.py): each day's
+    rides in every zone within the window, whether the model learns from it, whether the whole day is in the
+    window, and the median rides of the window's complete days of its weekday that have rides."""
+
+    window: Window
+    rides: dict[dt.date, int]
+
+    @property
+    def days(self) -> list[dt.date]:
+        last = (self.window.end - dt.timedelta(microseconds=1)).date()
+        return [
+            self.window.start.date() + dt.timedelta(days=n) for n in range((last - self.window.start.date()).days + 1)
+        ]
+
+    def _complete(self, day: dt.date) -> bool:
+        midnight = dt.datetime.combine(day, dt.time())
+        return self.window.start <= midnight and midnight + dt.timedelta(days=1) <= self.window.end
+
+    def rows(self) -> pa.Table:
+        import statistics
+
+        by_weekday: dict[int, list[int]] = {}
+        for day in self.days:
+            if self._complete(day) and self.rides.get(day, 0) > 0:
+                by_weekday.setdefault(day.weekday(), []).append(self.rides[day])
+        days = self.days
+        return pa.table(
+            {
+                "day": pa.array(days, pa.date32()),
+                "rides": pa.array([self.rides.get(d, 0) for d in days], pa.int64()),
+                "training": pa.array([dt.datetime.combine(d, dt.time()) < self.window.as_of for d in days]),
+                "complete": pa.array([self._complete(d) for d in days]),
+                "weekday_median": pa.array(
+                    [
+                        float(statistics.median(by_weekday[d.weekday()])) if d.weekday() in by_weekday else None
+                        for d in days
+                    ],
+                    pa.float64(),
+                ),
+            }
+        )
+
+    def with_rides(self) -> Intervals:
+        """The window's hours of the days that have rides: those the actuals hold a count for."""
+        return Intervals.days(d for d in self.days if self.rides.get(d, 0) > 0) & Intervals.of([self.window.hours])
+
+    def missing_training_days(self) -> list[dt.date]:
+        return [d for d in self.days if dt.datetime.combine(d, dt.time()) < self.window.as_of and not self.rides.get(d)]
+
+
+def _day_checks(days: WindowDays, raw_snapshot, before, lookback_days: int) -> list[quality.CheckResult]:
+    """The actuals' checks of the window's days (DuckDB over one row per day: no JVM); ChecksFailed when a
+    day the model would learn from has no rides, or a day's rides are far from its weekday's, naming the
+    days and the months to load."""
+    rows = days.rows()
+    checked = quality.judge(
+        ACTUALS.name, ACTUALS.checks, quality.count_arrow(rows, quality.aggregates(ACTUALS.checks, {})), None, {}
+    )
+    missing = days.missing_training_days()
+    months = sorted({f"{day:%Y-%m}" for day in missing})
+    load = (
+        f"Load {', '.join(months)} with the {jobs.INGEST_YELLOW_TAXI_DATA.name} DAG "
+        f"({', '.join(json.dumps({'month': m}) for m in months)}), or choose an as_of_datetime whose "
+        f"{lookback_days} days before are loaded."
+        if missing
+        else "Look at the raw trips of those days: a month loaded in part, or most of its trips without a pickup time or zone."
+    )
+    quality.refuse(
+        checked,
+        subject=(
+            f"the days of the window {days.window.start} – {days.window.end} in {RAW.name} snapshot {_version(raw_snapshot)}"
+            + (f" (no trips on {_day_ranges(missing)})" if missing else "")
+        ),
+        consequence=f"nothing was committed ({ACTUALS.name} stays at snapshot {_version(before)}) and no model is trained",
+        keep=load,
+        examples=lambda check: quality.failing_arrow_examples(rows, check, {}),
+        checks=ACTUALS.checks,
+        report=lambda results: StepReport(
+            inputs=[
+                DatasetUse(RAW, version=_version(raw_snapshot), range=Range.of("pickup_datetime", *days.window.hours))
+            ],
+            outputs=[DatasetUse(ACTUALS, version=_version(before), committed=False, checks=results)],
+        ),
+    )
+    return checked
+
+
+def _day_ranges(days: list[dt.date]) -> str:
+    """2024-03-01 – 2024-03-09, 2024-03-12"""
+    spans: list[list[dt.date]] = []
+    for day in sorted(days):
+        if spans and day - spans[-1][1] == dt.timedelta(days=1):
+            spans[-1][1] = day
+        else:
+            spans.append([day, day])
+    return ", ".join(f"{a}" if a == b else f"{a} – {b}" for a, b in spans)
 
 
 def _version(snapshot) -> str | None:
@@ -195,36 +291,44 @@ def _holds_rows(table, snapshot, column: str, start, end) -> bool:
     return any(True for _ in table.scan(row_filter=condition, snapshot_id=snapshot.snapshot_id).plan_files())
 
 
-def _held_exactly(table, snapshot, window: Window) -> bool:
-    """Whether the table's rows of the window are already its actuals: every zone with a ride in it has a row
-    for every hour of it, and no other zone has any (pyiceberg: no Spark)."""
-    if snapshot is None:
-        return False
-    rows, _ = _scan(ACTUALS, "pickup_hour", window.start, window.end, None, iceberg=table, snapshot=snapshot)
+def _held(table, snapshot, window: Window) -> tuple[bool, WindowDays]:
+    """Whether the table's rows of the window are already its actuals — every zone with a ride in it has a row
+    for every hour of the window's days that have rides, and no other zone has any — and its days' rides as
+    the table holds them (pyiceberg: no Spark)."""
+    rows = None
+    if snapshot is not None:
+        rows, _ = _scan(ACTUALS, "pickup_hour", window.start, window.end, None, iceberg=table, snapshot=snapshot)
     if rows is None or rows.num_rows == 0:
-        return False
+        return False, WindowDays(window, {})
     zones = rows.column("pickup_location_id").to_pylist()
-    active = {z for z, n in zip(zones, rows.column("ride_count").to_pylist(), strict=True) if n > 0}
-    hours = int((window.end - window.start).total_seconds() // 3600)
+    hours = rows.column("pickup_hour").to_pylist()
+    counts = rows.column("ride_count").to_pylist()
+    rides: dict[dt.date, int] = {}
+    for hour, count in zip(hours, counts, strict=True):
+        rides[hour.date()] = rides.get(hour.date(), 0) + count
+    days = WindowDays(window, rides)
+    active = {z for z, n in zip(zones, counts, strict=True) if n > 0}
     per_zone: dict[int, int] = {}
     for zone in zones:
         per_zone[zone] = per_zone.get(zone, 0) + 1
-    return set(per_zone) == active and all(n == hours for n in per_zone.values())
+    expected = days.with_rides().hours
+    return set(per_zone) == active and set(hours) and all(n == expected for n in per_zone.values()), days
 
 
 def compute_actuals(
     as_of: dt.datetime, lookback_days: int, horizon_hours: int, settings: Settings | None = None
 ) -> StepReport:
     """Hourly counts for the training window and the horizon (so a backtest can be evaluated): the window's
-    rows of the actuals table become exactly its zero-filled counts. Only the hours whose trips raw changed
-    since they were counted are counted again, reading only those days of raw; when raw changed nothing
-    in the window, no Spark starts and nothing is committed."""
+    rows of the actuals table become exactly its zero-filled counts, for the days that have rides. Every day
+    the model learns from must have rides, and every day's rides must be near its weekday's: a window that is
+    not covered is refused (ChecksFailed), naming the days and the months to load. Only the hours whose trips
+    raw changed since they were counted are counted again, reading only those days of raw; when raw changed
+    nothing in the window, no Spark starts and nothing is committed."""
     settings = settings or get_settings()
-    ensure_tables([ACTUALS], settings)
+    ensure_tables([RAW, ACTUALS], settings)  # a raw table nobody loaded yet holds no day: refused as such
     window = Window.of(as_of, lookback_days, horizon_hours)
     hours = Intervals.of([(window.start, window.end)])
     bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
-    values = {"window_hours": hours.hours}
 
     def attempt() -> tuple:
         raw_table, actuals_table = load_table(RAW, settings), load_table(ACTUALS, settings)
@@ -232,8 +336,15 @@ def compute_actuals(
         coverage = Coverage.of(actuals_table)
         valid = coverage.still_counted(raw_table, raw_snapshot) if coverage else Intervals()
         counted, kept = hours - valid, hours & valid
-        if not counted and _held_exactly(actuals_table, before, window):
-            return raw_snapshot, counted, None, RowChanges(), []
+        if not counted:  # raw changed nothing in the window since it was counted: its days as the table has them
+            held, days = _held(actuals_table, before, window)
+            checked = _day_checks(days, raw_snapshot, before, lookback_days)
+            if held:
+                return raw_snapshot, counted, None, RowChanges(), checked
+        if raw_snapshot is None:  # raw holds nothing yet: every day is missing
+            _day_checks(WindowDays(window, {}), raw_snapshot, before, lookback_days)
+        from pyspark.sql.functions import expr
+
         from nyc_taxi.core.spark import get_spark
 
         spark = get_spark(settings, small=True)  # zone-hours: small data (a window's trips at most)
@@ -244,34 +355,16 @@ def compute_actuals(
             counts = counts.unionByName(
                 SQL.run(spark, "kept_actuals", actuals=actuals, kept=kept.predicate("pickup_hour"))
             )
-        counts = counts.persist()  # hourly_actuals reads it twice (the active zones, the join): raw is read once
-        counts.createOrReplaceTempView("counts")
-        computed = SQL.run(spark, "hourly_actuals", counts="counts", **bounds).persist()
+        counts = counts.persist()  # read three times (the days, the active zones, the join): raw is read once
         try:
-            # the window's rows and their checks in one pass, before anything is committed
-            measured = quality.count_frame(computed, {"rows": "count(*)", **quality.aggregates(ACTUALS.checks, values)})
-            rows = int(measured["rows"])
-            if rows == 0:
-                raise NoDataInWindow(
-                    f"no yellow taxi trips in {RAW.name} between {window.start} and {window.end} "
-                    f"(as_of_datetime {as_of.isoformat()}, lookback_days {lookback_days}): load those months with "
-                    "the ingest_yellow_taxi_data DAG first, or choose an as_of_datetime inside the loaded data"
-                )
-            checked = quality.judge(ACTUALS.name, ACTUALS.checks, measured, None, values)
-            quality.refuse(
-                checked,
-                subject=f"the hourly counts of {window.start} – {window.end} (from {RAW.name} snapshot {_version(raw_snapshot)})",
-                consequence=f"nothing was committed ({ACTUALS.name} stays at snapshot {_version(before)})",
-                keep="Look at the counts' SQL files (forecast/sql/) and the raw trips of the window.",
-                examples=lambda check: quality.failing_examples(
-                    computed, check, values, ("pickup_location_id", "pickup_hour")
-                ),
-                checks=ACTUALS.checks,
-                report=lambda results: StepReport(
-                    inputs=[DatasetUse(RAW, version=_version(raw_snapshot))],
-                    outputs=[DatasetUse(ACTUALS, version=_version(before), committed=False, checks=results)],
-                ),
-            )
+            # the window's days first: a window without every training day is refused before anything else
+            per_day = counts.groupBy(expr("to_date(hour)").alias("day")).agg(expr("sum(ride_count)").alias("rides"))
+            days = WindowDays(window, {r.day: int(r.rides) for r in per_day.collect() if r.rides})
+            checked = _day_checks(days, raw_snapshot, before, lookback_days)
+            counts.createOrReplaceTempView("counts")
+            covered = days.with_rides().predicate("h.hour")
+            computed = SQL.run(spark, "hourly_actuals", counts="counts", covered=covered, **bounds).persist()
+            rows = computed.count()
             computed.createOrReplaceTempView("computed_actuals")
             summary = {RAW_SNAPSHOT: _version(raw_snapshot) or "", COUNTED_HOURS: counted.text()}
             if not _holds_rows(actuals_table, before, "pickup_hour", *window.hours):
@@ -296,8 +389,8 @@ def compute_actuals(
                     raw=spark_table(ACTUALS, settings),
                     **bounds,
                 )
-        finally:
             computed.unpersist()
+        finally:
             counts.unpersist()
         now = load_table(ACTUALS, settings).current_snapshot()
         Coverage(now.snapshot_id if now else None, raw_snapshot.snapshot_id, valid | hours).record(settings)
@@ -335,7 +428,13 @@ def compute_actuals(
         [
             Statement(SQL, "hourly_counts", reads={"raw": "raw"}, makes="counts", values={"counted": "TRUE"}),
             # the counts kept from the table were counted from raw the same way: the lineage is raw's
-            Statement(SQL, "hourly_actuals", reads={"counts": "counts"}, makes="computed", values=any_window),
+            Statement(
+                SQL,
+                "hourly_actuals",
+                reads={"counts": "counts"},
+                makes="computed",
+                values={**any_window, "covered": "TRUE"},
+            ),
             Statement(
                 SQL,
                 "actuals_changes",
@@ -387,6 +486,7 @@ class TrainingData:
     daily_prcp_mm: dict[dt.date, float] = field(default_factory=dict)
     report: StepReport = field(default_factory=StepReport)
     as_of: dt.datetime | None = None  # the forecast origin: the training window ends there
+    start: dt.datetime | None = None  # and starts here
 
 
 def training_data(
@@ -421,7 +521,7 @@ def training_data(
                 f"({', '.join(json.dumps({'month': m}) for m in months)}), or train seasonal_naive"
             )
         report.inputs.append(weather)
-    return TrainingData(training, prcp, report, as_of)
+    return TrainingData(training, prcp, report, as_of, window.start)
 
 
 def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings, snapshot=None):
@@ -480,7 +580,9 @@ def train(data: TrainingData, model_name: str, version: str) -> Trained:
 
 def _check_model(fitted: models.SeasonalNaive, data: TrainingData, version: str, read: list[DatasetUse]):
     """The model's checks on what it learned (one row per zone and hour, and its wet-day factor), counted
-    by DuckDB over the training rows: no JVM. An error stops the step before the model is used."""
+    by DuckDB over the training rows: no JVM. Every hour of the training window is expected of every zone
+    it learned (the window's hours, from its bounds, not from the rows). An error stops the step before the
+    model is used."""
     rows = data.rows
     learned = pa.table(
         {
@@ -492,9 +594,10 @@ def _check_model(fitted: models.SeasonalNaive, data: TrainingData, version: str,
     )
     hours = learned.column("history_hour").to_pylist()
     as_of = data.as_of or (max(hours) + dt.timedelta(hours=1) if hours else dt.datetime(1970, 1, 1))
+    start = data.start or (min(hours) if hours else as_of)
     values = {
         "zones": len(set(learned.column("pickup_location_id").to_pylist())),
-        "season_start": (as_of - models.SEASON).isoformat(sep=" "),
+        "training_hours": int((as_of - start).total_seconds() // 3600),
     }
     counts = quality.count_arrow(learned, quality.aggregates(MODEL.checks, values))
     checked = quality.judge(MODEL.name, MODEL.checks, counts, version, values)
@@ -517,8 +620,6 @@ class Forecasts:
     model_version: str
     as_of: dt.datetime
     report: StepReport
-    zones: int | None = None  # the zones the model learned, and the hours it forecasts: what the forecast
-    horizon_hours: int | None = None  # table's checks expect
     model_checks: list[quality.CheckResult] = field(default_factory=list)  # the model's, as its training recorded them
 
 
@@ -534,7 +635,7 @@ def predict(trained: Trained, data: TrainingData, as_of: dt.datetime, horizon_ho
     values = trained.model.predict(zones, Window.of(as_of, 0, horizon_hours).horizon)
     read = _model_read(trained)
     report = StepReport(inputs=[read], summary={"forecasts": len(values)})
-    return Forecasts(values, trained.model.name, trained.version, as_of, report, len(zones), horizon_hours, read.checks)
+    return Forecasts(values, trained.model.name, trained.version, as_of, report, read.checks)
 
 
 def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> StepReport:
@@ -558,23 +659,20 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
     new.createOrReplaceTempView("new_forecasts")
     horizon = {"first_hour": min(hours), "after_last_hour": max(hours) + dt.timedelta(hours=1)}
     target = spark_table(FORECAST, settings)
-    values = {
-        "zones": forecasts.zones if forecasts.zones is not None else len({zone for zone, _ in forecasts.values}),
-        "horizon_hours": forecasts.horizon_hours or len(set(hours)),
-    }
+    compared = _forecast_against_the_week_before(forecasts, settings)
     checked = quality.judge(
         FORECAST.name,
         FORECAST.checks,
-        quality.count_frame(new, quality.aggregates(FORECAST.checks, values)),
+        quality.count_arrow(compared, quality.aggregates(FORECAST.checks, {})),
         None,
-        values,
+        {},
     )
     quality.refuse(
         checked,
         subject=f"the forecasts of {forecasts.model_version} (as of {forecasts.as_of})",
         consequence=f"nothing was committed ({FORECAST.name} stays at snapshot {_version(before)})",
         keep="The model's checks passed: look at how it forecasts (forecast/model.py).",
-        examples=lambda check: quality.failing_examples(new, check, values, ("pickup_location_id", "forecast_hour")),
+        examples=lambda check: quality.failing_arrow_examples(compared, check, {}),
         checks=FORECAST.checks,
         report=lambda results: StepReport(
             inputs=[DatasetUse(MODEL, version=forecasts.model_version, checks=forecasts.model_checks)],
@@ -623,6 +721,17 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
         ],
         summary={"forecast_rows": len(rows), "written": changes.written},
     )
+
+
+def _forecast_against_the_week_before(forecasts: Forecasts, settings: Settings) -> pa.Table:
+    """The forecast as a whole (the grain "forecast" of core/datasets.py): its rides over the horizon's first
+    week at most, and the rides the actuals table holds for the same hours a week earlier (pyiceberg)."""
+    start = forecasts.as_of
+    end = start + dt.timedelta(hours=min(len({hour for _, hour in forecasts.values}), 168))
+    predicted = sum(v for (_, hour), v in forecasts.values.items() if start <= hour < end)
+    rows, _ = _scan(ACTUALS, "pickup_hour", start - models.SEASON, end - models.SEASON, settings)
+    week_before = sum(rows.column("ride_count").to_pylist()) if rows is not None else 0
+    return pa.table({"predicted": [float(predicted)], "week_before": [int(week_before)]})
 
 
 @dataclass

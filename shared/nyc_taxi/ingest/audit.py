@@ -11,7 +11,6 @@ the refusal. Raw's checks run after its commit, which stands: an error there fai
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 from nyc_taxi.core import quality
@@ -76,18 +75,21 @@ def audit_staged(
 def check_published(
     written: DatasetUse,
     raw: Table,
-    counts: Callable[[object], dict],
+    spark,
     values: dict[str, object],
     report: StepReport,
     settings: Settings,
 ) -> None:
-    """Raw's checks and profile on the snapshot a merge wrote (``counts(iceberg table)``: the checks'
-    counts on it), kept on ``written`` and in raw's metadata for the runs that read it. An error is raised
-    after the commit, which stands: the task fails, and says how to roll it back."""
+    """Raw's declared checks and profile on the snapshot a merge wrote (``quality.count_snapshot``: a row
+    count its data files' bounds settle from the manifests, the rest in one pruned pass), kept on ``written``
+    and in raw's metadata for the runs that read it. An error is raised after the commit, which stands: the
+    task fails, and says how to roll it back."""
     iceberg = load_table(raw, settings)
-    written.checks = quality.judge(raw.name, raw.checks, counts(iceberg), written.version, values)
-    written.profile = profile(raw, iceberg, int(written.version))
-    quality.record(raw, int(written.version), written.checks, settings)
+    snapshot = int(written.version)
+    counts = quality.count_snapshot(iceberg, snapshot, pinned_rows(spark, raw, snapshot, settings), raw.checks, values)
+    written.checks = quality.judge(raw.name, raw.checks, counts, written.version, values)
+    written.profile = profile(raw, iceberg, snapshot)
+    quality.record(raw, snapshot, written.checks, settings)
     quality.refuse(
         written.checks,
         subject=f"{raw.name} snapshot {written.version}",

@@ -26,7 +26,7 @@ from nyc_taxi.core.snapshots import (
     own_commit,
 )
 from nyc_taxi.core.sql import SqlFolder
-from nyc_taxi.core.tables import pinned, pinned_rows
+from nyc_taxi.core.tables import pinned
 from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.audit import audit_staged, check_published
@@ -363,39 +363,8 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     )
     (written,) = report.outputs
     if committed:  # raw's own checks and profile, on the snapshot this run holds as its commit
-        names = staged_files(staged_snapshot)
-        check_published(
-            written,
-            RAW,
-            lambda iceberg: _month_rows_as_staged(iceberg, int(written.version), names, row_count, settings),
-            {"staged_rows": row_count, "source_files": source_files},
-            report,
-            settings,
-        )
+        check_published(written, RAW, spark, {"staged_rows": row_count, "source_files": source_files}, report, settings)
     return report
-
-
-def _month_rows_as_staged(iceberg, snapshot_id: int, names: list[str], staged: int, settings: Settings) -> dict:
-    """The count of raw's check ``month_rows_as_staged``: raw's rows of the landed files ``names`` at
-    ``snapshot_id``, from its manifests (each data file holds one source file's rows, and raw keeps the
-    exact bounds of ``source_file``); a file whose bounds do not say (one of several source files) is
-    counted by a scan of the batch's files."""
-    held = 0
-    for file in iceberg.inspect.data_files(snapshot_id).select(["record_count", "readable_metrics"]).to_pylist():
-        bounds = file["readable_metrics"]["source_file"]
-        low, high = bounds["lower_bound"], bounds["upper_bound"]
-        if low == high and low is not None:
-            held += file["record_count"] if low in names else 0
-        elif low is None or any(low <= name <= high for name in names):
-            from nyc_taxi.core.spark import get_spark
-
-            held = pinned_rows(get_spark(settings), RAW, snapshot_id, settings).where(batch_filter(names)).count()
-            break
-    return {
-        "month_rows_as_staged": abs(held - staged),
-        "month_rows_as_staged:rows": held,
-        "month_rows_as_staged:expected": staged,
-    }
 
 
 def _id(snapshot) -> str | None:

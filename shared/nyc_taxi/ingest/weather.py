@@ -6,14 +6,13 @@ import logging
 from pathlib import Path
 
 from nyc_taxi.core import datasets as d
-from nyc_taxi.core import quality
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.snapshots import COMMITTED_BY, LANDED_VERSION, MONTH, REPLACED_VERSION, held_version, own_commit
 from nyc_taxi.core.sql import SqlFolder
-from nyc_taxi.core.tables import pinned, pinned_rows
+from nyc_taxi.core.tables import pinned
 from nyc_taxi.core.upserts import RowChanges, upsert_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.audit import audit_staged, check_published
@@ -323,16 +322,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     (written,) = report.outputs
     if committed:  # raw's own checks (on the month's few hundred rows) and profile, on the snapshot written
         bounds = {"month_start": str(start), "next_month_start": str(end)}
-        check_published(
-            written,
-            RAW,
-            lambda _: quality.count_frame(
-                pinned_rows(spark, RAW, int(written.version), settings), quality.aggregates(RAW.checks, bounds)
-            ),
-            bounds,
-            report,
-            settings,
-        )
+        check_published(written, RAW, spark, bounds, report, settings)
     return report
 
 

@@ -24,6 +24,7 @@ from nyc_taxi.core.jobs import MONTH, Job, Parameter, Pipeline
 from nyc_taxi.core.naming import asset_uri, iceberg_identifier
 from nyc_taxi.core.quality import ChecksFailed
 from nyc_taxi.core.settings import REPO_ROOT
+from nyc_taxi.forecast.errors import NoDataInWindow
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
@@ -219,6 +220,22 @@ class CreateTablesOperator(ReportsLineage):
         return created
 
 
+# What a flow's step raises when its inputs are refused (their checks, a window with nothing to learn
+# from): a retry reads the same data and is refused the same way.
+REFUSALS = {f"{c.__module__}.{c.__qualname__}" for c in (ChecksFailed, NoDataInWindow)}
+
+
+def _refusal(run) -> str | None:
+    """The message of the refusal that failed a flow run's step, if a refusal did (Metaflow keeps a failed
+    task's exception with its type)."""
+    for step in run:
+        for task in step:
+            failure = None if task.successful else task.exception  # a failed task is not "finished" to Metaflow
+            if failure is not None and getattr(failure, "type", None) in REFUSALS:
+                return failure.exception
+    return None
+
+
 class RunFlowOperator(ReportsLineage):
     """Runs a Metaflow flow with Metaflow's Runner API, passing this task run as its OpenLineage parent
     (and the DAG run as its root) with the provider's own lineage macros, so the flow's lineage hangs
@@ -268,6 +285,8 @@ class RunFlowOperator(ReportsLineage):
         }
         run = asyncio.run(self._run(lineage, tag, parameters, earlier))
         if not run.successful:
+            if (refused := _refusal(run)) is not None:  # the same data is refused on every try: no retries
+                raise AirflowFailException(f"{run.pathspec} refused what it read (a retry would too):\n{refused}")
             raise RuntimeError(f"{run.pathspec} failed; its log is above (a retry resumes it)")
         return {"flow": self.flow.name, "run_id": run.id, **parameters}
 

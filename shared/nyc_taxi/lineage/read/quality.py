@@ -48,6 +48,7 @@ class Evaluation:
     at_ms: int
     expected: int | None = None
     examples: list[dict] = field(default_factory=list)
+    rule: str = ""  # as evaluated: the batch's values filled in (a raw table's check names its month's files)
 
     @property
     def passed(self) -> bool:
@@ -196,6 +197,7 @@ def read(settings: Settings | None = None) -> Quality:
                     at_ms=event["timestampMillis"],
                     expected=int(native["expected"]) if "expected" in native else None,
                     examples=json.loads(native["examples"]) if "examples" in native else [],
+                    rule=native.get("rule", ""),
                 )
             )
         datasets.setdefault(name, DatasetQuality(name)).checks.append(history)

@@ -120,14 +120,14 @@ class Tracer:
     def version(self, name: str, version: str | None) -> VersionStep:
         dataset = DATASETS.get(name)
         step = VersionStep(name, version, checked=bool(getattr(dataset, "checks", ())))
-        step.checks = self.quality.of_version(name, version) if step.checked else []
+        held = [version]
+        if isinstance(dataset, Table) and not dataset.replaced_on_every_load and version and version.isdigit():
+            held = self._ancestors(dataset, version)
+        step.checks = self._checks_held(name, held) if step.checked else []
         if (name, version) in self._seen:
             step.repeated = True
             return step
         self._seen.add((name, version))
-        held = [version]
-        if isinstance(dataset, Table) and not dataset.replaced_on_every_load and version and version.isdigit():
-            held = self._ancestors(dataset, version)
         writers = []
         for held_version in held:
             writer = self.runs.committer(name, held_version)
@@ -139,6 +139,17 @@ class Tracer:
         readers = [r for r in self.runs if r.inputs.get(name) == version and r.locations.get(name)]
         step.locations = next((r.locations[name] for r in readers), [])
         return step
+
+    def _checks_held(self, name: str, held: list[str | None]) -> list[Evaluation]:
+        """The checks of every commit a version holds (``held``, oldest first): a raw table's check judges the
+        batch its commit wrote (its month), and that month stays in every later snapshot until a later
+        commit of the same batch is judged again. So per check and batch, the latest result in the chain:
+        a check that failed on an earlier snapshot fails the versions that still hold what it judged."""
+        latest: dict[tuple[str, str], Evaluation] = {}
+        for held_version in held:
+            for evaluation in self.quality.of_version(name, held_version):
+                latest[(evaluation.check, evaluation.rule)] = evaluation
+        return list(latest.values())
 
     def run(self, run: JobRun) -> RunStep:
         step = RunStep(run, started_by=self._started_by(run))

@@ -163,6 +163,7 @@ def _assertion_result(result):
         "severity": result.severity,
         "failing": str(result.failing),
         "rows": str(result.rows),
+        "rule": result.rule,  # as evaluated, the batch's values filled in (which month's files, say)
     }
     if result.expected is not None:
         native["expected"] = str(result.expected)

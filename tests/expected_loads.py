@@ -51,15 +51,17 @@ def hourly_rides(
 ) -> dict[tuple[int, dt.datetime], int]:
     """Rides per zone and hour in [start, end) of trips given as pickup times and pickup zones: pickups
     floored to the hour, TLC's zones 1-265 only, and every zone with a ride in the window gets every
-    hour of it (zero where it had none) — what compute_actuals must write."""
+    hour of the window's days that have a ride (zero where it had none; a day without a single ride gets
+    no hour) — what compute_actuals must write."""
     counts: dict[tuple[int, dt.datetime], int] = {}
     for pickup, zone in zip(pickups, zones, strict=True):
-        if start <= pickup < end and 1 <= zone <= 265:
+        if pickup is not None and start <= pickup < end and zone is not None and 1 <= zone <= 265:
             key = (zone, pickup.replace(minute=0, second=0, microsecond=0))
             counts[key] = counts.get(key, 0) + 1
     active = {z for z, _ in counts}
+    days = {h.date() for _, h in counts}
     hours = [start + dt.timedelta(hours=h) for h in range(int((end - start).total_seconds() // 3600))]
-    return {(z, h): counts.get((z, h), 0) for z in active for h in hours}
+    return {(z, h): counts.get((z, h), 0) for z in active for h in hours if h.date() in days}
 
 
 def expected_actuals(files: list[Path], start: dt.datetime, end: dt.datetime) -> dict[tuple[int, dt.datetime], int]:

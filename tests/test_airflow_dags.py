@@ -426,6 +426,73 @@ def test_a_month_that_fails_its_checks_is_refused_before_raw_and_its_correction_
     )
 
 
+def test_a_training_whose_window_is_not_loaded_is_refused_on_its_first_try_with_the_days_and_the_months_to_load(
+    dagbag, settings
+):
+    """train_forecast_model with a forecast origin whose 28 days before are not in raw: the flow's
+    compute_actuals refuses the window, and the task fails on its first try (a retry reads the same raw and
+    is refused the same way; Airflow would retry a RuntimeError after its delay), the refusal in its failure."""
+    log = LineageLog(settings)
+    run = dagbag.get_dag("train_forecast_model").test(run_conf={"as_of_datetime": "2018-08-15T00:00"})
+    states = {ti.task_id: (str(ti.state), ti.try_number) for ti in run.get_task_instances()}
+    assert states == {"run_training_flow": ("failed", 1)}, states
+    task = [e for e in log.openlineage() if e["job"]["name"] == "train_forecast_model.run_training_flow"]
+    assert [e["eventType"] for e in task] == ["START", "FAIL"]
+    message = task[-1]["run"]["facets"]["errorMessage"]["message"]
+    assert "refused what it read" in message and "training_days_have_rides (error)" in message, message
+    assert "no trips on 2018-07-18 – 2018-08-14" in message, message
+    assert (
+        'Load 2018-07, 2018-08 with the ingest_yellow_taxi_data DAG ({"month": "2018-07"}, {"month": "2018-08"})'
+        in message
+    )
+
+
+def test_a_trace_through_a_raw_snapshot_whose_own_check_failed_says_the_data_failed_its_checks(
+    dagbag, site, settings, monkeypatch
+):
+    """Raw's own check fails after a merge's commit, which stands: another writer appended May while the merge
+    wrote it (a staging table of an older shape, whose rows the merge writes again). June then loads
+    cleanly on top. A trace of raw's newest snapshot holds May's commit: it walks to its failed check, and
+    says the data failed its checks — raw's newest snapshot passed its own."""
+    import dataclasses
+
+    from nyc_taxi.core.catalog import load_catalog
+    from nyc_taxi.core.naming import iceberg_identifier, spark_table
+    from nyc_taxi.core.tables import ensure_tables, pinned
+    from nyc_taxi.ingest import taxi
+    from nyc_taxi.lineage.read.trace import trace, verdict_of
+
+    add_taxi_month(site, 2018, 5, rows=2_000, seed=5)
+    add_taxi_month(site, 2018, 6, rows=2_000, seed=6)
+    catalog = load_catalog(settings)
+    catalog.drop_table(iceberg_identifier(registry.YELLOW_TAXI_STAGING, settings))
+    ensure_tables([dataclasses.replace(registry.YELLOW_TAXI_STAGING, partitioned_by=(), properties={})])
+    real_append = taxi.append_staged_files
+
+    def another_writer_first(spark, staging, snapshot_id, *rest):
+        staged = pinned(staging, load_table(staging).snapshot_by_id(snapshot_id))
+        spark.sql(f"INSERT INTO {spark_table(registry.YELLOW_TAXI_RAW)} SELECT * FROM {staged}")
+        return real_append(spark, staging, snapshot_id, *rest)
+
+    monkeypatch.setattr(taxi, "append_staged_files", another_writer_first)
+    try:
+        assert run_dag(dagbag, "ingest_yellow_taxi_data", "2018-05")["merge_upsert_staging_into_raw_yellow"] == "failed"
+    finally:
+        monkeypatch.undo()
+        catalog.drop_table(iceberg_identifier(registry.YELLOW_TAXI_STAGING, settings))
+        ensure_tables([registry.YELLOW_TAXI_STAGING])
+    may = snapshot_id(registry.YELLOW_TAXI_RAW)
+    assert run_dag(dagbag, "ingest_yellow_taxi_data", "2018-06")["merge_upsert_staging_into_raw_yellow"] == "success"
+
+    traced = trace("yellow_taxi_raw", settings)
+    assert traced.version == str(snapshot_id(registry.YELLOW_TAXI_RAW)) != str(may)
+    failed = [e for e in traced.checks if e.status == "fail"]
+    assert [(e.check, e.version) for e in failed] == [("month_rows_as_staged", str(may))], traced.checks
+    verdict = verdict_of(traced)
+    assert not verdict.passed and verdict.text().startswith("✗ computed from data that failed its checks")
+    assert "month_rows_as_staged" in verdict.text()
+
+
 @pytest.mark.guards
 def test_unpublished_month_skips_cleanly(dagbag):
     before = snapshot_id(registry.YELLOW_TAXI_RAW)

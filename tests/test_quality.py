@@ -4,8 +4,7 @@ and their DataHub records read back from DataHub Lite (lineage/read/quality.py).
 - Each kind of check compiles to SQL that counts exactly the rows a hand count names, and each severity
   judges them as declared (a tolerance of an error check is a boundary, not a range).
 - A profile from Iceberg's manifests equals DuckDB's own count over the snapshot's data files.
-- Raw's check from its manifests catches a month appended twice; forecasts or a model that fail their
-  error checks are refused before they are committed or used.
+- Every declared check fails on a counterexample through its writer: tests/test_check_counterexamples.py.
 - A check's assertion URN is the same in every run, its run events accumulate in DataHub Lite (read back
   from its own table: the one place Lite's storage is read), and every record passes DataHub's checker.
 """
@@ -215,16 +214,16 @@ def test_profiles_from_the_manifests_equal_duckdb_over_the_snapshots_data_files(
     from nyc_taxi.ingest import taxi, weather
 
     ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW, d.WEATHER_STAGING, d.WEATHER_RAW])
-    add_taxi_month(site, 2019, 5, rows=4_000, seed=51)
-    add_weather_month(site, 2019, 5, seed=51, n_counties=40)
-    taxi.download_published_file(2019, 5)
-    weather.download_published_files(2019, 5)
+    add_taxi_month(site, 2016, 5, rows=4_000, seed=51)
+    add_weather_month(site, 2016, 5, seed=51, n_counties=40)
+    taxi.download_published_file(2016, 5)
+    weather.download_published_files(2016, 5)
     profiles = [
-        step(2019, 5).outputs[0].profile
+        step(2016, 5).outputs[0].profile
         for step in (taxi.stage_landed_file, taxi.merge_into_raw, weather.stage_landed_files, weather.merge_into_raw)
     ]
     assert [p.dataset for p in profiles] == ["yellow_taxi_staging", "yellow_taxi_raw", "weather_staging", "weather_raw"]
-    assert taxi.stage_landed_file(2019, 5).outputs[0].profile is None  # staging holds it: nothing written
+    assert taxi.stage_landed_file(2016, 5).outputs[0].profile is None  # staging holds it: nothing written
     assert profiles[0].rows == 4_000 and profiles[2].rows == 5 * 31
     for profile in profiles:
         declared = d.TABLES[profile.dataset]
@@ -246,86 +245,3 @@ def test_profiles_from_the_manifests_equal_duckdb_over_the_snapshots_data_files(
                 assert declared.replaced_on_every_load and column.categorical
                 assert field.distinct == want["distinct"], (profile.dataset, column.name)
     assert profiles[2].field("county_code").distinct == 5 and profiles[0].field("vendor_id").distinct > 1
-
-
-# ---- refusals of what fails after or before a commit -----------------------------------------------------------
-
-
-@pytest.mark.spark
-def test_raws_check_from_its_manifests_catches_a_month_appended_twice(spark, site, settings):
-    from nyc_taxi.core.catalog import load_table
-    from nyc_taxi.core.naming import spark_table
-    from nyc_taxi.core.tables import ensure_tables, pinned
-    from nyc_taxi.fixtures.site import add_taxi_month
-    from nyc_taxi.ingest import taxi
-
-    ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW])
-    path = add_taxi_month(site, 2019, 9, rows=2_000, seed=53)
-    taxi.download_published_file(2019, 9)
-    taxi.stage_landed_file(2019, 9)
-    merged = taxi.merge_into_raw(2019, 9)
-    [result] = merged.outputs[0].checks
-    assert (result.check, result.status, result.rows, result.expected) == ("month_rows_as_staged", "pass", 2_000, 2_000)
-    staged = load_table(d.YELLOW_TAXI_STAGING).current_snapshot()
-    # the same staged rows appended again, as a second append of the month would
-    spark.sql(f"INSERT INTO {spark_table(d.YELLOW_TAXI_RAW)} SELECT * FROM {pinned(d.YELLOW_TAXI_STAGING, staged)}")
-    raw = load_table(d.YELLOW_TAXI_RAW)
-    counts = taxi._month_rows_as_staged(raw, raw.current_snapshot().snapshot_id, [path.name], 2_000, settings)
-    [result] = quality.judge(
-        d.YELLOW_TAXI_RAW.name, d.YELLOW_TAXI_RAW.checks, counts, "x", {"staged_rows": 2_000, "source_files": ""}
-    )
-    assert (result.status, result.rows, result.failing) == ("fail", 4_000, 2_000)
-
-
-@pytest.mark.spark
-def test_forecasts_that_fail_their_checks_are_not_committed(spark, settings):
-    from nyc_taxi.core.catalog import current_snapshot_id
-    from nyc_taxi.forecast import steps
-
-    hours = [dt.datetime(2019, 11, 1) + dt.timedelta(hours=h) for h in range(3)]
-    values = {(zone, hour): 10.0 for zone in (1, 2) for hour in hours}
-    values[(2, hours[1])] = -4.0  # negative demand
-    del values[(1, hours[2])]  # a zone-hour missing
-    before = current_snapshot_id(d.YELLOW_RIDES_HOURLY_FORECAST)
-    forecasts = steps.Forecasts(values, "seasonal_naive", "Flow/1/train/2", hours[0], None, zones=2, horizon_hours=3)
-    with pytest.raises(quality.ChecksFailed) as refused:
-        steps.write_forecasts(forecasts, settings)
-    failed = {r.check: (r.failing, r.rows) for r in refused.value.results if r.stops}
-    assert failed == {"every_zone_hour": (1, 5), "predicted_not_negative": (1, 5)}
-    assert "pickup_location_id=2" in str(refused.value) and "nothing was committed" in str(refused.value)
-    assert current_snapshot_id(d.YELLOW_RIDES_HOURLY_FORECAST) == before
-    [written] = refused.value.report.outputs
-    assert written.committed is False and {r.check for r in written.checks} == {
-        c.name for c in d.YELLOW_RIDES_HOURLY_FORECAST.checks
-    }
-
-
-def test_a_model_missing_the_week_before_its_origin_is_refused_before_it_forecasts():
-    from nyc_taxi.forecast import model as models
-    from nyc_taxi.forecast import steps
-    from nyc_taxi.lineage.write.report import DatasetUse, StepReport
-
-    as_of = dt.datetime(2024, 2, 15)
-    hours = [as_of - dt.timedelta(hours=h) for h in range(1, 24 * 14 + 1)]
-    rows = {(zone, hour): 3 for zone in (1, 2) for hour in hours}
-
-    def read(training: dict) -> steps.TrainingData:
-        actuals = DatasetUse(d.YELLOW_RIDES_HOURLY_ACTUALS, "41")
-        return steps.TrainingData(models.training_table(training), report=StepReport(inputs=[actuals]), as_of=as_of)
-
-    trained = steps.train(read(rows), "seasonal_naive", "Flow/1/train/2")
-    assert {r.check: r.status for r in trained.report.outputs[0].checks} == {
-        "last_week_learned": "pass",
-        "history_not_negative": "pass",
-        "wet_factor_plausible": "pass",
-    }
-    gap = {key: count for key, count in rows.items() if not (key[0] == 2 and key[1] > as_of - dt.timedelta(hours=5))}
-    with pytest.raises(quality.ChecksFailed) as refused:
-        steps.train(read(gap), "seasonal_naive", "Flow/1/train/3")
-    [failed] = [r for r in refused.value.results if r.stops]
-    assert (failed.check, failed.rows, failed.expected, failed.failing) == (
-        "last_week_learned",
-        2 * 168 - 4,
-        2 * 168,
-        4,
-    )

@@ -323,17 +323,17 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
 
 
 def test_as_of_without_data_fails_clearly_and_lineage_shows_the_failure(loaded):
+    """A forecast origin whose window raw holds no trips of: refused, naming the days and the months to load."""
     mark = len(ol_events())
     result = run_flow("--as_of_datetime", "2019-03-01T00:00", "--lookback_days", "14")
     assert result.returncode != 0
-    assert (
-        "no yellow taxi trips in yellow_taxi_raw between 2019-02-15 00:00:00 and 2019-03-02 00:00:00"
-        in result.stdout + result.stderr
-    )
+    said = result.stdout + result.stderr
+    assert "no trips on 2019-02-15 – 2019-02-28" in said and "training_days_have_rides (error)" in said, said[-3000:]
+    assert 'Load 2019-02 with the ingest_yellow_taxi_data DAG ({"month": "2019-02"})' in said
     events = ol_events(mark)
     failed = {e["job"]["name"]: e for e in events if e["eventType"] == "FAIL"}
     assert (
-        "no yellow taxi trips"
+        "training_days_have_rides"
         in failed["TrainForecastModelFlow.compute_actuals"]["run"]["facets"]["errorMessage"]["message"]
     )
     assert "TrainForecastModelFlow" in failed

@@ -1,0 +1,386 @@
+"""Every check declared in core/datasets.py fails on a counterexample: a small batch that violates it goes
+through the real writer — the stage, the merge, `compute_actuals`, the training step, `write_forecasts` — and
+the check fails; for an error check, the version is refused and nothing is published (the merge into raw, a
+commit of the actuals or the forecasts, a model used). A check no input can make fail proves nothing: the
+fast lane refuses a declared check without a counterexample here.
+
+One batch per dataset violates each of its checks at once (each check counts its own rows, so each result
+is its own); the batch's rows are named where it is built."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from nyc_taxi.core import datasets as d
+from nyc_taxi.core.datasets import DATASETS
+
+# (dataset, check) -> the input that makes it fail
+COUNTEREXAMPLES = {
+    (d.YELLOW_TAXI_STAGING.name, "rows_as_landed"): "the landed file has five trips more than its download counted",
+    (d.YELLOW_TAXI_STAGING.name, "pickup_present"): "2 % of the trips without a pickup time",
+    (d.YELLOW_TAXI_STAGING.name, "dropoff_present"): "2 % without a drop-off time",
+    (d.YELLOW_TAXI_STAGING.name, "pickup_zone_present"): "2 % without a pickup zone",
+    (d.YELLOW_TAXI_STAGING.name, "pickup_in_month"): "2 % more picked up a year before the month",
+    (d.YELLOW_TAXI_STAGING.name, "trip_not_repeated"): "2 % of the rows exact copies of others",
+    (d.YELLOW_TAXI_STAGING.name, "dropoff_after_pickup"): "five trips dropped off before they were picked up",
+    (d.YELLOW_TAXI_STAGING.name, "trip_within_3_hours"): "five trips of four hours",
+    (d.YELLOW_TAXI_STAGING.name, "total_positive"): "five negative totals",
+    (d.YELLOW_TAXI_STAGING.name, "fare_and_distance_plausible"): "a fare of 50,000",
+    (d.YELLOW_TAXI_STAGING.name, "not_flex_fare"): "five flex fares",
+    (d.YELLOW_TAXI_STAGING.name, "pickup_zone_known"): "five pickups in zone 300",
+    (d.YELLOW_TAXI_STAGING.name, "vendor_known"): "five trips of vendor 9",
+    (d.YELLOW_TAXI_RAW.name, "month_rows_as_staged"): "another writer appended the month again, then it is republished",
+    (d.WEATHER_STAGING.name, "every_county_day"): "Queens without day 5",
+    (d.WEATHER_STAGING.name, "date_in_month"): "the Bronx's rows dated a year earlier",
+    (d.WEATHER_STAGING.name, "values_present"): "Kings without its maximum temperature on three days",
+    (d.WEATHER_STAGING.name, "prcp_not_negative"): "Manhattan's rain negative on day 7",
+    (d.WEATHER_STAGING.name, "tavg_between_tmin_and_tmax"): "Richmond's average above its maximum on day 9",
+    (d.YELLOW_RIDES_HOURLY_ACTUALS.name, "training_days_have_rides"): "a window reaching a month not loaded",
+    (d.YELLOW_RIDES_HOURLY_ACTUALS.name, "day_rides_near_their_weekday"): "a day with a twentieth of its trips",
+    (d.YELLOW_RIDES_FORECAST_MODEL.name, "every_training_hour_learned"): "actuals without a zone's last four hours",
+    (d.YELLOW_RIDES_FORECAST_MODEL.name, "wet_factor_plausible"): "three times the rides on wet days",
+    (d.YELLOW_RIDES_HOURLY_FORECAST.name, "forecast_near_the_week_before"): "a forecast of zeros",
+}
+CASES = sorted(COUNTEREXAMPLES)
+
+
+def _checks_of(*datasets: d.Dataset) -> set[str]:
+    """The checks of these datasets that have a counterexample here."""
+    return {check for dataset, check in CASES if dataset in {x.name for x in datasets}}
+
+
+def test_every_declared_check_has_a_counterexample():
+    declared = {(dataset.name, check.name) for dataset in DATASETS.values() for check in getattr(dataset, "checks", ())}
+    assert declared - set(COUNTEREXAMPLES) == set(), "a declared check with no input that makes it fail"
+    assert set(COUNTEREXAMPLES) - declared == set(), "a counterexample of a check no longer declared"
+
+
+# ---- the batches, each through its writer ------------------------------------------------------------------------
+
+TAXI_MONTH = (2011, 1)
+N = 1_000
+
+
+def _taxi_counterexample(site) -> pa.Table:
+    """A month of trips violating every check of the staging table: each kind of bad row in its own range."""
+    from nyc_taxi.fixtures import tlc
+
+    trips = tlc.generate_yellow_month(*TAXI_MONTH, rows=N, seed=11)
+    columns = {name: trips[name].to_pylist() for name in trips.column_names}
+    pickup, dropoff = columns["tpep_pickup_datetime"], columns["tpep_dropoff_datetime"]
+    for row in range(0, 20):
+        pickup[row] = None
+    for row in range(20, 40):
+        dropoff[row] = None
+    for row in range(40, 60):
+        columns["PULocationID"][row] = None
+    for row in range(60, 80):  # a year early: out of the month, with the generator's own strays beside them
+        pickup[row], dropoff[row] = pickup[row] - dt.timedelta(days=365), dropoff[row] - dt.timedelta(days=365)
+    for row in range(80, 100):  # exact copies of rows 100-119
+        for name in columns:
+            columns[name][row] = columns[name][row + 20]
+    for row in range(120, 125):
+        dropoff[row] = pickup[row] - dt.timedelta(minutes=5)
+    for row in range(125, 130):
+        dropoff[row] = pickup[row] + dt.timedelta(hours=4)
+    for row in range(130, 135):
+        columns["total_amount"][row] = -1.0
+    columns["fare_amount"][135] = 50_000.0
+    for row in range(136, 141):
+        columns["payment_type"][row] = 0
+    for row in range(141, 146):
+        columns["PULocationID"][row] = 300
+    for row in range(146, 151):
+        columns["VendorID"][row] = 9
+    return pa.table({name: pa.array(values, trips.schema.field(name).type) for name, values in columns.items()})
+
+
+@pytest.fixture(scope="module")
+def taxi_batch(spark, site):
+    """The counterexample month through the stage (its checks) and the merge (refused): (the checks, the
+    refusal, raw's snapshot before and after)."""
+    from nyc_taxi.core.catalog import current_snapshot_id
+    from nyc_taxi.core.lakehouse import lakehouse
+    from nyc_taxi.core.naming import landed_location
+    from nyc_taxi.core.quality import ChecksFailed
+    from nyc_taxi.core.tables import ensure_tables
+    from nyc_taxi.fixtures import tlc
+    from nyc_taxi.fixtures.site import taxi_path
+    from nyc_taxi.ingest import taxi
+
+    ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW])
+    trips = _taxi_counterexample(site)
+    tlc.write_yellow_month(trips, taxi_path(site, *TAXI_MONTH))
+    taxi.download_published_file(*TAXI_MONTH)
+    # the landed file replaced after its download counted its trips: five more than it recorded
+    with lakehouse().local_copy(landed_location(d.TLC_YELLOW_TRIPDATA_LANDED, *TAXI_MONTH)) as landed:
+        pq.write_table(pa.concat_tables([trips, trips.slice(200, 5)]), landed)
+    staged = taxi.stage_landed_file(*TAXI_MONTH)
+    before = current_snapshot_id(d.YELLOW_TAXI_RAW)
+    with pytest.raises(ChecksFailed) as refused:
+        taxi.merge_into_raw(*TAXI_MONTH)
+    return {r.check: r for r in staged.outputs[0].checks}, refused.value, before, current_snapshot_id(d.YELLOW_TAXI_RAW)
+
+
+WEATHER_MONTH = (2011, 1)
+
+
+def _set(lines: list[str], county: str, days: range, value: str | None = None, field: int | None = None) -> None:
+    """In one variable's file: ``county``'s ``days`` set to ``value`` (or its field ``field`` set)."""
+    for i, line in enumerate(lines):
+        fields = line.split(",")
+        if fields[1] == county:
+            if field is not None:
+                fields[field] = value
+            else:
+                for day in days:
+                    fields[5 + day] = f"{float(value):9.2f}"
+            lines[i] = ",".join(fields)
+
+
+@pytest.fixture(scope="module")
+def weather_batch(spark, site):
+    """The counterexample month's four files through the stage and the merge (refused)."""
+    from nyc_taxi.core.catalog import current_snapshot_id
+    from nyc_taxi.core.quality import ChecksFailed
+    from nyc_taxi.core.tables import ensure_tables
+    from nyc_taxi.fixtures.site import add_weather_month
+    from nyc_taxi.ingest import weather
+
+    ensure_tables([d.WEATHER_STAGING, d.WEATHER_RAW])
+    for path in add_weather_month(site, *WEATHER_MONTH, seed=11):
+        lines = path.read_text().split("\n")
+        variable = path.name.split("-")[0]
+        for var in ("prcp", "tavg", "tmax", "tmin"):
+            if variable == var:
+                _set(lines, "30081", range(5, 6), "-999.99")  # Queens: day 5 missing in every variable
+        _set(lines, "30005", range(0), str(WEATHER_MONTH[0] - 1), field=3)  # the Bronx's rows: a year early
+        if variable == "tmax":
+            _set(lines, "30047", range(1, 4), "-999.99")  # Kings: no maximum on days 1-3
+        if variable == "prcp":
+            _set(lines, "30061", range(7, 8), "-1")  # Manhattan: negative rain
+        if variable == "tavg":
+            _set(lines, "30085", range(9, 10), "60")  # Richmond: an average above any maximum
+        path.write_bytes("\n".join(lines).encode())
+    weather.download_published_files(*WEATHER_MONTH)
+    staged = weather.stage_landed_files(*WEATHER_MONTH)
+    before = current_snapshot_id(d.WEATHER_RAW)
+    with pytest.raises(ChecksFailed) as refused:
+        weather.merge_into_raw(*WEATHER_MONTH)
+    return {r.check: r for r in staged.outputs[0].checks}, refused.value, before, current_snapshot_id(d.WEATHER_RAW)
+
+
+def _load_taxi(year: int, month: int):
+    from nyc_taxi.ingest import taxi
+
+    taxi.download_published_file(year, month)
+    taxi.stage_landed_file(year, month)
+    return taxi.merge_into_raw(year, month)
+
+
+@pytest.fixture(scope="module")
+def raw_batches(spark, site, settings):
+    """Raw's own check, after the commit. A new taxi month, on the path that writes its rows (a staging table
+    of an older shape, whose files cannot join raw as they are): between the merge's decision that raw lacks
+    the month and its write, another writer appends the same month (a second load of it at once; the path
+    that appends staging's files refuses a base that moved, and a MERGE another writer's rows). (a good
+    month's report, the refusal)"""
+    import dataclasses
+
+    from nyc_taxi.core.catalog import load_catalog, load_table
+    from nyc_taxi.core.naming import iceberg_identifier, spark_table
+    from nyc_taxi.core.quality import ChecksFailed
+    from nyc_taxi.core.tables import ensure_tables, pinned
+    from nyc_taxi.fixtures.site import add_taxi_month
+    from nyc_taxi.ingest import taxi
+
+    ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW])
+    add_taxi_month(site, 2011, 2, rows=2_000, seed=12)
+    first = _load_taxi(2011, 2)
+
+    add_taxi_month(site, 2011, 3, rows=2_000, seed=13)
+    catalog = load_catalog(settings)
+    older = dataclasses.replace(d.YELLOW_TAXI_STAGING, partitioned_by=(), properties={})
+    catalog.drop_table(iceberg_identifier(d.YELLOW_TAXI_STAGING, settings))
+    ensure_tables([older])
+    real_append = taxi.append_staged_files
+
+    def another_writer_first(session, staging, snapshot_id, *rest):
+        staged = pinned(staging, load_table(staging).snapshot_by_id(snapshot_id))
+        session.sql(f"INSERT INTO {spark_table(d.YELLOW_TAXI_RAW)} SELECT * FROM {staged}")
+        return real_append(session, staging, snapshot_id, *rest)
+
+    taxi.append_staged_files = another_writer_first
+    try:
+        with pytest.raises(ChecksFailed) as taxi_refused:
+            _load_taxi(2011, 3)
+    finally:
+        taxi.append_staged_files = real_append
+        catalog.drop_table(iceberg_identifier(d.YELLOW_TAXI_STAGING, settings))
+        ensure_tables([d.YELLOW_TAXI_STAGING])
+
+    return first, taxi_refused.value
+
+
+def _window_loaded(site, months, rows=4_000):
+    for year, month in months:
+        from nyc_taxi.fixtures.site import add_taxi_month
+
+        add_taxi_month(site, year, month, rows=rows, seed=month)
+        _load_taxi(year, month)
+
+
+@pytest.fixture(scope="module")
+def actuals_batches(spark, site):
+    """The actuals' checks through compute_actuals: 2011-05 loaded, a forecast from mid-June (its window
+    reaches June, not loaded), and June loaded with its 10th carrying a twentieth of its trips."""
+    from nyc_taxi.core.catalog import current_snapshot_id
+    from nyc_taxi.core.quality import ChecksFailed
+    from nyc_taxi.core.tables import ensure_tables
+    from nyc_taxi.fixtures import tlc
+    from nyc_taxi.fixtures.site import taxi_path
+    from nyc_taxi.forecast import steps
+
+    ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW, d.YELLOW_RIDES_HOURLY_ACTUALS])
+    _window_loaded(site, [(2011, 5)])
+    before = current_snapshot_id(d.YELLOW_RIDES_HOURLY_ACTUALS)
+    with pytest.raises(ChecksFailed) as missing:
+        steps.compute_actuals(dt.datetime(2011, 6, 15), 28, 24)
+    unchanged = current_snapshot_id(d.YELLOW_RIDES_HOURLY_ACTUALS) == before
+
+    trips = tlc.generate_yellow_month(2011, 6, rows=4_000, seed=6)
+    pickups = trips["tpep_pickup_datetime"].to_pylist()
+    keep = [p is None or p.date() != dt.date(2011, 6, 10) or i % 20 == 0 for i, p in enumerate(pickups)]
+    tlc.write_yellow_month(trips.filter(pa.array(keep)), taxi_path(site, 2011, 6))
+    _load_taxi(2011, 6)
+    with pytest.raises(ChecksFailed) as thin:
+        steps.compute_actuals(dt.datetime(2011, 6, 20), 14, 24)
+    return missing.value, thin.value, unchanged and current_snapshot_id(d.YELLOW_RIDES_HOURLY_ACTUALS) == before
+
+
+def _training(as_of: dt.datetime, rides, days: int = 14):
+    """Training rows of two zones, ``rides(zone, hour)`` each, the ``days`` before as_of."""
+    from nyc_taxi.forecast import model as models
+    from nyc_taxi.forecast import steps
+    from nyc_taxi.lineage.write.report import DatasetUse, StepReport
+
+    start = as_of - dt.timedelta(days=days)
+    hours = [start + dt.timedelta(hours=h) for h in range(days * 24)]
+    rows = {(zone, hour): rides(zone, hour) for zone in (1, 2) for hour in hours}
+    actuals = DatasetUse(d.YELLOW_RIDES_HOURLY_ACTUALS, "41")
+    return rows, lambda kept: steps.TrainingData(
+        models.training_table(kept), report=StepReport(inputs=[actuals]), as_of=as_of, start=start
+    )
+
+
+# ---- each check fails on its counterexample ----------------------------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] == d.YELLOW_TAXI_STAGING.name], ids=lambda c: c[1])
+def test_a_taxi_month_that_violates_a_check_fails_it_and_an_error_is_refused_before_raw(taxi_batch, case):
+    results, refused, before, after = taxi_batch
+    result = results[case[1]]
+    assert result.status == ("fail" if result.severity == "error" else "warn"), result
+    if result.severity == "error":
+        assert f"{case[1]} (error)" in str(refused) and "yellow_taxi_raw was not changed" in str(refused)
+        assert after == before
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] == d.WEATHER_STAGING.name], ids=lambda c: c[1])
+def test_a_weather_month_that_violates_a_check_fails_it_and_an_error_is_refused_before_raw(weather_batch, case):
+    results, refused, before, after = weather_batch
+    result = results[case[1]]
+    assert result.status == ("fail" if result.severity == "error" else "warn"), result
+    if result.severity == "error":
+        assert f"{case[1]} (error)" in str(refused) and "weather_raw was not changed" in str(refused)
+        assert after == before
+
+
+@pytest.mark.spark
+def test_raws_own_check_fails_on_a_month_another_writer_appended_and_the_merge_says_how_to_roll_back(raw_batches):
+    first, refused = raw_batches
+    [passed] = first.outputs[0].checks
+    assert (passed.check, passed.status, passed.rows, passed.expected) == ("month_rows_as_staged", "pass", 2_000, 2_000)
+    [failed] = [r for r in refused.results if r.stops]
+    assert (failed.check, failed.rows, failed.expected) == ("month_rows_as_staged", 4_000, 2_000)
+    assert {failed.check} == _checks_of(d.YELLOW_TAXI_RAW, d.WEATHER_RAW)
+    assert "the commit stands" in str(refused) and "rollback_to_snapshot" in str(refused)
+
+
+@pytest.mark.spark
+def test_a_window_reaching_a_month_not_loaded_or_a_thin_day_is_refused_naming_the_days_and_the_month(actuals_batches):
+    missing, thin, unchanged = actuals_batches
+    failed = {r.check: r for r in missing.results if r.stops}
+    # June's days before the origin have no trip, but for the 5th: one of May's stray pickups (a month file
+    # carries a few, one 35 days on), a day far thinner than its weekday
+    assert failed["training_days_have_rides"].failing == 13, str(missing)
+    message = str(missing)
+    assert "no trips on 2011-06-01 – 2011-06-04, 2011-06-06 – 2011-06-14" in message, message
+    assert 'Load 2011-06 with the ingest_yellow_taxi_data DAG ({"month": "2011-06"})' in message, message
+    failed = {r.check: r for r in thin.results if r.stops}
+    assert set(failed) == {"day_rides_near_their_weekday"} and failed["day_rides_near_their_weekday"].failing == 1
+    assert "day=2011-06-10" in str(thin), str(thin)
+    assert unchanged
+    assert {r.check for e in (missing, thin) for r in e.results if r.stops} == _checks_of(d.YELLOW_RIDES_HOURLY_ACTUALS)
+
+
+def test_a_model_missing_hours_of_its_window_is_refused_and_an_implausible_wet_factor_warned_of():
+    from nyc_taxi.core.quality import ChecksFailed
+    from nyc_taxi.forecast import steps
+
+    as_of = dt.datetime(2024, 2, 15)
+    rows, read = _training(as_of, lambda zone, hour: 3)
+    trained = steps.train(read(rows), "seasonal_naive", "Flow/1/train/2")
+    assert {r.check: r.status for r in trained.report.outputs[0].checks} == {
+        "every_training_hour_learned": "pass",
+        "wet_factor_plausible": "pass",
+    }
+    gap = {key: n for key, n in rows.items() if not (key[0] == 2 and key[1] >= as_of - dt.timedelta(hours=4))}
+    with pytest.raises(ChecksFailed) as refused:
+        steps.train(read(gap), "seasonal_naive", "Flow/1/train/3")
+    [failed] = [r for r in refused.value.results if r.stops]
+    assert (failed.check, failed.rows, failed.expected, failed.failing) == (
+        "every_training_hour_learned",
+        2 * 14 * 24 - 4,
+        2 * 14 * 24,
+        4,
+    )
+    wet = {day: 5.0 if day.day % 3 == 0 else 0.0 for day in {h.date() for _, h in rows}}
+    rows, read = _training(as_of, lambda zone, hour: 9 if wet[hour.date()] else 3)
+    data = read(rows)
+    data.daily_prcp_mm = wet
+    [plausible] = [
+        r
+        for r in steps.train(data, "weather_adjusted", "Flow/1/train/4").report.outputs[0].checks
+        if r.check == "wet_factor_plausible"
+    ]
+    assert plausible.status == "warn" and plausible.failing == plausible.rows
+    assert {failed.check, plausible.check} == _checks_of(d.YELLOW_RIDES_FORECAST_MODEL)
+
+
+@pytest.mark.spark
+def test_a_forecast_of_zeros_is_not_written(actuals_batches, spark, settings):
+    """A forecast of zeros where the actuals hold the week before: refused, nothing committed."""
+    from nyc_taxi.core.catalog import current_snapshot_id
+    from nyc_taxi.core.quality import ChecksFailed
+    from nyc_taxi.forecast import steps
+
+    steps.compute_actuals(dt.datetime(2011, 5, 20), 14, 24)  # May's actuals: the week before the origin
+    as_of = dt.datetime(2011, 5, 20)
+    hours = [as_of + dt.timedelta(hours=h) for h in range(24)]
+    zeros = steps.Forecasts(
+        {(zone, hour): 0.0 for zone in (1, 2) for hour in hours}, "seasonal_naive", "F/1/t/2", as_of, None
+    )
+    before = current_snapshot_id(d.YELLOW_RIDES_HOURLY_FORECAST)
+    with pytest.raises(ChecksFailed) as refused:
+        steps.write_forecasts(zeros, settings)
+    [failed] = [r for r in refused.value.results if r.stops]
+    assert failed.check == "forecast_near_the_week_before" and "nothing was committed" in str(refused.value)
+    assert current_snapshot_id(d.YELLOW_RIDES_HOURLY_FORECAST) == before
+    assert {failed.check} == _checks_of(d.YELLOW_RIDES_HOURLY_FORECAST)

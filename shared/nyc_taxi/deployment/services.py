@@ -360,18 +360,49 @@ class Airflow(Service):
         return healthy(base_url(self.settings))
 
     def answers(self, program: str) -> bool:
-        """The API server: its health answer; the scheduler, DAG processor and triggerer: healthy in it
-        (a fresh heartbeat); a Celery worker: its reply to Celery's ping through the broker."""
-        part = {"airflow-scheduler": "scheduler", "airflow-dag-processor": "dag_processor"}
-        part |= {"airflow-triggerer": "triggerer"}
+        """The API server: its health answer; the scheduler, DAG processor and triggerer: a heartbeat of the
+        process running now, recent; a Celery worker: its reply to Celery's ping through the broker."""
         if program == "airflow-api-server":
             return health(base_url(self.settings)) is not None
-        if program in part:
-            return healthy(base_url(self.settings), (part[program],))
+        if program in HEARTBEATS:
+            return _beats(self.settings, program)
         return _answers(lambda: _worker_replies(self.settings, program))
 
     def address(self) -> str:
         return f"the UI on {base_url(self.settings)}; scheduler, DAG processor, triggerer, 2 Celery workers"
+
+
+# The components Airflow knows alive by their heartbeat (every 5 s), as its health answer names them
+HEARTBEATS = {
+    "airflow-scheduler": "scheduler",
+    "airflow-dag-processor": "dag_processor",
+    "airflow-triggerer": "triggerer",
+}
+HEARTBEAT_FRESH = 15  # seconds: three heartbeats missed, and a component does not answer
+
+
+def _beats(settings: Settings, program: str) -> bool:
+    """Whether the program's process running now has sent a heartbeat, recently. Airflow's own "healthy"
+    trusts the latest heartbeat for 30 s: a process killed or frozen seconds ago is healthy by it, and one
+    that has not beaten yet since supervisord ran it again is healthy by its predecessor's."""
+    import datetime as dt
+
+    import psutil
+
+    part = HEARTBEATS[program]
+    info = {p["name"]: p for p in Supervisor(settings).programs()}.get(program)
+    if not info or info["statename"] != "RUNNING":
+        return False
+    try:  # killed a moment ago, before supervisord saw it go: not running, whatever the heartbeat says
+        if psutil.Process(info["pid"]).status() == psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.NoSuchProcess:
+        return False
+    beat = ((health(base_url(settings)) or {}).get(part) or {}).get(f"latest_{part}_heartbeat")
+    if not beat:
+        return False
+    beat_at = dt.datetime.fromisoformat(beat).timestamp()
+    return beat_at > info["start"] and time.time() - beat_at < HEARTBEAT_FRESH
 
 
 def _worker_replies(settings: Settings, program: str) -> bool:

@@ -293,12 +293,21 @@ def _run_verdicts(**changed) -> dict:
         "delivered once": True,
         "nothing left": True,
         "runs failed": [],
+        "runs equal": True,
+        "runs as triggered": [],
+        "lineage as written out": True,
     }
     return {**verdicts, **changed}
 
 
 def _fault_result(**changed) -> dict:
-    return {"pids": [42], "recovered_s": 3.0, "error": "", **changed}
+    return {
+        "pids": [42],
+        "proven": "supervisord: redis pid 42 exited, terminated by SIGKILL",
+        "recovered_s": 3.0,
+        "error": "",
+        **changed,
+    }
 
 
 def test_a_fault_that_killed_nothing_is_an_error_and_fails_the_run(monkeypatch):
@@ -314,6 +323,7 @@ def test_a_fault_that_killed_nothing_is_an_error_and_fails_the_run(monkeypatch):
     assert fault.error == "RuntimeError: killed nothing: no sender found" and fault.recovered_s is None
     assert not chaos_run.passed({"runs": [{**_run_verdicts(), "faults": [_fault_result(pids=[], error="")]}]})
     assert chaos_run.passed({"runs": [{**_run_verdicts(), "faults": [_fault_result()]}]})
+    assert not chaos_run.passed({"runs": [{**_run_verdicts(), "faults": [_fault_result(proven="")]}]})
 
 
 def test_a_killed_shipper_is_back_when_a_later_shipping_reaches_the_server_and_an_unknown_kill_never_is(tmp_path):
@@ -342,6 +352,7 @@ def test_a_killed_shipper_is_back_when_a_later_shipping_reaches_the_server_and_a
 
 
 def _result(**changed):
+    from nyc_taxi.chaos import expected
     from nyc_taxi.chaos.run import Result
 
     tables = {name: {"rows": 10, "doubled": [], "by_key": {}} for name in check.TABLES}
@@ -351,12 +362,29 @@ def _result(**changed):
         "tables": tables,
         "unexpected": {},
         "unreadable": [],
-        "edges": {("Dag.task", "read", "ns/x", "1")},
+        "edges": {(job, kind, f"ns//{name}", "v1") for job, kind, name in expected.mission_edges(False)},
         "columns": set(),
         "delivery": {"once": True},
         "leftovers": [],
-        "runs": [{"dag_id": "d", "run_id": "r", "state": "success"}],
+        "runs": [
+            {
+                "dag_id": "ingest_yellow_taxi_data",
+                "run_id": "r",
+                "state": "success",
+                "type": "manual",
+                "conf": {"month": "2024-01"},
+            },
+            {
+                "dag_id": "train_forecast_model",
+                "run_id": "t",
+                "state": "success",
+                "type": "asset_triggered",
+                "conf": {},
+            },
+        ],
         "seconds": 1.0,
+        "triggered": [("ingest_yellow_taxi_data", {"month": "2024-01"})],
+        "merges": 1,
     }
     return Result(**{**fields, **changed})
 
@@ -482,3 +510,76 @@ def test_the_chaos_runs_expectations_agree_with_the_suites_own_reading_of_the_fi
     assert expected.seasonal_naive(counts, as_of) == seasonal_naive(counts, as_of, 24)
     _, adjusted = expected_weather_adjusted(counts, expected_daily_prcp(tmp_path, months), as_of, 24)
     assert expected.weather_adjusted(counts, expected.daily_rain(tmp_path, months), as_of) == adjusted
+
+
+def test_a_dag_run_twice_or_not_triggered_fails_the_run_even_with_equal_tables():
+    """A duplicate asset-triggered training writes the same rows as the clean run's one: the tables and the
+    edge sets cannot tell. The runs can: each DAG's runs (type, conf) against what the mission triggered and
+    against the clean run's."""
+    clean = _result()
+    twice = _result(runs=[*clean.runs, {**clean.runs[1], "run_id": "t2"}])
+    assert any("2 asset-triggered runs" in said for said in twice.problems())
+    assert check.runs_by_kind(clean.runs) != check.runs_by_kind(twice.runs)
+    missing = _result(runs=clean.runs[1:])
+    assert any("manual runs []" in said for said in missing.problems())
+    other = _result(
+        runs=[
+            *clean.runs,
+            {
+                "dag_id": "ingest_weather_data",
+                "run_id": "w",
+                "state": "success",
+                "type": "manual",
+                "conf": {"month": "2024-01"},
+            },
+        ]
+    )
+    assert any("the mission triggered" in said for said in other.problems())
+    assert check.runs_by_kind(clean.runs) == check.runs_by_kind(_result().runs)
+
+
+def test_lineage_is_compared_with_the_edges_written_out_by_hand():
+    from nyc_taxi.chaos import expected
+
+    assert _result().problems() == []
+    edges = _result().edges
+    dropped = {e for e in edges if not (e[0].endswith(".compute_actuals") and e[1] == "write")}
+    assert any("lineage: missing" in said for said in _result(edges=dropped).problems())
+    weather = edges | {(job, kind, f"ns//{name}", "v") for job, kind, name in expected.WEATHER_ADJUSTED_EDGES}
+    assert any("not written out" in said for said in _result(edges=weather).problems())
+    assert _result(edges=weather, weather_adjusted=True).problems() == []
+
+
+def test_a_kill_is_proven_by_supervisords_logs_of_that_pid_and_a_victim_already_gone_is_not(tmp_path, monkeypatch):
+    """A program's kill counts when supervisord's process-states log saw that very pid exit and its own log
+    says SIGKILL ended it, both after the kill; an exit of another pid, or a program that died of something
+    else (exit status 1), does not. A task's process that had exited before the kill was not killed."""
+    import datetime as dt
+    import signal
+    import subprocess
+
+    from nyc_taxi.chaos import components
+    from nyc_taxi.core.settings import Settings
+    from nyc_taxi.deployment.supervisor import logs_dir
+
+    settings = Settings(_env_file=None, profile="team", state_dir=tmp_path)
+    logs = logs_dir(settings)
+    logs.mkdir(parents=True)
+    now = time.time()
+    stamp = dt.datetime.fromtimestamp(now + 1).strftime("%Y-%m-%d %H:%M:%S,%f")[:23]
+    (logs / "process-states.jsonl").write_text(
+        json.dumps({"time": now + 1, "process": "redis", "to": "EXITED", "pid": 42, "expected": 0}) + "\n"
+    )
+    (logs / "supervisord.log").write_text(f"{stamp} WARN exited: redis (terminated by SIGKILL; not expected)\n")
+    assert "pid 42 exited, terminated by SIGKILL" in components.exited_by_sigkill(settings, "redis", 42, now)
+    assert components.exited_by_sigkill(settings, "redis", 43, now) is None  # another pid
+    assert components.exited_by_sigkill(settings, "redis", 42, now + 60) is None  # before the kill
+    (logs / "supervisord.log").write_text(f"{stamp} WARN exited: redis (exit status 1; not expected)\n")
+    assert components.exited_by_sigkill(settings, "redis", 42, now) is None  # died of something else
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert components.kill(components.COMPONENTS["spark-driver"], gone.pid) is False
+    alive = subprocess.Popen(["sleep", "30"])
+    assert components.kill(components.COMPONENTS["spark-driver"], alive.pid) is True
+    assert alive.wait(timeout=10) == -signal.SIGKILL

@@ -140,6 +140,21 @@ def unexpected(state_dir: Path, expected, namespace: str = "nyc_taxi", only: boo
             held[key][column] != value for key in keys for column, value in expected.weather[key].items()
         ):
             said[name] = f"{len(held)} county-days, {len(keys)} published: not NOAA's values"
+    held = {
+        (r["pickup_location_id"], r["pickup_hour"]): r["ride_count"] for r in rows(d.YELLOW_RIDES_HOURLY_ACTUALS.name)
+    }
+    if not only:
+        held = {key: n for key, n in held.items() if (key[1].year, key[1].month) in months}
+    want = (
+        expected.actuals if only else {k: n for k, n in expected.actuals.items() if (k[1].year, k[1].month) in months}
+    )
+    if held != want:
+        missing, extra = want.keys() - held.keys(), held.keys() - want.keys()
+        changed = [k for k in want.keys() & held.keys() if want[k] != held[k]]
+        said[d.YELLOW_RIDES_HOURLY_ACTUALS.name] = (
+            f"{len(missing)} zone-hours missing, {len(extra)} extra, {len(changed)} counted otherwise than the "
+            "published trips"
+        )
     forecasts: dict = {}
     for row in rows(d.YELLOW_RIDES_HOURLY_FORECAST.name):
         forecasts.setdefault(row["as_of_datetime"], {})[(row["pickup_location_id"], row["forecast_hour"])] = row[
@@ -281,3 +296,39 @@ def delivery(events: list[dict], stored: list[dict]) -> dict:
         "missing": sorted(wanted - counted.keys()),
         "twice": sorted(k for k, n in counted.items() if n > 1 and k in wanted),
     }
+
+
+def edge_names(edges: set) -> set[tuple[str, str, str]]:
+    """The dataset edges without their versions, each dataset by the last part of its name (what
+    ``expected.mission_edges`` writes out)."""
+    return {(job, kind, dataset.rsplit("/", 1)[-1]) for job, kind, dataset, _ in edges}
+
+
+def runs_as_triggered(runs: list[dict], triggered: list[tuple[str, dict]], merges: int, training: str) -> list[str]:
+    """What is wrong with a mission's DAG runs: a run it triggered missing or run twice, a run it did not
+    trigger, and not exactly one asset-triggered training per taxi merge (``merges``). Tables that equal the
+    clean run's do not tell: a training run twice writes the same rows."""
+    said = []
+    manual = sorted((r["dag_id"], json.dumps(r["conf"] or {}, sort_keys=True)) for r in runs if r["type"] == "manual")
+    wanted = sorted((dag, json.dumps(conf, sort_keys=True)) for dag, conf in triggered)
+    if manual != wanted:
+        said.append(f"manual runs {manual}, the mission triggered {wanted}")
+    trainings = [r for r in runs if r["type"] == "asset_triggered"]
+    if len(trainings) != merges or any(r["dag_id"] != training for r in trainings):
+        said.append(
+            f"{len(trainings)} asset-triggered runs ({', '.join(r['dag_id'] for r in trainings)}), {merges} merges"
+        )
+    said += [
+        f"a run of type {r['type']}: {r['dag_id']} {r['run_id']}"
+        for r in runs
+        if r["type"] not in ("manual", "asset_triggered")
+    ]
+    return said
+
+
+def runs_by_kind(runs: list[dict]) -> dict[str, list[str]]:
+    """Each DAG's runs as (type, conf), sorted: what two runs of the mission compare."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for run in runs:
+        found[run["dag_id"]].append(f"{run['type']} {json.dumps(run['conf'] or {}, sort_keys=True)}")
+    return {dag: sorted(kinds) for dag, kinds in sorted(found.items())}

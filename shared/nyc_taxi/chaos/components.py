@@ -94,15 +94,16 @@ def pids_of(component: Component, supervisor: Supervisor, deployment: str) -> li
     return []
 
 
-def kill(component: Component, pid: int) -> None:
-    """SIGKILL: to the process, or to its process group."""
+def kill(component: Component, pid: int) -> bool:
+    """SIGKILL: to the process, or to its process group. False: it had exited already (nothing was killed)."""
     try:
         if component.scope == "group":
             os.killpg(os.getpgid(pid), signal.SIGKILL)
         else:
             os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
-        pass
+        return False
+    return True
 
 
 def freeze(pid: int) -> None:
@@ -126,4 +127,33 @@ def wait_for(ready, seconds: float, step: float = 0.5):
         if answer:
             return answer
         time.sleep(step)
+    return None
+
+
+def exited_by_sigkill(settings, program: str, pid: int, after: float) -> str | None:
+    """supervisord's account of a kill: its process-states log saw ``pid`` of ``program`` exit, and its own
+    log says the program was terminated by SIGKILL, both since ``after`` (a few seconds' slack for clocks
+    read apart). None while it has not."""
+    import datetime as dt
+
+    from nyc_taxi.deployment import process_states
+    from nyc_taxi.deployment.supervisor import logs_dir
+
+    exits = [
+        change
+        for change in process_states.read(logs_dir(settings) / "process-states.jsonl")
+        if change["process"] == program
+        and change["to"] == "EXITED"
+        and change.get("pid") == pid
+        and change["time"] >= after - 5
+    ]
+    log = logs_dir(settings) / "supervisord.log"
+    killed = []
+    for line in log.read_text(errors="replace").splitlines() if log.is_file() else []:
+        if f"exited: {program} (terminated by SIGKILL" in line:
+            at = dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if at >= after - 5:
+                killed.append(line[:23])
+    if exits and killed:
+        return f"supervisord: {program} pid {pid} exited, terminated by SIGKILL ({killed[0]})"
     return None

@@ -219,7 +219,8 @@ def during(ctx: Context, component: Component, dag: str, task: str, delay: float
         running, processes = ctx.wait(found, 1800)
         victim = processes[0]
         what = f"flow step {_step_name(victim)}" if component.name == "metaflow-step" else "a Spark driver"
-        components.kill(component, victim.pid)
+        if not components.kill(component, victim.pid):
+            raise RuntimeError(f"{what} {victim.pid} had exited before the kill: nothing was killed")
         at = time.time()
         moment = f"during {dag}.{task} try {running['try_number']}, {delay:.0f} s in"
         return Kill(component.name, [victim.pid], f"{moment}; {what} [{ctx.now()}]", at, running)
@@ -454,10 +455,12 @@ def shipper_after_accept(ctx: Context) -> Kill:
     Path(f"{log}.hold").touch()
     ctx.wait(lambda: Path(f"{log}.held").exists(), 3600, 0.1)
     senders = [p for p in psutil.process_iter() if _connected_to(p, ctx.server.port)]
-    pids, names, running = [p.pid for p in senders], [_name(p) for p in senders], ctx.now()
+    names, running = [_name(p) for p in senders], ctx.now()
+    pids = []
     for p in senders:
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error):  # one that exited meanwhile was not killed
             p.kill()
+            pids.append(p.pid)
     at = time.time()
     said = f"lineage shipper after the server stored a record: {', '.join(names) or 'no sender found'} [{running}]"
     for name in ("hold", "held"):

@@ -76,10 +76,11 @@ class Fault:
     step: str
     component: str
     moment: str  # a named moment, or "during"
-    target: str = ""  # <dag>.<task> for a generic moment
+    target: str = ""  # <dag>.<task> for a generic moment; the table whose commit PostgreSQL dies in (raw's)
     delay: float = 0.0
     # what happened
     killed: str = ""  # the component it killed (which Celery worker, for a worker)
+    proven: str = ""  # how the kill is known to have happened (supervisord saw that pid exit by SIGKILL, …)
     at: str = ""
     pids: list[int] = field(default_factory=list)
     recovered_s: float | None = None  # the component back: running and answering
@@ -163,6 +164,9 @@ class Result:
     leftovers: list[str]
     runs: list[dict]
     seconds: float
+    triggered: list[tuple[str, dict]] = field(default_factory=list)  # the DAG runs the mission triggered
+    merges: int = 0  # its taxi merges: one training each
+    weather_adjusted: bool = False  # whether it ran the weather-adjusted model (what its lineage reads)
 
     def problems(self) -> list[str]:
         """What is wrong with this run on its own, whatever another run did."""
@@ -176,6 +180,10 @@ class Result:
             said.append(f"lineage not delivered once: {self.delivery}")
         said += [f"left: {what}" for what in self.leftovers[:5]]
         said += [f"{r['dag_id']} {r['run_id']} {r['state']}" for r in self.runs if r["state"] != "success"]
+        said += check.runs_as_triggered(self.runs, self.triggered, self.merges, TRAINING.name)
+        if self.edges and check.edge_names(self.edges) != expected.mission_edges(self.weather_adjusted):
+            wanted, got = expected.mission_edges(self.weather_adjusted), check.edge_names(self.edges)
+            said.append(f"lineage: missing {sorted(wanted - got)[:5]}, not written out {sorted(got - wanted)[:5]}")
         return said
 
 
@@ -209,6 +217,9 @@ def mission_run(
             _leftovers(settings, env),
             runs,
             time.monotonic() - started,
+            triggered=[(dag, conf) for step in mission.STEPS for dag, conf in step.runs],
+            merges=len(mission.MONTHS),
+            weather_adjusted=True,
         )
     finally:
         if os.environ.get("CHAOS_KEEP") != "1":
@@ -251,6 +262,8 @@ def _inject(ctx: moments.Context, fault: Fault, progress: mission.Progress, say)
         if not killed.pids:  # a moment met with nothing to kill proves nothing survived
             raise RuntimeError(f"killed nothing: {killed.moment}")
         say(f"  fault {fault.number}: killed {killed.component} {killed.pids} — {killed.moment}")
+        fault.proven = _proven(ctx, killed)
+        say(f"  fault {fault.number}: {fault.proven}")
         fault.recovered_s = _recovered(ctx, fault, killed)
         say(f"  fault {fault.number}: {killed.component} back after {fault.recovered_s:.1f} s")
         if killed.task is not None:
@@ -280,7 +293,7 @@ def _kill(ctx: moments.Context, fault: Fault) -> moments.Kill:
     if name == "staging load after writing":
         return moments.after_commit(ctx, TAXI.name, TAXI.stage_landed_files.name, d.YELLOW_TAXI_STAGING.name, name)
     if name == "PostgreSQL mid-commit":
-        return moments.postgres_mid_commit(ctx)
+        return moments.postgres_mid_commit(ctx, fault.target or d.YELLOW_TAXI_RAW.name)
     if name == "scheduler between queueing and recording":
         return moments.scheduler_between_queueing_and_recording(ctx)
     if name == "API server while a task reports success":
@@ -292,6 +305,40 @@ def _kill(ctx: moments.Context, fault: Fault) -> moments.Kill:
     if name == "lineage server down beyond every retry budget":
         return moments.server_down(ctx)
     raise ValueError(name)
+
+
+def _proven(ctx: moments.Context, killed: moments.Kill, seconds: float = 15) -> str:
+    """How the kill is known to have landed on a running process: a program's pid seen exiting by supervisord
+    (its process-states log) and terminated by SIGKILL (its own log); the lineage server's process, our
+    child, exited by SIGKILL; a task's process, found running just before the kill, gone right after. A
+    victim that had already exited proves nothing: RuntimeError."""
+    import psutil
+
+    component = COMPONENTS.get(killed.component)
+    if component is not None and component.kind == "program":
+        seen = components.wait_for(
+            lambda: components.exited_by_sigkill(ctx.settings, killed.component, killed.pids[0], killed.at),
+            seconds,
+            0.5,
+        )
+        if not seen:
+            raise RuntimeError(f"supervisord did not see {killed.component} pid {killed.pids[0]} exit by SIGKILL")
+        return seen
+    if killed.component == "lineage-server":
+        code = ctx.server.process.returncode if ctx.server.process is not None else None
+        if code != -9:
+            raise RuntimeError(f"the lineage server's process exited with {code}, not by SIGKILL")
+        return f"the lineage server's process {killed.pids[0]} exited by SIGKILL"
+
+    def gone(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    if not components.wait_for(lambda: all(gone(pid) for pid in killed.pids), seconds, 0.2):
+        raise RuntimeError(f"{killed.component} {killed.pids} still running after the kill")
+    return f"{killed.component} {', '.join(map(str, killed.pids))}: running when killed, gone after"
 
 
 def _recovered(ctx: moments.Context, fault: Fault, killed: moments.Kill) -> float:
@@ -464,6 +511,9 @@ def compare(clean: Result, faulty: Result) -> dict:
         "nothing left": not faulty.leftovers,
         "leftovers": faulty.leftovers,
         "runs failed": [r for r in faulty.runs if r["state"] != "success"],
+        "runs equal": check.runs_by_kind(clean.runs) == check.runs_by_kind(faulty.runs),
+        "runs as triggered": check.runs_as_triggered(faulty.runs, faulty.triggered, faulty.merges, TRAINING.name),
+        "lineage as written out": check.edge_names(faulty.edges) == expected.mission_edges(faulty.weather_adjusted),
     }
 
 
@@ -482,10 +532,17 @@ def passed(report: dict) -> bool:
             and r["delivered once"]
             and r["nothing left"]
             and not r["runs failed"]
+            and r["runs equal"]
+            and not r["runs as triggered"]
+            and r["lineage as written out"]
             for r in report["runs"]
         )
         and all(
-            f["pids"] and f["recovered_s"] is not None and f["recovered_s"] <= RECOVERY_BOUND and not f["error"]
+            f["pids"]
+            and f["proven"]
+            and f["recovered_s"] is not None
+            and f["recovered_s"] <= RECOVERY_BOUND
+            and not f["error"]
             for f in faults
         )
     )

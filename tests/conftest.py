@@ -59,6 +59,7 @@ def pytest_addoption(parser):
 LONGEST_FIRST = (
     "tests/test_team_profile.py",
     "tests/test_team_system.py",
+    "tests/test_team_demo.py",
     "tests/test_lineage.py",
     "tests/test_site.py",
     "tests/test_readme_path.py",

@@ -22,7 +22,8 @@ from nyc_taxi.core.upserts import RowChanges
 from nyc_taxi.fixtures import tlc
 from nyc_taxi.fixtures.site import add_taxi_month
 
-pytestmark = pytest.mark.spark
+# the system lane's: the suite's flows count their windows this way (test_training_flow.py's re-run commits nothing)
+pytestmark = [pytest.mark.spark, pytest.mark.system]
 YEAR, MONTH, ROWS = 2022, 3, 20_000
 AS_OF, LOOKBACK, HORIZON = dt.datetime(2022, 3, 20), 14, 24
 WINDOW = (AS_OF - dt.timedelta(days=LOOKBACK), AS_OF + dt.timedelta(hours=HORIZON))

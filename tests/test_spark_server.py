@@ -18,7 +18,8 @@ from nyc_taxi.core import spark_server
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.settings import Settings
 
-pytestmark = [pytest.mark.spark, pytest.mark.guards]
+# the system lane's: the suite's demo runs its tasks and steps on a warm Spark server
+pytestmark = [pytest.mark.spark, pytest.mark.guards, pytest.mark.system]
 
 # A task's view of Spark, in a fresh process: which application answers, whether a JVM is its own child.
 PROBE = """

@@ -3,15 +3,16 @@ PostgreSQL (Airflow's metadata database and the Iceberg JDBC catalog), Redis, Se
 server, filer, S3 gateway: the lake and Metaflow's datastore), a Spark standalone cluster and Airflow on
 the CeleryExecutor with two workers, each a process of its own.
 
-The deployment's work is the chaos run's mission, shortened (the whole mission under every named moment,
-with a backtest beside the second month's loads, is the system lane's: tests/test_team_system.py): two
-months, each month's two ingestion DAG runs triggered through the REST API as the UI's Trigger button
-does, and the training the scheduler starts from each taxi merge's asset event. Four faults hit it, each
-at its moment: a Celery worker killed after its task's commit, the scheduler killed during a task,
-PostgreSQL killed in the middle of a commit, the lineage server down beyond every retry budget. Every
-table then equals an independent computation from the fixture files, the lineage reached the server
-once, nothing is left running; nothing listens beyond 127.0.0.1; the generated passwords and keys are in
-no log; `team down` leaves no process of the deployment running."""
+The deployment's work is the chaos run's mission, shortened to one month (the whole mission under every
+named moment, with a backtest beside the second month's loads, is the system lane's:
+tests/test_team_system.py): the month's two ingestion DAG runs triggered together through the REST API
+as the UI's Trigger button does, and the training the scheduler starts from the taxi merge's asset event.
+Four faults hit it, each at its moment: the Celery worker running the taxi merge killed after its commit,
+the scheduler killed during the weather stage, PostgreSQL killed in the middle of the weather merge's
+commit, the lineage server down beyond every retry budget. Every table then equals an independent
+computation from the fixture files, the lineage reached the server once, nothing is left running;
+nothing listens beyond 127.0.0.1; the generated passwords and keys are in no log; `team down` leaves no
+process of the deployment running."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -42,6 +44,7 @@ from team_deployment import (
     component_pids,
     finished,
     forecasts_of,
+    programs,
     raw_holds_exactly,
     status,
     task,
@@ -57,9 +60,9 @@ from nyc_taxi.fixtures.site import taxi_path
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team]
 
-MONTHS = ((2024, 7), (2024, 8))
+MONTHS = ((2024, 7),)
 ROWS = 20_000
-FIRST, SECOND = "month 2024-07", "month 2024-08"
+MONTH = "month 2024-07"
 
 
 @pytest.fixture(scope="module")
@@ -71,20 +74,20 @@ def mission(team, lineage_server, site):
 
     settings, env = team
     files = chaos_mission.publish(site, ROWS, MONTHS)
-    steps = tuple(s for s in chaos_mission.steps(MONTHS) if s.name in (FIRST, SECOND))  # no backtest step
+    steps = tuple(s for s in chaos_mission.steps(MONTHS) if s.name == MONTH)  # no backtest step
     faults = [
-        Fault(1, 1, FIRST, "lineage-server", "lineage server down beyond every retry budget"),
-        Fault(2, 1, FIRST, "airflow-worker", "worker after commit"),
+        Fault(1, 1, MONTH, "lineage-server", "lineage server down beyond every retry budget"),
+        Fault(2, 1, MONTH, "airflow-worker", "worker after commit"),
         Fault(
             3,
             1,
-            FIRST,
+            MONTH,
             "airflow-scheduler",
             "during",
             f"{WEATHER}.{jobs.INGEST_WEATHER_DATA.stage_landed_files.name}",
             2.0,
         ),
-        Fault(4, 1, SECOND, "postgres", "PostgreSQL mid-commit"),
+        Fault(4, 1, MONTH, "postgres", "PostgreSQL mid-commit", "weather_raw"),
     ]
     started = dt.datetime.now(dt.UTC)
     runs = with_faults(settings, env, lineage_server, faults, print, months=MONTHS, steps=steps)
@@ -101,11 +104,11 @@ def test_every_fault_met_its_moment_and_what_it_killed_came_back_within_its_boun
     from nyc_taxi.chaos.run import RECOVERY_BOUND, TASK_BOUND
 
     for fault in mission.all:
-        assert not fault.error and fault.at and fault.pids, vars(fault)
+        assert not fault.error and fault.at and fault.pids and fault.proven, vars(fault)
         assert fault.recovered_s is not None and fault.recovered_s <= RECOVERY_BOUND, vars(fault)
         assert fault.task_done_s is None or fault.task_done_s <= TASK_BOUND, vars(fault)
     assert "committed yellow_taxi_raw" in mission.faults["worker after commit"].at
-    assert "UPDATE of yellow_taxi_raw in flight" in mission.faults["PostgreSQL mid-commit"].at
+    assert "UPDATE of weather_raw in flight" in mission.faults["PostgreSQL mid-commit"].at
     assert "down for 90 s" in mission.faults["lineage server down beyond every retry budget"].at
 
 
@@ -154,7 +157,7 @@ def test_the_tables_equal_an_independent_reading_of_the_files_and_every_file_and
 def test_both_workers_ran_tasks_no_writer_lost_a_race_every_spark_session_ran_on_the_cluster_and_the_lake_is_a_bucket(
     mission,
 ):
-    """Each month's two ingestion DAGs ran at once on the two Celery workers, no catalog commit had to wait
+    """The month's two ingestion DAGs ran at once on the two Celery workers, no catalog commit had to wait
     for another writer (PostgreSQL's transactions, not SQLite's file lock), every Spark session ran on the
     cluster, and the lake is in SeaweedFS's bucket."""
     from nyc_taxi.core import team as services
@@ -166,11 +169,11 @@ def test_both_workers_ran_tasks_no_writer_lost_a_race_every_spark_session_ran_on
     for worker in ("airflow-worker-1", "airflow-worker-2"):
         assert "succeeded" in (logs_dir(settings) / f"{worker}.log").read_text(), worker
     logs = task_logs(settings)
-    assert len(logs) >= 12 and not [text for text in logs if "lost a race with another writer" in text]
+    assert len(logs) >= 8 and not [text for text in logs if "lost a race with another writer" in text]
 
     # every Spark session ran on the cluster: one application per Spark task and step, all finished
     applications = services.SparkCluster(settings).applications()
-    assert len(applications) >= 8 and all(a["state"] == "FINISHED" for a in applications), applications
+    assert len(applications) >= 5 and all(a["state"] == "FINISHED" for a in applications), applications
     # the landed files, raw's data files and the flow's artifacts are objects of the bucket; the bytes under
     # SeaweedFS's own directory, none in a lake directory
     objects = services.ObjectStore(settings)
@@ -206,12 +209,12 @@ def test_a_merge_lost_after_its_commit_is_committed_once_and_its_training_still_
 
 
 def test_postgres_killed_mid_commit_deleted_no_file_a_table_may_reference(mission):
-    """PostgreSQL killed while the catalog's UPDATE of raw's commit was in flight: the commit did not
+    """PostgreSQL killed while the catalog's UPDATE of weather_raw's commit was in flight: the commit did not
     happen, the writer retried, and every table's current metadata, manifests and data files read."""
     from nyc_taxi.chaos import check
 
     fault = mission.faults["PostgreSQL mid-commit"]
-    assert "in flight" in fault.at and TAXI_MERGE in fault.at, fault.at
+    assert "in flight" in fault.at and "merge_upsert_staging_into_raw_weather" in fault.at, fault.at
     assert check.unreadable_files(mission.settings.state_dir) == []
 
 
@@ -340,7 +343,8 @@ def test_up_again_changes_nothing_and_status_says_which_program_answers(team):
     """`up` again starts nothing; `status` names all fourteen programs, and "answers" is asked of each
     program, not read from its state: a process frozen with SIGSTOP is still RUNNING to supervisord, and
     status says it does not answer (the volume server's HTTP port, the Spark master's cluster state, a
-    Celery worker's ping through the broker), until it runs on."""
+    Celery worker's ping through the broker; the scheduler, DAG processor and triggerer once their last
+    heartbeat is older than three beats, though Airflow calls them healthy for 30 s), until it runs on."""
     from nyc_taxi.deployment.supervisor import program_names
 
     settings, env = team
@@ -354,10 +358,14 @@ def test_up_again_changes_nothing_and_status_says_which_program_answers(team):
     assert {name: (now[name]["state"], now[name]["answers"], now[name]["pid"]) for name in names} == {
         name: ("RUNNING", "yes", before[name]) for name in names
     }
+    from nyc_taxi.deployment.services import HEARTBEAT_FRESH
+
     frozen = ("seaweedfs-volume", "spark-master", "airflow-worker-1")
+    frozen += ("airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
     for name in frozen:
         os.kill(before[name], signal.SIGSTOP)
     try:
+        time.sleep(HEARTBEAT_FRESH + 1)  # the last heartbeat before the freeze, stale
         now = status(env)
     finally:
         for name in frozen:
@@ -366,6 +374,26 @@ def test_up_again_changes_nothing_and_status_says_which_program_answers(team):
     assert all(now[name]["state"] == "RUNNING" for name in names), now
     after = wait_for(lambda: status(env), lambda s: all(p["answers"] == "yes" for p in s.values()), 120)
     assert all(p["answers"] == "yes" for p in after.values()), after
+
+
+def test_a_killed_scheduler_answers_again_only_once_its_new_process_has_sent_a_heartbeat(team):
+    """SIGKILL to the scheduler: its last heartbeat is seconds old, and Airflow's health calls it healthy for
+    30 s more. It answers again only once supervisord has run it again and the new process has beaten."""
+    import datetime as dt_
+
+    from nyc_taxi.airflow_adapter.rest_api import base_url, health
+    from nyc_taxi.deployment.services import answering
+
+    settings, _ = team
+    old = programs(settings)["airflow-scheduler"]["pid"]
+    os.kill(old, signal.SIGKILL)
+    assert answering(settings, "airflow-scheduler") is False
+    assert (health(base_url(settings)) or {}).get("scheduler", {}).get("status") == "healthy"  # Airflow: still
+    back = wait_for(lambda: answering(settings, "airflow-scheduler"), bool, 120)
+    assert back, "the scheduler did not answer again"
+    info = programs(settings)["airflow-scheduler"]
+    beat = health(base_url(settings))["scheduler"]["latest_scheduler_heartbeat"]
+    assert info["pid"] != old and dt_.datetime.fromisoformat(beat).timestamp() > info["start"]
 
 
 def test_postgres_data_left_by_a_removed_state_directory_is_named_with_its_remedy(tmp_path):
@@ -437,7 +465,7 @@ def test_down_in_the_middle_of_a_training_run_leaves_no_process_and_up_finds_eve
 
     settings, env = mission.settings, mission.env
     rest = api(settings)
-    run_id = rest.trigger(TRAINING, {"as_of_datetime": "2024-08-20T00:00"})
+    run_id = rest.trigger(TRAINING, {"as_of_datetime": "2024-07-29T00:00"})  # July: loaded
 
     def flow_running():
         return [

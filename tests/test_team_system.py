@@ -146,10 +146,19 @@ def test_chaos_every_fault_met_its_moment_and_what_it_killed_came_back_within_it
     from nyc_taxi.chaos.run import RECOVERY_BOUND, TASK_BOUND
 
     for fault in chaos.all:
-        assert not fault.error and fault.at and fault.pids, vars(fault)
+        assert not fault.error and fault.at and fault.pids and fault.proven, vars(fault)
         assert fault.recovered_s is not None and fault.recovered_s <= RECOVERY_BOUND, vars(fault)
         assert fault.task_done_s is None or fault.task_done_s <= TASK_BOUND, vars(fault)
     assert all(r["state"] == "success" for r in chaos.runs) and len(chaos.runs) >= 5, chaos.runs
+
+
+def test_chaos_the_dag_runs_are_those_the_mission_triggered_and_one_training_per_merge(chaos):
+    """A run triggered twice, or a training started twice by one merge's event, writes the rows a clean run
+    writes: the tables cannot tell, the runs can."""
+    from nyc_taxi.chaos import check, mission
+
+    triggered = [(dag, conf) for step in mission.steps(CHAOS_MONTHS) for dag, conf in step.runs]
+    assert check.runs_as_triggered(chaos.runs, triggered, len(CHAOS_MONTHS), TRAINING) == []
 
 
 def test_chaos_every_program_killed_was_restarted_by_supervisord_and_team_status_counts_it(chaos):

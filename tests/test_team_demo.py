@@ -1,0 +1,43 @@
+"""`PROFILE=team bash run demo`, as the README shows it (the system lane: a deployment and the whole demo
+through its scheduler): it brings the team deployment up, triggers every DAG run through the REST API,
+lets the scheduler start the trainings from the merges' asset events, acts on January's republication and
+refuses the broken month, as the local demo does (tests/test_lineage.py reads that one)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from nyc_taxi.core.processes import free_port
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team, pytest.mark.system]
+
+
+def test_the_team_demo_runs_through_the_scheduler_and_ends_as_the_local_one(tmp_path):
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TLC_", "NOAA_"))}
+    env |= {"PROFILE": "team", "STATE_DIR": str(state), "AIRFLOW_PORT": str(free_port())}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "nyc_taxi.cli.demo"], env=env, capture_output=True, text=True, timeout=3600
+        )
+        assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+        said = done.stdout
+        started = re.findall(r"train_forecast_model started by the scheduler from an asset event: (\w+)", said)
+        assert len(started) >= 2 and set(started) == {"success"}, said[-4000:]
+        assert "nothing is stale: every output was computed from what its inputs hold now" in said
+        assert re.search(r"yellow_rides_hourly_forecast @ \d+: reproduced: \d+ rows equal", said), said[-4000:]
+        assert re.search(r"yellow_taxi_raw is unchanged: snapshot \d+", said), said[-4000:]
+    finally:
+        down = subprocess.run(
+            [sys.executable, "-m", "nyc_taxi.cli.team", "down", "--delete-data"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        print(down.stdout, down.stderr)

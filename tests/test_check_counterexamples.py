@@ -18,32 +18,48 @@ import pytest
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.datasets import DATASETS
 
-# (dataset, check) -> the input that makes it fail
+# (dataset, check) -> the input that makes it fail, and what the check then says (written here, not read from
+# the declaration: an error check turned into a warning fails this)
 COUNTEREXAMPLES = {
-    (d.YELLOW_TAXI_STAGING.name, "rows_as_landed"): "the landed file has five trips more than its download counted",
-    (d.YELLOW_TAXI_STAGING.name, "pickup_present"): "2 % of the trips without a pickup time",
-    (d.YELLOW_TAXI_STAGING.name, "dropoff_present"): "2 % without a drop-off time",
-    (d.YELLOW_TAXI_STAGING.name, "pickup_zone_present"): "2 % without a pickup zone",
-    (d.YELLOW_TAXI_STAGING.name, "pickup_in_month"): "2 % more picked up a year before the month",
-    (d.YELLOW_TAXI_STAGING.name, "trip_not_repeated"): "2 % of the rows exact copies of others",
-    (d.YELLOW_TAXI_STAGING.name, "dropoff_after_pickup"): "five trips dropped off before they were picked up",
-    (d.YELLOW_TAXI_STAGING.name, "trip_within_3_hours"): "five trips of four hours",
-    (d.YELLOW_TAXI_STAGING.name, "total_positive"): "five negative totals",
-    (d.YELLOW_TAXI_STAGING.name, "fare_and_distance_plausible"): "a fare of 50,000",
-    (d.YELLOW_TAXI_STAGING.name, "not_flex_fare"): "five flex fares",
-    (d.YELLOW_TAXI_STAGING.name, "pickup_zone_known"): "five pickups in zone 300",
-    (d.YELLOW_TAXI_STAGING.name, "vendor_known"): "five trips of vendor 9",
-    (d.YELLOW_TAXI_RAW.name, "month_rows_as_staged"): "another writer appended the month again, then it is republished",
-    (d.WEATHER_STAGING.name, "every_county_day"): "Queens without day 5",
-    (d.WEATHER_STAGING.name, "date_in_month"): "the Bronx's rows dated a year earlier",
-    (d.WEATHER_STAGING.name, "values_present"): "Kings without its maximum temperature on three days",
-    (d.WEATHER_STAGING.name, "prcp_not_negative"): "Manhattan's rain negative on day 7",
-    (d.WEATHER_STAGING.name, "tavg_between_tmin_and_tmax"): "Richmond's average above its maximum on day 9",
-    (d.YELLOW_RIDES_HOURLY_ACTUALS.name, "training_days_have_rides"): "a window reaching a month not loaded",
-    (d.YELLOW_RIDES_HOURLY_ACTUALS.name, "day_rides_near_their_weekday"): "a day with a twentieth of its trips",
-    (d.YELLOW_RIDES_FORECAST_MODEL.name, "every_training_hour_learned"): "actuals without a zone's last four hours",
-    (d.YELLOW_RIDES_FORECAST_MODEL.name, "wet_factor_plausible"): "three times the rides on wet days",
-    (d.YELLOW_RIDES_HOURLY_FORECAST.name, "forecast_near_the_week_before"): "a forecast of zeros",
+    (d.YELLOW_TAXI_STAGING.name, "rows_as_landed"): (
+        "the landed file has five trips more than its download counted",
+        "fail",
+    ),
+    (d.YELLOW_TAXI_STAGING.name, "pickup_present"): ("2 % of the trips without a pickup time", "fail"),
+    (d.YELLOW_TAXI_STAGING.name, "dropoff_present"): ("2 % without a drop-off time", "fail"),
+    (d.YELLOW_TAXI_STAGING.name, "pickup_zone_present"): ("2 % without a pickup zone", "fail"),
+    (d.YELLOW_TAXI_STAGING.name, "pickup_in_month"): ("2 % more picked up a year before the month", "fail"),
+    (d.YELLOW_TAXI_STAGING.name, "trip_not_repeated"): ("2 % of the rows exact copies of others", "fail"),
+    (d.YELLOW_TAXI_STAGING.name, "dropoff_after_pickup"): ("five trips dropped off before they were picked up", "warn"),
+    (d.YELLOW_TAXI_STAGING.name, "trip_within_3_hours"): ("five trips of four hours", "warn"),
+    (d.YELLOW_TAXI_STAGING.name, "total_positive"): ("five negative totals", "warn"),
+    (d.YELLOW_TAXI_STAGING.name, "fare_and_distance_plausible"): ("a fare of 50,000", "warn"),
+    (d.YELLOW_TAXI_STAGING.name, "not_flex_fare"): ("five flex fares", "warn"),
+    (d.YELLOW_TAXI_STAGING.name, "pickup_zone_known"): ("five pickups in zone 300", "warn"),
+    (d.YELLOW_TAXI_STAGING.name, "vendor_known"): ("five trips of vendor 9", "warn"),
+    (d.YELLOW_TAXI_RAW.name, "month_rows_as_staged"): (
+        "another writer appended the month again, then it is republished",
+        "fail",
+    ),
+    (d.WEATHER_STAGING.name, "every_county_day"): ("Queens without day 5", "fail"),
+    (d.WEATHER_STAGING.name, "date_in_month"): ("the Bronx's rows dated a year earlier", "fail"),
+    (d.WEATHER_STAGING.name, "values_present"): ("Kings without its maximum temperature on three days", "fail"),
+    (d.WEATHER_STAGING.name, "prcp_not_negative"): ("Manhattan's rain negative on day 7", "fail"),
+    (d.WEATHER_STAGING.name, "tavg_between_tmin_and_tmax"): ("Richmond's average above its maximum on day 9", "warn"),
+    (d.YELLOW_RIDES_HOURLY_ACTUALS.name, "training_days_have_rides"): ("a window reaching a month not loaded", "fail"),
+    (d.YELLOW_RIDES_HOURLY_ACTUALS.name, "day_rides_near_their_weekday"): (
+        "a day with a twentieth of its trips",
+        "fail",
+    ),
+    (d.YELLOW_RIDES_FORECAST_MODEL.name, "every_training_hour_learned"): (
+        "the actuals of its window recounted by another run meanwhile, with other zones",
+        "fail",
+    ),
+    (d.YELLOW_RIDES_FORECAST_MODEL.name, "wet_factor_plausible"): ("three times the rides on wet days", "warn"),
+    (d.YELLOW_RIDES_HOURLY_FORECAST.name, "forecast_near_the_week_before"): (
+        "the week before the origin republished without most of its trips while the flow ran",
+        "fail",
+    ),
 }
 CASES = sorted(COUNTEREXAMPLES)
 
@@ -285,8 +301,8 @@ def _training(as_of: dt.datetime, rides, days: int = 14):
 def test_a_taxi_month_that_violates_a_check_fails_it_and_an_error_is_refused_before_raw(taxi_batch, case):
     results, refused, before, after = taxi_batch
     result = results[case[1]]
-    assert result.status == ("fail" if result.severity == "error" else "warn"), result
-    if result.severity == "error":
+    assert result.status == COUNTEREXAMPLES[case][1], result
+    if result.status == "fail":
         assert f"{case[1]} (error)" in str(refused) and "yellow_taxi_raw was not changed" in str(refused)
         assert after == before
 
@@ -296,8 +312,8 @@ def test_a_taxi_month_that_violates_a_check_fails_it_and_an_error_is_refused_bef
 def test_a_weather_month_that_violates_a_check_fails_it_and_an_error_is_refused_before_raw(weather_batch, case):
     results, refused, before, after = weather_batch
     result = results[case[1]]
-    assert result.status == ("fail" if result.severity == "error" else "warn"), result
-    if result.severity == "error":
+    assert result.status == COUNTEREXAMPLES[case][1], result
+    if result.status == "fail":
         assert f"{case[1]} (error)" in str(refused) and "weather_raw was not changed" in str(refused)
         assert after == before
 
@@ -330,57 +346,89 @@ def test_a_window_reaching_a_month_not_loaded_or_a_thin_day_is_refused_naming_th
     assert {r.check for e in (missing, thin) for r in e.results if r.stops} == _checks_of(d.YELLOW_RIDES_HOURLY_ACTUALS)
 
 
-def test_a_model_missing_hours_of_its_window_is_refused_and_an_implausible_wet_factor_warned_of():
+@pytest.mark.spark
+def test_a_model_whose_actuals_another_run_recounted_meanwhile_is_refused_and_an_implausible_wet_factor_warned_of(
+    actuals_batches,
+):
+    """Two training runs at once over May: run A counts its window (May 8 – 22), run B its own (May 19 – 27)
+    before A reads its training rows. B's window's rows become B's zero-filled counts, and a zone with rides
+    only before the 19th has no row in B's days: A learns that zone without its last days, and the model is
+    refused (its zones times its window's hours, not the rows it got). A model fitted on wet days three times
+    as busy as dry ones is warned of."""
+    import pyarrow.compute as pc
+
+    from nyc_taxi.core.catalog import load_table
     from nyc_taxi.core.quality import ChecksFailed
     from nyc_taxi.forecast import steps
 
+    a, b = dt.datetime(2011, 5, 22), dt.datetime(2011, 5, 27)
+    steps.compute_actuals(a, 14, 24)
+    steps.compute_actuals(b, 8, 24)
+    data = steps.training_data(a, 14, 24, "seasonal_naive")
+    rows = load_table(d.YELLOW_RIDES_HOURLY_ACTUALS).scan(row_filter="pickup_hour >= '2011-05-08T00:00:00'").to_arrow()
+    early = set(
+        pc.unique(
+            rows.filter(pc.less(rows["pickup_hour"], pa.scalar(dt.datetime(2011, 5, 19), rows["pickup_hour"].type)))[
+                "pickup_location_id"
+            ]
+        ).to_pylist()
+    )
+    late = set(
+        pc.unique(
+            rows.filter(
+                pc.greater_equal(rows["pickup_hour"], pa.scalar(dt.datetime(2011, 5, 19), rows["pickup_hour"].type))
+            )["pickup_location_id"]
+        ).to_pylist()
+    )
+    assert early - late, "a zone with rides only before B's window"
+    with pytest.raises(ChecksFailed) as refused:
+        steps.train(data, "seasonal_naive", "TrainForecastModelFlow/1/train_forecasting_model/2")
+    [failed] = [r for r in refused.value.results if r.stops]
+    assert (failed.check, failed.expected) == ("every_training_hour_learned", failed.rows + failed.failing)
+    assert failed.failing > 0 and "no forecast is made from it" in str(refused.value)
+
     as_of = dt.datetime(2024, 2, 15)
     rows, read = _training(as_of, lambda zone, hour: 3)
-    trained = steps.train(read(rows), "seasonal_naive", "Flow/1/train/2")
-    assert {r.check: r.status for r in trained.report.outputs[0].checks} == {
-        "every_training_hour_learned": "pass",
-        "wet_factor_plausible": "pass",
-    }
-    gap = {key: n for key, n in rows.items() if not (key[0] == 2 and key[1] >= as_of - dt.timedelta(hours=4))}
-    with pytest.raises(ChecksFailed) as refused:
-        steps.train(read(gap), "seasonal_naive", "Flow/1/train/3")
-    [failed] = [r for r in refused.value.results if r.stops]
-    assert (failed.check, failed.rows, failed.expected, failed.failing) == (
-        "every_training_hour_learned",
-        2 * 14 * 24 - 4,
-        2 * 14 * 24,
-        4,
-    )
     wet = {day: 5.0 if day.day % 3 == 0 else 0.0 for day in {h.date() for _, h in rows}}
     rows, read = _training(as_of, lambda zone, hour: 9 if wet[hour.date()] else 3)
-    data = read(rows)
-    data.daily_prcp_mm = wet
-    [plausible] = [
-        r
-        for r in steps.train(data, "weather_adjusted", "Flow/1/train/4").report.outputs[0].checks
-        if r.check == "wet_factor_plausible"
-    ]
+    busy = read(rows)
+    busy.daily_prcp_mm = wet
+    trained = steps.train(busy, "weather_adjusted", "TrainForecastModelFlow/1/train_forecasting_model/4")
+    [plausible] = [r for r in trained.report.outputs[0].checks if r.check == "wet_factor_plausible"]
     assert plausible.status == "warn" and plausible.failing == plausible.rows
     assert {failed.check, plausible.check} == _checks_of(d.YELLOW_RIDES_FORECAST_MODEL)
 
 
 @pytest.mark.spark
-def test_a_forecast_of_zeros_is_not_written(actuals_batches, spark, settings):
-    """A forecast of zeros where the actuals hold the week before: refused, nothing committed."""
+def test_a_forecast_from_a_week_the_source_has_since_withdrawn_is_not_written(actuals_batches, site, settings):
+    """A flow forecasts from May 20; while it runs, the TLC republishes May without nine in ten trips of the
+    13th (the day a week before the origin), and another run, forecasting from the 13th, no longer counts
+    that day (a day with a tenth of its trips is not loaded: its rows leave the actuals). The forecast's
+    rides are then against a week before with none: refused, nothing committed."""
     from nyc_taxi.core.catalog import current_snapshot_id
     from nyc_taxi.core.quality import ChecksFailed
+    from nyc_taxi.fixtures import tlc
+    from nyc_taxi.fixtures.site import taxi_path
     from nyc_taxi.forecast import steps
 
-    steps.compute_actuals(dt.datetime(2011, 5, 20), 14, 24)  # May's actuals: the week before the origin
     as_of = dt.datetime(2011, 5, 20)
-    hours = [as_of + dt.timedelta(hours=h) for h in range(24)]
-    zeros = steps.Forecasts(
-        {(zone, hour): 0.0 for zone in (1, 2) for hour in hours}, "seasonal_naive", "F/1/t/2", as_of, None
-    )
+    steps.compute_actuals(as_of, 14, 24)
+    data = steps.training_data(as_of, 14, 24, "seasonal_naive")
+    trained = steps.train(data, "seasonal_naive", "TrainForecastModelFlow/2/train_forecasting_model/3")
+    forecasts = steps.predict(trained, data, as_of, 24)
+
+    trips = tlc.generate_yellow_month(2011, 5, rows=4_000, seed=5)  # May as loaded, then republished:
+    pickups = trips["tpep_pickup_datetime"].to_pylist()
+    keep = [p is None or p.date() != dt.date(2011, 5, 13) or i % 10 == 0 for i, p in enumerate(pickups)]
+    tlc.write_yellow_month(trips.filter(pa.array(keep)), taxi_path(site, 2011, 5))
+    _load_taxi(2011, 5)
+    steps.compute_actuals(dt.datetime(2011, 5, 13), 7, 24)  # its horizon: the 13th, no longer held
+
     before = current_snapshot_id(d.YELLOW_RIDES_HOURLY_FORECAST)
     with pytest.raises(ChecksFailed) as refused:
-        steps.write_forecasts(zeros, settings)
+        steps.write_forecasts(forecasts, settings)
     [failed] = [r for r in refused.value.results if r.stops]
-    assert failed.check == "forecast_near_the_week_before" and "nothing was committed" in str(refused.value)
+    assert failed.check == "forecast_near_the_week_before" and "week_before=0" in str(refused.value)
+    assert "nothing was committed" in str(refused.value)
     assert current_snapshot_id(d.YELLOW_RIDES_HOURLY_FORECAST) == before
     assert {failed.check} == _checks_of(d.YELLOW_RIDES_HOURLY_FORECAST)

@@ -353,10 +353,11 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
     primary_key=("pickup_location_id", "pickup_hour"),
     # Checked on the window's days before its counts are written (grain "day", one row per day of the window:
     # `day`; `rides`, its trips in every zone within the window; `training`, whether the model learns from it
-    # (before the forecast origin); `complete`, whether the whole day is in the window; `weekday_median`, the
-    # median rides of the window's complete days of its weekday that have rides). A window that fails is not
-    # committed, and no model is trained on it. A horizon day without rides has not happened, or is not
-    # loaded yet: it is not counted (no zero is written for it).
+    # (its midnight is before the forecast origin); `complete`, whether the whole day is in the window;
+    # `reference`, the median rides of the window's complete training days of its weekday, or of all of them
+    # when none is of its weekday). A window that fails is not committed, and no model
+    # is trained on it. A horizon day raw does not hold — no trip, or a few stray ones of a month not loaded —
+    # has not happened or is not loaded yet: it is not counted (no zero is written for it).
     checks=(
         expect("training_days_have_rides", "rides > 0 OR NOT training", on=("pickup_hour", "ride_count"),
                severity="error", grain="day",
@@ -364,11 +365,12 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
                    "month not loaded (or published empty), not a quiet day, and counting it as zeros would teach "
                    "the model that nobody rode"),
         expect("day_rides_near_their_weekday",
-               "NOT complete OR rides = 0 OR rides BETWEEN 0.2 * weekday_median AND 3 * weekday_median",
+               "NOT training OR NOT complete OR rides = 0 OR reference IS NULL "
+               "OR rides BETWEEN 0.2 * reference AND 3 * reference",
                on=("pickup_hour", "ride_count"), severity="error", grain="day",
-               doc="A day's trips within a fifth and three times the median of its weekday in the window: "
-                   "holidays and storms stay well inside (about half a usual day), a day most of whose trips are "
-                   "missing does not (docs/quality.md)"),
+               doc="A training day's trips within a fifth and three times the median of its weekday's days "
+                   "in the window: holidays and storms keep about half a usual day, a day most of whose "
+                   "trips are missing does not (docs/quality.md)"),
     ),
 )
 YELLOW_RIDES_FORECAST_MODEL = Model(

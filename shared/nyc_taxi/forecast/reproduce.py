@@ -20,7 +20,18 @@ from nyc_taxi.core.reproduction import Comparison, Unreproducible
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.tables import pinned
 from nyc_taxi.forecast import model as models
-from nyc_taxi.forecast.steps import ACTUALS, FORECAST, RAW, SQL, WEATHER, Window, daily_precipitation, window_rows
+from nyc_taxi.forecast.steps import (
+    ACTUALS,
+    FORECAST,
+    RAW,
+    SQL,
+    WEATHER,
+    Window,
+    daily_precipitation,
+    window_actuals,
+    window_days,
+    window_rows,
+)
 
 
 @dataclass
@@ -67,14 +78,13 @@ def reproduce(run: Recorded, settings: Settings | None = None) -> list[Compariso
         weather = _snapshot(load_table(WEATHER, settings), WEATHER, run.weather_snapshot)
 
     spark = get_spark(settings, small=True)
-    bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
     counted = Intervals.of([window.hours]).predicate("pickup_datetime")
-    SQL.run(spark, "hourly_counts", raw=pinned(RAW, raw, settings), counted=counted).createOrReplaceTempView(
-        "reproduced_counts"
-    )
+    counts = SQL.run(spark, "hourly_counts", raw=pinned(RAW, raw, settings), counted=counted)
+    counts.createOrReplaceTempView("reproduced_counts")
+    days = window_days(counts, window)
     recomputed_actuals = {
         (r.pickup_location_id, r.pickup_hour): r.ride_count
-        for r in SQL.run(spark, "hourly_actuals", counts="reproduced_counts", **bounds).collect()
+        for r in window_actuals(spark, "reproduced_counts", days).collect()
     }
     written = window_rows(actuals_table, actuals, window.start, window.end)
     comparisons = [

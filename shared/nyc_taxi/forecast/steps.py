@@ -87,11 +87,17 @@ class Window:
         }
 
 
+LOADED = 0.2  # a day with under a fifth of its reference's rides is mostly missing (core/datasets.py)
+
+
 @dataclass(frozen=True)
 class WindowDays:
     """The window's days as its actuals' checks see them (the grain "day" of core/datasets.py): each day's
-    rides in every zone within the window, whether the model learns from it, whether the whole day is in the
-    window, and the median rides of the window's complete days of its weekday that have rides."""
+    rides in every zone within the window, whether the model learns from it (its midnight is before the
+    forecast origin), whether the whole day is in the window, and its reference: the median rides of the
+    window's complete training days of its weekday that have rides (a training day among them: with two of a
+    weekday, a day's own count is half its reference, and only the thin one of the two is out of bounds), or
+    of all of them when none is of its weekday (a horizon day's weekday may have no training day)."""
 
     window: Window
     rides: dict[dt.date, int]
@@ -103,40 +109,67 @@ class WindowDays:
             self.window.start.date() + dt.timedelta(days=n) for n in range((last - self.window.start.date()).days + 1)
         ]
 
-    def _complete(self, day: dt.date) -> bool:
-        midnight = dt.datetime.combine(day, dt.time())
-        return self.window.start <= midnight and midnight + dt.timedelta(days=1) <= self.window.end
+    def _training(self, day: dt.date) -> bool:
+        return dt.datetime.combine(day, dt.time()) < self.window.as_of
 
-    def rows(self) -> pa.Table:
+    def _in_window(self, day: dt.date) -> float:
+        """The share of the day inside the window (1.0 for a complete day)."""
+        midnight = dt.datetime.combine(day, dt.time())
+        start, end = max(midnight, self.window.start), min(midnight + dt.timedelta(days=1), self.window.end)
+        return max((end - start).total_seconds(), 0.0) / 86_400
+
+    def _reference(self, day: dt.date) -> float | None:
         import statistics
 
-        by_weekday: dict[int, list[int]] = {}
-        for day in self.days:
-            if self._complete(day) and self.rides.get(day, 0) > 0:
-                by_weekday.setdefault(day.weekday(), []).append(self.rides[day])
+        learned = [d for d in self.days if self._training(d) and self._in_window(d) == 1.0 and self.rides.get(d)]
+        alike = [self.rides[d] for d in learned if d.weekday() == day.weekday()]
+        reference = alike or [self.rides[d] for d in learned]
+        return float(statistics.median(reference)) if reference else None
+
+    def rows(self) -> pa.Table:
         days = self.days
         return pa.table(
             {
                 "day": pa.array(days, pa.date32()),
                 "rides": pa.array([self.rides.get(d, 0) for d in days], pa.int64()),
-                "training": pa.array([dt.datetime.combine(d, dt.time()) < self.window.as_of for d in days]),
-                "complete": pa.array([self._complete(d) for d in days]),
-                "weekday_median": pa.array(
-                    [
-                        float(statistics.median(by_weekday[d.weekday()])) if d.weekday() in by_weekday else None
-                        for d in days
-                    ],
-                    pa.float64(),
-                ),
+                "training": pa.array([self._training(d) for d in days]),
+                "complete": pa.array([self._in_window(d) == 1.0 for d in days]),
+                "reference": pa.array([self._reference(d) for d in days], pa.float64()),
             }
         )
 
+    def loaded(self, day: dt.date) -> bool:
+        """Whether raw holds the day: a training day with rides (the checks judge how many); a horizon day
+        with at least a fifth of its reference's rides for the part of it in the window — a few stray trips
+        of a month not loaded yet (a file carries pickups of the days around its month) are not a day."""
+        rides = self.rides.get(day, 0)
+        if self._training(day) or not rides:
+            return rides > 0
+        reference = self._reference(day)
+        return reference is None or rides >= LOADED * reference * self._in_window(day)
+
     def with_rides(self) -> Intervals:
-        """The window's hours of the days that have rides: those the actuals hold a count for."""
-        return Intervals.days(d for d in self.days if self.rides.get(d, 0) > 0) & Intervals.of([self.window.hours])
+        """The window's hours of the days raw holds: those the actuals hold a count for."""
+        return Intervals.days(d for d in self.days if self.loaded(d)) & Intervals.of([self.window.hours])
 
     def missing_training_days(self) -> list[dt.date]:
-        return [d for d in self.days if dt.datetime.combine(d, dt.time()) < self.window.as_of and not self.rides.get(d)]
+        return [d for d in self.days if self._training(d) and not self.rides.get(d)]
+
+
+def window_days(counts, window: Window) -> WindowDays:
+    """The window's days from its hourly counts (a Spark frame of zone, hour, ride_count)."""
+    from pyspark.sql.functions import expr
+
+    per_day = counts.groupBy(expr("to_date(hour)").alias("day")).agg(expr("sum(ride_count)").alias("rides"))
+    return WindowDays(window, {r.day: int(r.rides) for r in per_day.collect() if r.rides})
+
+
+def window_actuals(spark, counts: str, days: WindowDays):
+    """The window's zero-filled actuals from the counts view ``counts``, for the days raw holds
+    (hourly_actuals.sql)."""
+    window = days.window
+    bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
+    return SQL.run(spark, "hourly_actuals", counts=counts, covered=days.with_rides().predicate("h.hour"), **bounds)
 
 
 def _day_checks(days: WindowDays, raw_snapshot, before, lookback_days: int) -> list[quality.CheckResult]:
@@ -325,14 +358,22 @@ def compute_actuals(
     raw changed since they were counted are counted again, reading only those days of raw; when raw changed
     nothing in the window, no Spark starts and nothing is committed."""
     settings = settings or get_settings()
-    ensure_tables([RAW, ACTUALS], settings)  # a raw table nobody loaded yet holds no day: refused as such
+    ensure_tables([ACTUALS], settings)
     window = Window.of(as_of, lookback_days, horizon_hours)
     hours = Intervals.of([(window.start, window.end)])
     bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
 
     def attempt() -> tuple:
-        raw_table, actuals_table = load_table(RAW, settings), load_table(ACTUALS, settings)
-        raw_snapshot, before = raw_table.current_snapshot(), actuals_table.current_snapshot()
+        from pyiceberg.exceptions import NoSuchTableError
+
+        actuals_table = load_table(ACTUALS, settings)
+        before = actuals_table.current_snapshot()
+        try:
+            raw_table = load_table(RAW, settings)
+        except NoSuchTableError:  # nothing was ever loaded: every training day is missing, refused as such
+            _day_checks(WindowDays(window, {}), None, before, lookback_days)
+            raise
+        raw_snapshot = raw_table.current_snapshot()
         coverage = Coverage.of(actuals_table)
         valid = coverage.still_counted(raw_table, raw_snapshot) if coverage else Intervals()
         counted, kept = hours - valid, hours & valid
@@ -343,8 +384,6 @@ def compute_actuals(
                 return raw_snapshot, counted, None, RowChanges(), checked
         if raw_snapshot is None:  # raw holds nothing yet: every day is missing
             _day_checks(WindowDays(window, {}), raw_snapshot, before, lookback_days)
-        from pyspark.sql.functions import expr
-
         from nyc_taxi.core.spark import get_spark
 
         spark = get_spark(settings, small=True)  # zone-hours: small data (a window's trips at most)
@@ -358,12 +397,10 @@ def compute_actuals(
         counts = counts.persist()  # read three times (the days, the active zones, the join): raw is read once
         try:
             # the window's days first: a window without every training day is refused before anything else
-            per_day = counts.groupBy(expr("to_date(hour)").alias("day")).agg(expr("sum(ride_count)").alias("rides"))
-            days = WindowDays(window, {r.day: int(r.rides) for r in per_day.collect() if r.rides})
+            days = window_days(counts, window)
             checked = _day_checks(days, raw_snapshot, before, lookback_days)
             counts.createOrReplaceTempView("counts")
-            covered = days.with_rides().predicate("h.hour")
-            computed = SQL.run(spark, "hourly_actuals", counts="counts", covered=covered, **bounds).persist()
+            computed = window_actuals(spark, "counts", days).persist()
             rows = computed.count()
             computed.createOrReplaceTempView("computed_actuals")
             summary = {RAW_SNAPSHOT: _version(raw_snapshot) or "", COUNTED_HOURS: counted.text()}

@@ -169,6 +169,51 @@ def test_assertion_urns_are_stable_run_events_accumulate_in_lite_and_every_recor
     assert next(h for h in again.checks if h.check == "pickup_in_month").evaluations == history.evaluations
 
 
+@pytest.mark.guards
+def test_a_models_checks_are_read_back_from_its_metrics_and_a_refused_models_from_the_run_that_refused_it(tmp_path):
+    """A model that passed its checks carries their results as training metrics; a model its checks refused
+    is never written, so its results are properties of the run that refused it. Both read back as one
+    history per check, newest first, and every record passes DataHub's checker."""
+    from datahub_check import assert_valid_record_files
+
+    from nyc_taxi.core.jobs import TRAINING_FLOW
+    from nyc_taxi.lineage.read import quality as read
+    from nyc_taxi.lineage.write import datahub
+    from nyc_taxi.lineage.write.outbox import Outbox, datahub_files
+    from nyc_taxi.lineage.write.report import DatasetUse, StepReport
+
+    settings = Settings(_env_file=None, state_dir=tmp_path)
+    model = d.YELLOW_RIDES_FORECAST_MODEL
+    train = next(j for j in TRAINING_FLOW.jobs if model in j.writes)
+    counts = {c.name: 0 for c in model.checks} | {f"{c.name}:rows": 48 for c in model.checks}
+    counts |= {f"{c.name}:expected": 48 for c in model.checks if c.kind == "row_count"}
+    values = {"zones": 2, "training_hours": 24}
+    passed = quality.judge(model.name, model.checks, counts, "m1", values)
+    failed = quality.judge(model.name, model.checks, counts | {"every_training_hour_learned": 24}, None, values)
+    records, at = [], 1_700_000_000_000
+    for n, (report, ok) in enumerate(
+        [
+            (StepReport(outputs=[DatasetUse(model, "m1", checks=passed, committed=True)]), True),
+            (StepReport(outputs=[DatasetUse(model, None, checks=failed, committed=False)]), False),
+        ]
+    ):
+        step = datahub.StepRun(TRAINING_FLOW, train, f"flow/{n}/train/1", started_ms=at + n, job_version="v1")
+        records += datahub.model_records(step, report, settings, run_id=f"run-{n}")
+        records += datahub.run_records(step, report, ok, settings, ended_ms=at + n, run_id=f"run-{n}")
+    assert sum(r.aspectName == "mlModelProperties" for r in records) == 1  # the refused model: no version
+    Outbox(settings, "metaflow").add_records(records)
+    assert_valid_record_files(datahub_files(settings))
+
+    found = read.read(settings).of(model.name)
+    [history] = [h for h in found.checks if h.check == "every_training_hour_learned"]
+    assert history.declared and history.severity == "error"
+    assert [(e.run_id, e.version, e.status, e.failing, e.rows, e.expected) for e in history.evaluations] == [
+        ("run-1", None, "fail", 24, 48, 48),  # refused: on the refusing run's properties
+        ("run-0", "m1", "pass", 0, 48, 48),  # kept: among the model's training metrics
+    ]
+    assert {h.check for h in found.checks} == {c.name for c in model.checks}
+
+
 # ---- profiles against DuckDB ---------------------------------------------------------------------------------
 
 

@@ -234,7 +234,9 @@ class _StepRecords:
                 report, f"metaflow:{self.job.qualified_name}", self.settings, ended_ms, self.step_run.run_id
             ),
             *datahub.model_records(run, report, self.settings, run_id=self.step_run.run_id),
-            *datahub.run_records(run, report, succeeded=error is None, settings=self.settings, ended_ms=ended_ms),
+            *datahub.run_records(
+                run, report, error is None, self.settings, ended_ms=ended_ms, run_id=self.step_run.run_id
+            ),
         ]
         if error is not None or self.context.is_end:
             events.append(run_event(state, self.flow_run, error=error, settings=self.settings, at_ms=ended_ms))

@@ -28,7 +28,7 @@ from nyc_taxi.lineage.write.datahub import MODEL_CHECK
 
 # a model's checks are among its training metrics (an assertion asserts on a dataset): each version of its
 # properties carries the results of the run that trained it
-ASPECTS = ("assertionInfo", "assertionRunEvent", "datasetProfile", "mlModelProperties")
+ASPECTS = ("assertionInfo", "assertionRunEvent", "datasetProfile", "mlModelProperties", "dataProcessInstanceProperties")
 SYMBOLS = {"pass": "✓", "warn": "!", "fail": "✗"}
 
 
@@ -146,14 +146,23 @@ def read(settings: Settings | None = None) -> Quality:
     infos: dict[str, dict] = {}
     events: dict[str, list[dict]] = defaultdict(list)
     profiles: dict[str, list[dict]] = defaultdict(list)
-    models: dict[str, list[dict]] = defaultdict(list)
+    # a model's check results (check, result): among its training metrics, and those of a model its checks
+    # refused among the properties of the run that refused it (lineage/write/datahub.py)
+    models: dict[str, list[tuple[str, dict]]] = defaultdict(list)
     for urn, aspect, value in _rows(settings):
         if aspect == "assertionInfo":
             infos[urn] = value
         elif aspect == "assertionRunEvent":
             events[urn].append(value)
         elif aspect == "mlModelProperties":
-            models[urn].append(value)
+            for metric in value.get("trainingMetrics") or []:
+                if metric["name"].startswith(MODEL_CHECK):
+                    models[urn].append((metric["name"][len(MODEL_CHECK) :], json.loads(metric["value"])))
+        elif aspect == "dataProcessInstanceProperties":
+            for key, result in (value.get("customProperties") or {}).items():
+                if key.startswith(MODEL_CHECK):
+                    model, _, check = key[len(MODEL_CHECK) :].rpartition(":")
+                    models[model].append((check, json.loads(result)))
         else:
             profiles[urn].append(value)
     datasets: dict[str, DatasetQuality] = {}
@@ -201,45 +210,41 @@ def read(settings: Settings | None = None) -> Quality:
                 )
             )
         datasets.setdefault(name, DatasetQuality(name)).checks.append(history)
-    for urn, versions in models.items():
+    for urn, results in models.items():
         name = dataset_of(urn)
         histories: dict[str, CheckHistory] = {}
         seen = set()
-        for properties in versions:
-            for metric in properties.get("trainingMetrics") or []:
-                if not metric["name"].startswith(MODEL_CHECK):
-                    continue
-                check, result = metric["name"][len(MODEL_CHECK) :], json.loads(metric["value"])
-                if (check, result["run"], result["version"]) in seen:  # the same evaluation loaded twice
-                    continue
-                seen.add((check, result["run"], result["version"]))
-                declared = _declared(name, check)
-                history = histories.setdefault(
-                    check,
-                    CheckHistory(
-                        dataset=name,
-                        check=check,
-                        severity=result["severity"],
-                        doc=declared.doc if declared else metric.get("description", ""),
-                        rule=declared_rule(declared) if declared else "",
-                        declared=declared is not None,
-                    ),
+        for check, result in results:
+            if (check, result["run"], result["version"]) in seen:  # the same evaluation loaded twice
+                continue
+            seen.add((check, result["run"], result["version"]))
+            declared = _declared(name, check)
+            history = histories.setdefault(
+                check,
+                CheckHistory(
+                    dataset=name,
+                    check=check,
+                    severity=result["severity"],
+                    doc=declared.doc if declared else result.get("summary", ""),
+                    rule=declared_rule(declared) if declared else "",
+                    declared=declared is not None,
+                ),
+            )
+            history.evaluations.append(
+                Evaluation(
+                    dataset=name,
+                    check=check,
+                    severity=result["severity"],
+                    status=result["status"],
+                    failing=result["failing"],
+                    rows=result["rows"],
+                    version=result["version"],
+                    run_id=result["run"],
+                    tool=result["tool"],
+                    at_ms=result.get("at_ms") or 0,
+                    expected=result.get("expected"),
                 )
-                history.evaluations.append(
-                    Evaluation(
-                        dataset=name,
-                        check=check,
-                        severity=result["severity"],
-                        status=result["status"],
-                        failing=result["failing"],
-                        rows=result["rows"],
-                        version=result["version"],
-                        run_id=result["run"],
-                        tool=result["tool"],
-                        at_ms=metric.get("createdAt") or 0,
-                        expected=result.get("expected"),
-                    )
-                )
+            )
         for history in histories.values():
             history.evaluations.sort(key=lambda e: e.at_ms, reverse=True)
         datasets.setdefault(name, DatasetQuality(name)).checks.extend(histories.values())

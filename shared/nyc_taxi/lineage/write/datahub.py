@@ -396,16 +396,36 @@ def kept_job_io(job: Job, settings: Settings | None = None) -> list:
 MODEL_CHECK = "check:"  # the name of a model check's result among its training metrics
 
 
+def model_check_value(result, run_id: str, tool: str, at_ms: int) -> str:
+    """A model check's result as JSON: its status, counts, summary and the run that evaluated it."""
+    counts = {k: getattr(result, k) for k in ("status", "severity", "failing", "rows", "expected", "version")}
+    return json.dumps(counts | {"run": run_id, "tool": tool, "at_ms": at_ms, "summary": result.summary()})
+
+
 def model_check_metric(result, run_id: str, tool: str, at_ms: int):
-    """A check of the model's, as one of its training metrics (DataHub's assertions assert on datasets only):
-    its summary, and as its JSON value its status, counts and the run that evaluated it."""
+    """A check of the model's, as one of its training metrics (DataHub's assertions assert on datasets only)."""
     from datahub.metadata import schema_classes as dhs
 
-    counts = {k: getattr(result, k) for k in ("status", "severity", "failing", "rows", "expected", "version")}
-    counts |= {"run": run_id, "tool": tool}
     return dhs.MLMetricClass(
-        name=f"{MODEL_CHECK}{result.check}", description=result.summary(), value=json.dumps(counts), createdAt=at_ms
+        name=f"{MODEL_CHECK}{result.check}",
+        description=result.summary(),
+        value=model_check_value(result, run_id, tool, at_ms),
+        createdAt=at_ms,
     )
+
+
+def refused_model_checks(report: StepReport | None, settings: Settings, run_id: str, tool: str) -> dict[str, str]:
+    """The checks of a model its checks refused, as properties of the run that refused it: no version of
+    the model is written to carry them as training metrics (``check:<model urn>:<check>``)."""
+    return {
+        f"{MODEL_CHECK}{identity(use.dataset, settings).datahub_urn}:{r.check}": model_check_value(
+            r, run_id, tool, _now_ms()
+        )
+        for use in (report.outputs if report else [])
+        if isinstance(use.dataset, Model) and not use.committed
+        for r in use.checks
+        if r.here
+    }
 
 
 def model_records(
@@ -447,7 +467,11 @@ def model_records(
     return records
 
 
-def process_instance(run: StepRun, report: StepReport | None, settings: Settings | None = None):
+def process_instance(
+    run: StepRun, report: StepReport | None, settings: Settings | None = None, run_id: str = "", tool: str = "metaflow"
+):
+    """A step run as a DataProcessInstance: its job, properties, inputs and outputs (``run_id``, ``tool``: of
+    the checks it evaluated, as model_records)."""
     from datahub.api.entities.datajob import DataJob
     from datahub.api.entities.dataprocess.dataprocess_instance import DataProcessInstance
     from datahub.metadata.urns import DataFlowUrn, DataProcessInstanceUrn
@@ -465,6 +489,7 @@ def process_instance(run: StepRun, report: StepReport | None, settings: Settings
             **run.properties,
             **_versions("input", report.inputs if report else []),
             **_versions("output", report.outputs if report else []),
+            **refused_model_checks(report, settings, run_id or run.run_id, tool),
         }
     )
     if report is not None:
@@ -483,11 +508,12 @@ def run_records(
     succeeded: bool,
     settings: Settings | None = None,
     ended_ms: int | None = None,
+    run_id: str = "",
 ) -> list:
     """A finished step run: its DataProcessInstance (properties, inputs, outputs, start and end: ``ended_ms``, now)."""
     from datahub.api.entities.dataprocess.dataprocess_instance import InstanceRunResult
 
-    instance = process_instance(run, report, settings)
+    instance = process_instance(run, report, settings, run_id)
     result = InstanceRunResult.SUCCESS if succeeded else InstanceRunResult.FAILURE
     return [
         *instance.generate_mcp(created_ts_millis=run.started_ms, materialize_iolets=False),

@@ -570,12 +570,20 @@ def test_a_kill_is_proven_by_supervisords_logs_of_that_pid_and_a_victim_already_
     (logs / "process-states.jsonl").write_text(
         json.dumps({"time": now + 1, "process": "redis", "to": "EXITED", "pid": 42, "expected": 0}) + "\n"
     )
-    (logs / "supervisord.log").write_text(f"{stamp} WARN exited: redis (terminated by SIGKILL; not expected)\n")
+    spawned = f"{stamp} INFO spawned: 'redis' with pid 42\n"
+    sigkill = f"{stamp} WARN exited: redis (terminated by SIGKILL; not expected)\n"
+    (logs / "supervisord.log").write_text(spawned + sigkill)
     assert "pid 42 exited, terminated by SIGKILL" in components.exited_by_sigkill(settings, "redis", 42, now)
     assert components.exited_by_sigkill(settings, "redis", 43, now) is None  # another pid
     assert components.exited_by_sigkill(settings, "redis", 42, now + 60) is None  # before the kill
-    (logs / "supervisord.log").write_text(f"{stamp} WARN exited: redis (exit status 1; not expected)\n")
+    (logs / "supervisord.log").write_text(spawned + f"{stamp} WARN exited: redis (exit status 1; not expected)\n")
     assert components.exited_by_sigkill(settings, "redis", 42, now) is None  # died of something else
+    # the SIGKILL supervisord saw was another process's: 42 exited before, the one spawned after it killed
+    (logs / "supervisord.log").write_text(
+        spawned + f"{stamp} WARN exited: redis (exit status 1; not expected)\n"
+        f"{stamp} INFO spawned: 'redis' with pid 44\n" + sigkill
+    )
+    assert components.exited_by_sigkill(settings, "redis", 42, now) is None
 
     gone = subprocess.Popen(["true"])
     gone.wait()

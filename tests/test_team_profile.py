@@ -16,6 +16,7 @@ process of the deployment running."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import signal
@@ -150,8 +151,20 @@ def test_the_tables_equal_an_independent_reading_of_the_files_and_every_file_and
 
     published = chaos_expected.expected(site, mission.files, MONTHS, backtest=None)
     assert check.unexpected(settings.state_dir, published) == {}
-    swapped = chaos_expected.expected(site, mission.files[::-1], MONTHS, backtest=None)  # staging: the other month
-    assert set(check.unexpected(settings.state_dir, swapped)) == {"yellow_taxi_staging"}
+    # one published trip fewer than the tables hold, and one county-day's rain other than NOAA's
+    key = next(iter(published.weather))
+    column, value = next(iter(published.weather[key].items()))
+    differing = dataclasses.replace(
+        published,
+        taxi={name: rows[1:] for name, rows in published.taxi.items()},
+        weather={**published.weather, key: {**published.weather[key], column: value + 1}},
+    )
+    assert set(check.unexpected(settings.state_dir, differing)) == {
+        "yellow_taxi_raw",
+        "yellow_taxi_staging",
+        "weather_raw",
+        "weather_staging",
+    }
 
 
 def test_both_workers_ran_tasks_no_writer_lost_a_race_every_spark_session_ran_on_the_cluster_and_the_lake_is_a_bucket(

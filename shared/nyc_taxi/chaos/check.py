@@ -298,10 +298,10 @@ def delivery(events: list[dict], stored: list[dict]) -> dict:
     }
 
 
-def edge_names(edges: set) -> set[tuple[str, str, str]]:
-    """The dataset edges without their versions, each dataset by the last part of its name (what
-    ``expected.mission_edges`` writes out)."""
-    return {(job, kind, dataset.rsplit("/", 1)[-1]) for job, kind, dataset, _ in edges}
+def edge_names(edges: set, database: str) -> set[tuple[str, str, str]]:
+    """The dataset edges without their versions, each dataset by the last part of its name, a table's
+    without its ``database`` (what ``expected.mission_edges`` writes out)."""
+    return {(job, kind, dataset.rsplit("/", 1)[-1].removeprefix(f"{database}.")) for job, kind, dataset, _ in edges}
 
 
 def runs_as_triggered(runs: list[dict], triggered: list[tuple[str, dict]], merges: int, training: str) -> list[str]:

@@ -148,9 +148,11 @@ def exited_by_sigkill(settings, program: str, pid: int, after: float) -> str | N
         and change["time"] >= after - 5
     ]
     log = logs_dir(settings) / "supervisord.log"
-    killed = []
+    killed, running = [], None  # supervisord's exit lines name no pid: the one it last spawned is the one
     for line in log.read_text(errors="replace").splitlines() if log.is_file() else []:
-        if f"exited: {program} (terminated by SIGKILL" in line:
+        if f"spawned: '{program}' with pid " in line:
+            running = int(line.rsplit(" ", 1)[-1])
+        elif f"exited: {program} (terminated by SIGKILL" in line and running == pid:
             at = dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
             if at >= after - 5:
                 killed.append(line[:23])

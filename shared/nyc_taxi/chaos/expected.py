@@ -168,35 +168,36 @@ def expected(
 
 
 # The mission's lineage, written out by hand from the DAGs and the flow (not from the registry or the naming
-# rules): (job, read | write, the dataset's name as an OpenLineage event carries it, its last part). A run
+# rules): (job, read | write, the dataset's name as an OpenLineage event carries it, its last part; a table
+# without its database, which is configuration). A run
 # of the weather-adjusted model also reads weather_raw.
 TAXI, WEATHER, FLOW = "ingest_yellow_taxi_data", "ingest_weather_data", "TrainForecastModelFlow"
 MISSION_EDGES = {
     (f"{TAXI}.download_published_files", "read", "yellow_tripdata_*.parquet"),
     (f"{TAXI}.download_published_files", "write", "tlc_yellow_tripdata_landed"),
     (f"{TAXI}.stage_landed_files", "read", "tlc_yellow_tripdata_landed"),
-    (f"{TAXI}.stage_landed_files", "write", "nyc_taxi.yellow_taxi_staging"),
-    (f"{TAXI}.merge_upsert_staging_into_raw_yellow", "read", "nyc_taxi.yellow_taxi_staging"),
-    (f"{TAXI}.merge_upsert_staging_into_raw_yellow", "write", "nyc_taxi.yellow_taxi_raw"),
+    (f"{TAXI}.stage_landed_files", "write", "yellow_taxi_staging"),
+    (f"{TAXI}.merge_upsert_staging_into_raw_yellow", "read", "yellow_taxi_staging"),
+    (f"{TAXI}.merge_upsert_staging_into_raw_yellow", "write", "yellow_taxi_raw"),
     (f"{WEATHER}.download_published_files", "read", "*-cty-*.csv"),
     (f"{WEATHER}.download_published_files", "write", "noaa_nclimgrid_daily_county_landed"),
     (f"{WEATHER}.stage_landed_files", "read", "noaa_nclimgrid_daily_county_landed"),
-    (f"{WEATHER}.stage_landed_files", "write", "nyc_taxi.weather_staging"),
-    (f"{WEATHER}.merge_upsert_staging_into_raw_weather", "read", "nyc_taxi.weather_staging"),
-    (f"{WEATHER}.merge_upsert_staging_into_raw_weather", "write", "nyc_taxi.weather_raw"),
-    (f"{FLOW}.compute_actuals", "read", "nyc_taxi.yellow_taxi_raw"),
-    (f"{FLOW}.compute_actuals", "write", "nyc_taxi.yellow_rides_hourly_actuals"),
-    (f"{FLOW}.prepare_training_data", "read", "nyc_taxi.yellow_rides_hourly_actuals"),
-    (f"{FLOW}.train_forecasting_model", "read", "nyc_taxi.yellow_rides_hourly_actuals"),
-    (f"{FLOW}.train_forecasting_model", "write", "nyc_taxi.yellow_rides_forecast_model"),
-    (f"{FLOW}.predict", "read", "nyc_taxi.yellow_rides_forecast_model"),
-    (f"{FLOW}.write_forecasts_to_table", "read", "nyc_taxi.yellow_rides_forecast_model"),
-    (f"{FLOW}.write_forecasts_to_table", "write", "nyc_taxi.yellow_rides_hourly_forecast"),
-    (f"{FLOW}.evaluate", "read", "nyc_taxi.yellow_rides_hourly_actuals"),
+    (f"{WEATHER}.stage_landed_files", "write", "weather_staging"),
+    (f"{WEATHER}.merge_upsert_staging_into_raw_weather", "read", "weather_staging"),
+    (f"{WEATHER}.merge_upsert_staging_into_raw_weather", "write", "weather_raw"),
+    (f"{FLOW}.compute_actuals", "read", "yellow_taxi_raw"),
+    (f"{FLOW}.compute_actuals", "write", "yellow_rides_hourly_actuals"),
+    (f"{FLOW}.prepare_training_data", "read", "yellow_rides_hourly_actuals"),
+    (f"{FLOW}.train_forecasting_model", "read", "yellow_rides_hourly_actuals"),
+    (f"{FLOW}.train_forecasting_model", "write", "yellow_rides_forecast_model"),
+    (f"{FLOW}.predict", "read", "yellow_rides_forecast_model"),
+    (f"{FLOW}.write_forecasts_to_table", "read", "yellow_rides_forecast_model"),
+    (f"{FLOW}.write_forecasts_to_table", "write", "yellow_rides_hourly_forecast"),
+    (f"{FLOW}.evaluate", "read", "yellow_rides_hourly_actuals"),
 }
 WEATHER_ADJUSTED_EDGES = {
-    (f"{FLOW}.prepare_training_data", "read", "nyc_taxi.weather_raw"),
-    (f"{FLOW}.train_forecasting_model", "read", "nyc_taxi.weather_raw"),
+    (f"{FLOW}.prepare_training_data", "read", "weather_raw"),
+    (f"{FLOW}.train_forecasting_model", "read", "weather_raw"),
 }
 
 

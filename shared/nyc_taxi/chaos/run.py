@@ -167,6 +167,7 @@ class Result:
     triggered: list[tuple[str, dict]] = field(default_factory=list)  # the DAG runs the mission triggered
     merges: int = 0  # its taxi merges: one training each
     weather_adjusted: bool = False  # whether it ran the weather-adjusted model (what its lineage reads)
+    database: str = ""  # the catalog database its tables are in (their lineage names it)
 
     def problems(self) -> list[str]:
         """What is wrong with this run on its own, whatever another run did."""
@@ -181,8 +182,8 @@ class Result:
         said += [f"left: {what}" for what in self.leftovers[:5]]
         said += [f"{r['dag_id']} {r['run_id']} {r['state']}" for r in self.runs if r["state"] != "success"]
         said += check.runs_as_triggered(self.runs, self.triggered, self.merges, TRAINING.name)
-        if self.edges and check.edge_names(self.edges) != expected.mission_edges(self.weather_adjusted):
-            wanted, got = expected.mission_edges(self.weather_adjusted), check.edge_names(self.edges)
+        if self.edges and check.edge_names(self.edges, self.database) != expected.mission_edges(self.weather_adjusted):
+            wanted, got = expected.mission_edges(self.weather_adjusted), check.edge_names(self.edges, self.database)
             said.append(f"lineage: missing {sorted(wanted - got)[:5]}, not written out {sorted(got - wanted)[:5]}")
         return said
 
@@ -220,6 +221,7 @@ def mission_run(
             triggered=[(dag, conf) for step in mission.STEPS for dag, conf in step.runs],
             merges=len(mission.MONTHS),
             weather_adjusted=True,
+            database=settings.database,
         )
     finally:
         if os.environ.get("CHAOS_KEEP") != "1":
@@ -513,7 +515,8 @@ def compare(clean: Result, faulty: Result) -> dict:
         "runs failed": [r for r in faulty.runs if r["state"] != "success"],
         "runs equal": check.runs_by_kind(clean.runs) == check.runs_by_kind(faulty.runs),
         "runs as triggered": check.runs_as_triggered(faulty.runs, faulty.triggered, faulty.merges, TRAINING.name),
-        "lineage as written out": check.edge_names(faulty.edges) == expected.mission_edges(faulty.weather_adjusted),
+        "lineage as written out": check.edge_names(faulty.edges, faulty.database)
+        == expected.mission_edges(faulty.weather_adjusted),
     }
 
 

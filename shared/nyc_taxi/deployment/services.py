@@ -378,7 +378,7 @@ HEARTBEATS = {
     "airflow-dag-processor": "dag_processor",
     "airflow-triggerer": "triggerer",
 }
-HEARTBEAT_FRESH = 15  # seconds: three heartbeats missed, and a component does not answer
+HEARTBEAT_FRESH = 20  # seconds: four heartbeats missed (a busy 2-core machine delays one), and it does not answer
 
 
 def _beats(settings: Settings, program: str) -> bool:
@@ -394,15 +394,19 @@ def _beats(settings: Settings, program: str) -> bool:
     if not info or info["statename"] != "RUNNING":
         return False
     try:  # killed a moment ago, before supervisord saw it go: not running, whatever the heartbeat says
-        if psutil.Process(info["pid"]).status() == psutil.STATUS_ZOMBIE:
+        process = psutil.Process(info["pid"])
+        if process.status() == psutil.STATUS_ZOMBIE:
             return False
+        # the process's own start, to the sub-second (supervisord's is whole seconds: its predecessor's last
+        # heartbeat in the same second would pass for the new process's)
+        started = process.create_time()
     except psutil.NoSuchProcess:
         return False
     beat = ((health(base_url(settings)) or {}).get(part) or {}).get(f"latest_{part}_heartbeat")
     if not beat:
         return False
     beat_at = dt.datetime.fromisoformat(beat).timestamp()
-    return beat_at > info["start"] and time.time() - beat_at < HEARTBEAT_FRESH
+    return beat_at > started and time.time() - beat_at < HEARTBEAT_FRESH
 
 
 def _worker_replies(settings: Settings, program: str) -> bool:

@@ -1,7 +1,8 @@
 """The suite's lanes (docs/testing.md): every test is run by exactly one of `bash run test` (CI's) and
 `bash run test --system`, the fast lane is part of `bash run test`, and the table of claims names tests
 that exist, in the lane it gives them — every long proof of the system lane with its claim. The lanes
-are read from pytest's own collection with the selection the commands use (`pytest --lanes`)."""
+are read from pytest's own collection with the selection the commands use (`pytest --lanes`), and each
+command's own collection is compared with them."""
 
 from __future__ import annotations
 
@@ -55,6 +56,22 @@ def test_each_test_is_run_by_ci_or_by_the_system_lane_never_both_and_the_fast_la
         assert (CI in commands) != (SYSTEM in commands), (nodeid, lane, commands)
         assert (FAST in commands) == (lane == "fast"), (nodeid, lane, commands)
         assert (SYSTEM in commands) == (lane == "system"), (nodeid, lane, commands)
+
+
+def test_each_command_collects_exactly_its_lanes_tests():
+    """The commands themselves, as the README shows them (the run script's options to pytest), collect the
+    tests of the lanes the table above gives them, and no other."""
+    lanes = _lanes()
+    for command, wanted in ((CI, {"fast", "suite"}), (FAST, {"fast"}), (SYSTEM, {"system"})):
+        done = subprocess.run(
+            [*command.split(), "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        collected = {line for line in done.stdout.splitlines() if line.startswith("tests/") and "::" in line}
+        assert collected == {n for n, (lane, _) in lanes.items() if lane in wanted}, (command, done.stderr[-2000:])
 
 
 def test_the_claims_table_names_tests_that_exist_in_the_lanes_it_gives_and_every_long_proof_is_in_it():

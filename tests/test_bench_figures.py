@@ -2,6 +2,7 @@
 
 import datetime as dt
 import json
+import time
 
 import pytest
 
@@ -75,3 +76,25 @@ def test_a_query_over_a_cached_result_reads_nothing_although_its_plan_shows_the_
     assert (counted.description, counted.seconds, counted.scans) == ("count.sql", 0.5, {"rows": 100})
     assert (inserted.description, inserted.scans) == ("insert.sql", {"rows": 0})
     assert "read nothing from a table" in inserted.line() and "100 rows" in counted.line()
+
+
+def test_an_idle_benchmark_counts_each_process_tree_s_cpu_with_what_it_forked_meanwhile():
+    """A process that forks, inside the measurement, a child that burns half a second of CPU by its own clock
+    and ends: its tree spent that half second (and the child's start); one that sleeps spent about nothing."""
+    import subprocess
+    import sys
+
+    from nyc_taxi.bench.idle import tree_cpu
+
+    burn = "import time\nwhile time.process_time() < 0.5: pass\n"
+    forks = f"import subprocess, sys, time\ntime.sleep(0.5)\nsubprocess.run([sys.executable, '-c', {burn!r}])\ntime.sleep(9)"
+    parent = subprocess.Popen([sys.executable, "-c", forks])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(9)"])
+    time.sleep(0.2)  # both started: their interpreters' start is before the measurement
+    try:
+        shares = tree_cpu({"parent": parent.pid, "sleeper": sleeper.pid}, 3)
+    finally:
+        parent.kill()
+        sleeper.kill()
+    assert 0.5 <= shares["parent"] * 3 < 0.75  # the child's half second, and its interpreter's start
+    assert shares["sleeper"] * 3 < 0.05

@@ -354,8 +354,8 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
     # Checked on the window's days before its counts are written (grain "day", one row per day of the window:
     # `day`; `rides`, its trips in every zone within the window; `training`, whether the model learns from it
     # (its midnight is before the forecast origin); `complete`, whether the whole day is in the window;
-    # `reference`, the median rides of the window's complete training days of its weekday, or of all of them
-    # when none is of its weekday). A window that fails is not committed, and no model
+    # `reference`, the median rides of the window's other complete training days: those of its weekday when
+    # there are two or more, else all of them). A window that fails is not committed, and no model
     # is trained on it. A horizon day raw does not hold — no trip, or a few stray ones of a month not loaded —
     # has not happened or is not loaded yet: it is not counted (no zero is written for it).
     checks=(
@@ -368,9 +368,10 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
                "NOT training OR NOT complete OR rides = 0 OR reference IS NULL "
                "OR rides BETWEEN 0.2 * reference AND 3 * reference",
                on=("pickup_hour", "ride_count"), severity="error", grain="day",
-               doc="A training day's trips within a fifth and three times the median of its weekday's days "
-                   "in the window: holidays and storms keep about half a usual day, a day most of whose "
-                   "trips are missing does not (docs/quality.md)"),
+               doc="A training day's trips within a fifth and three times the median of the window's other "
+                   "days of its weekday (of all its other days when it has fewer than two of them): holidays "
+                   "and storms keep about half a usual day, a day most of whose trips are missing does not "
+                   "(docs/quality.md)"),
     ),
 )
 YELLOW_RIDES_FORECAST_MODEL = Model(

@@ -95,9 +95,9 @@ class WindowDays:
     """The window's days as its actuals' checks see them (the grain "day" of core/datasets.py): each day's
     rides in every zone within the window, whether the model learns from it (its midnight is before the
     forecast origin), whether the whole day is in the window, and its reference: the median rides of the
-    window's complete training days of its weekday that have rides (a training day among them: with two of a
-    weekday, a day's own count is half its reference, and only the thin one of the two is out of bounds), or
-    of all of them when none is of its weekday (a horizon day's weekday may have no training day)."""
+    window's other complete training days that have rides — those of its weekday when there are two or
+    more (a median of two or more is not moved by one odd day), else all of them. Never the day itself: a
+    day would pass against its own count, and of two days of a weekday each would fail against the other."""
 
     window: Window
     rides: dict[dt.date, int]
@@ -121,9 +121,11 @@ class WindowDays:
     def _reference(self, day: dt.date) -> float | None:
         import statistics
 
-        learned = [d for d in self.days if self._training(d) and self._in_window(d) == 1.0 and self.rides.get(d)]
-        alike = [self.rides[d] for d in learned if d.weekday() == day.weekday()]
-        reference = alike or [self.rides[d] for d in learned]
+        others = [
+            d for d in self.days if d != day and self._training(d) and self._in_window(d) == 1.0 and self.rides.get(d)
+        ]
+        alike = [self.rides[d] for d in others if d.weekday() == day.weekday()]
+        reference = alike if len(alike) >= 2 else [self.rides[d] for d in others]
         return float(statistics.median(reference)) if reference else None
 
     def rows(self) -> pa.Table:
@@ -151,6 +153,12 @@ class WindowDays:
     def with_rides(self) -> Intervals:
         """The window's hours of the days raw holds: those the actuals hold a count for."""
         return Intervals.days(d for d in self.days if self.loaded(d)) & Intervals.of([self.window.hours])
+
+    def judged_not_loaded(self) -> Intervals:
+        """The window's hours of the days that have trips and were judged not loaded (a few stray pickups):
+        the judgement is this window's, against its reference; another window may judge them loaded."""
+        thin = (d for d in self.days if self.rides.get(d) and not self.loaded(d))
+        return Intervals.days(thin) & Intervals.of([self.window.hours])
 
     def missing_training_days(self) -> list[dt.date]:
         return [d for d in self.days if self._training(d) and not self.rides.get(d)]
@@ -430,7 +438,10 @@ def compute_actuals(
         finally:
             counts.unpersist()
         now = load_table(ACTUALS, settings).current_snapshot()
-        Coverage(now.snapshot_id if now else None, raw_snapshot.snapshot_id, valid | hours).record(settings)
+        # counted for raw's snapshot: every hour of the window but those this window judged not loaded,
+        # which the next window counts again (a day without any trip stays so while raw does)
+        covered = valid | (hours - days.judged_not_loaded())
+        Coverage(now.snapshot_id if now else None, raw_snapshot.snapshot_id, covered).record(settings)
         return raw_snapshot, counted, rows, changes, checked
 
     before = current_snapshot(ACTUALS, settings)

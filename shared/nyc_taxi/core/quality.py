@@ -113,6 +113,12 @@ def rule_text(check: Check, values: dict[str, object] | None) -> str:
     return f"count(*) = {fill(check.rule, values)}{where}"
 
 
+def batch_of(rule: str) -> str:
+    """The batch a count's rule as evaluated judged (rule_text's form): its filled WHERE, e.g. a raw table's
+    month files; "" for a rule over the whole version."""
+    return rule.rpartition(" WHERE ")[2] if rule.startswith("count(*) = ") and " WHERE " in rule else ""
+
+
 def failing_condition(check: Check, values: dict[str, object]) -> str | None:
     """The SQL condition a failing row meets: its condition is FALSE (NULL passes, as in a CHECK constraint)."""
     condition = row_condition(check, values)

@@ -145,10 +145,13 @@ class Tracer:
         batch its commit wrote (its month), and that month stays in every later snapshot until a later
         commit of the same batch is judged again. So per check and batch, the latest result in the chain:
         a check that failed on an earlier snapshot fails the versions that still hold what it judged."""
+        from nyc_taxi.core.quality import batch_of
+
         latest: dict[tuple[str, str], Evaluation] = {}
         for held_version in held:
             for evaluation in self.quality.of_version(name, held_version):
-                latest[(evaluation.check, evaluation.rule)] = evaluation
+                # the batch, not the whole rule: a republished month's count differs, its files do not
+                latest[(evaluation.check, batch_of(evaluation.rule))] = evaluation
         return list(latest.values())
 
     def run(self, run: JobRun) -> RunStep:

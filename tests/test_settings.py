@@ -81,3 +81,20 @@ def test_the_state_directorys_settings_file_is_read_when_a_process_starts_and_th
         assert get_settings().tlc_base_url == TLC_BASE_URL
     finally:
         get_settings.cache_clear()
+
+
+def test_the_team_scheduler_queues_no_more_tasks_than_its_celery_workers_take_at_once(tmp_path):
+    """Airflow's parallelism on the team profile equals the Celery workers' slots in supervisord.conf: a task
+    waiting for a free worker is not 'queued', so the queued timeout only fails a task whose message was lost."""
+    import configparser
+    import re
+
+    from nyc_taxi.airflow_adapter.environment import airflow_environment
+    from nyc_taxi.deployment.supervisor import CONFIG, program_names
+
+    parser = configparser.RawConfigParser()
+    parser.read(CONFIG)
+    concurrency = int(re.search(r"--concurrency (\d+)", parser.get("program:airflow-worker", "command"))[1])
+    workers = [name for name in program_names() if name.startswith("airflow-worker-")]
+    env = airflow_environment(Settings(_env_file=None, profile="team", state_dir=tmp_path))
+    assert int(env["AIRFLOW__CORE__PARALLELISM"]) == len(workers) * concurrency == 2

@@ -495,6 +495,10 @@ class TeamLakehouse(S3Objects, LocalLakehouse):
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "180",
+            # as many tasks queued or running as the Celery workers take at once (supervisord.conf: two of
+            # one task each): a task is queued only when a worker is free, so 180 s queued is a lost message,
+            # never a wait behind a long task
+            "AIRFLOW__CORE__PARALLELISM": "2",
             "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "5",
             # The DAG files are parsed again every 2 minutes (Airflow's default: 30 s), in one process: an idle
             # deployment's DAG processor took 6 % of a core re-reading files that change with a deploy

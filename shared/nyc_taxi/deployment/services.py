@@ -394,19 +394,18 @@ def _beats(settings: Settings, program: str) -> bool:
     if not info or info["statename"] != "RUNNING":
         return False
     try:  # killed a moment ago, before supervisord saw it go: not running, whatever the heartbeat says
-        process = psutil.Process(info["pid"])
-        if process.status() == psutil.STATUS_ZOMBIE:
+        if psutil.Process(info["pid"]).status() == psutil.STATUS_ZOMBIE:
             return False
-        # the process's own start, to the sub-second (supervisord's is whole seconds: its predecessor's last
-        # heartbeat in the same second would pass for the new process's)
-        started = process.create_time()
     except psutil.NoSuchProcess:
         return False
     beat = ((health(base_url(settings)) or {}).get(part) or {}).get(f"latest_{part}_heartbeat")
     if not beat:
         return False
     beat_at = dt.datetime.fromisoformat(beat).timestamp()
-    return beat_at > started and time.time() - beat_at < HEARTBEAT_FRESH
+    # supervisord's start is whole seconds, rounded down (and so is the kernel's boot time under psutil's):
+    # the predecessor's last beat may fall in the same second, never after the next one. A new process's
+    # first beat comes seconds after its start (Airflow's imports).
+    return beat_at > info["start"] + 1 and time.time() - beat_at < HEARTBEAT_FRESH
 
 
 def _worker_replies(settings: Settings, program: str) -> bool:

@@ -100,13 +100,19 @@ class SiteServer:
 
 
 def serve(settings: Settings, out_dir: Path, port: int = 0) -> None:
-    """Serve until interrupted (Ctrl-C)."""
+    """Serve until interrupted (Ctrl-C, or SIGTERM)."""
+    import signal
+
+    stopped = threading.Event()
     server = SiteServer(settings, out_dir, port)
     url = server.start()
+    # our own handlers, set after the build: a library the build loads replaces SIGINT's, and Ctrl-C then
+    # stopped nothing
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, lambda *_: stopped.set())
     print(f"the lineage site: {url} (from {out_dir}; rebuilt when new records arrive; Ctrl-C stops)", flush=True)
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
+        while not stopped.wait(1):  # timed: the handler runs in the main thread only once it wakes
+            pass
     finally:
         server.stop()

@@ -96,5 +96,5 @@ def test_an_idle_benchmark_counts_each_process_tree_s_cpu_with_what_it_forked_me
     finally:
         parent.kill()
         sleeper.kill()
-    assert 0.5 <= shares["parent"] * 3 < 0.75  # the child's half second, and its interpreter's start
+    assert 0.45 <= shares["parent"] * 3 < 0.8  # the child's half second (to the clock tick), and its start
     assert shares["sleeper"] * 3 < 0.05

@@ -169,7 +169,6 @@ def test_assertion_urns_are_stable_run_events_accumulate_in_lite_and_every_recor
     assert next(h for h in again.checks if h.check == "pickup_in_month").evaluations == history.evaluations
 
 
-@pytest.mark.guards
 def test_a_models_checks_are_read_back_from_its_metrics_and_a_refused_models_from_the_run_that_refused_it(tmp_path):
     """A model that passed its checks carries their results as training metrics; a model its checks refused
     is never written, so its results are properties of the run that refused it. Both read back as one

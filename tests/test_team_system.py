@@ -4,7 +4,9 @@ reading raw on one Celery worker while a merge writes it on the other; the chaos
 two months, the trainings the scheduler starts from each merge, a weather-adjusted backtest, the last
 shipping of lineage — under every named moment and faults inside tasks and in every kind of service (a
 Celery worker with its task, each SeaweedFS process, a Spark driver, a flow step), each met at its
-moment; then ten programs killed at once.
+moment; then ten programs killed at once, a broken month through the scheduler (refused before raw on its
+first try, the lineage server told why), and `team down` while a training runs (last: the deployment
+is down until its `up`).
 
 The suite's lane runs the same deployment under a short mission of four faults (tests/test_team_profile.py)."""
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -28,6 +31,7 @@ from expected_loads import (
 )
 from team_deployment import (
     TAXI,
+    TAXI_JOBS,
     TAXI_MERGE,
     TRAINING,
     WEATHER,
@@ -43,10 +47,13 @@ from team_deployment import (
     task,
     task_logs,
     task_spans,
+    team_cli,
     wait_for,
 )
 
 from nyc_taxi.core import datasets as registry
+from nyc_taxi.core import jobs
+from nyc_taxi.fixtures.site import taxi_path
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team, pytest.mark.system]
 
@@ -318,3 +325,113 @@ def test_ten_programs_killed_at_once_are_each_restarted_counted_and_answering_an
     )
     now = bucket(settings)
     assert len(objects) > 1000 and {key: now.get(key) for key in objects} == objects
+
+
+def test_a_broken_month_is_refused_before_raw_through_the_scheduler_once_and_the_server_hears_why(
+    chaos, team, site, lineage_server
+):
+    """The TLC publishes a month whose trips are all a year early, triggered as the UI does. On the team
+    profile as locally: it lands and stages, its checks stop the merge before raw changes, and the merge
+    fails on its first try though the deployment retries a task three times (the same data fails every
+    try). The lineage server received the merge's FAIL, naming the check with its counts, and DataHub's
+    run event of the failed check on the staged version."""
+    import json
+
+    from nyc_taxi.core.catalog import current_snapshot_id, load_table
+    from nyc_taxi.core.naming import landed_folder
+    from nyc_taxi.fixtures import tlc
+    from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH
+    from nyc_taxi.lineage.write.datahub import assertion_urn
+
+    settings = team[0]
+    path = tlc.write_yellow_month(tlc.generate_yellow_month(2023, 12, rows=2_000, seed=12), taxi_path(site, 2024, 12))
+    raw_before = current_snapshot_id(registry.YELLOW_TAXI_RAW, settings)
+    rest = api(settings)
+    run_id = rest.trigger(TAXI, {"month": "2024-12"})
+    assert finished(rest, TAXI, run_id)["state"] == "failed"
+    stage, merge = (task(rest, TAXI, run_id, t) for t in (TAXI_JOBS.stage_landed_files.name, TAXI_MERGE))
+    assert (stage["state"], merge["state"], merge["try_number"]) == ("success", "failed", 1), (stage, merge)
+    assert current_snapshot_id(registry.YELLOW_TAXI_RAW, settings) == raw_before
+    staging = load_table(registry.YELLOW_TAXI_STAGING, settings)
+    assert staging.scan().to_arrow().num_rows == 2_000  # the staged version, kept for inspection
+    assert f"{landed_folder(registry.TLC_YELLOW_TRIPDATA_LANDED)}/{path.name}" in bucket(settings)
+
+    snapshot = str(staging.current_snapshot().snapshot_id)
+
+    def received():
+        """The merge's FAIL and DataHub's failed run event on the staged version, once both arrived."""
+        fails = [
+            r["body"]
+            for r in lineage_server.stored(OPENLINEAGE_PATH)
+            if r["body"]["eventType"] == "FAIL" and r["body"]["job"]["name"].endswith(f".{TAXI_MERGE}")
+        ]
+        fails = [f for f in fails if "2024-12" in f["run"]["facets"].get("errorMessage", {}).get("message", "")]
+        events = [
+            json.loads(r["body"]["proposal"]["aspect"]["value"])
+            for r in lineage_server.stored(DATAHUB_INGEST_PATH)
+            if r["body"]["proposal"]["aspectName"] == "assertionRunEvent"
+        ]
+        # the checks that stop the merge: status "fail" (a warning is a SUCCESS, its rows in the native results)
+        errors = [
+            e
+            for e in events
+            if e["batchSpec"]["nativeBatchId"] == snapshot and e["result"]["nativeResults"]["status"] == "fail"
+        ]
+        return (fails, errors) if fails and errors else None
+
+    found = wait_for(received, bool, 180)
+    assert found, (lineage_server.requests()[-5:], snapshot)
+    (failed,), errors = found
+    message = failed["run"]["facets"]["errorMessage"]["message"]
+    assert "pickup_in_month (error): 2,000 of 2,000 rows fail (100.0%)" in message, message
+    assert f"yellow_taxi_raw was not changed (it stays at snapshot {raw_before})" in message, message
+    pickups = assertion_urn(registry.YELLOW_TAXI_STAGING, "pickup_in_month", settings)
+    assert [(e["assertionUrn"], e["result"]["type"], e["result"]["unexpectedCount"]) for e in errors] == [
+        (pickups, "FAILURE", 2_000)
+    ], errors
+
+
+def test_down_in_the_middle_of_a_training_run_leaves_no_process_and_up_finds_every_object(chaos, team):
+    """`team down` while the flow runs (its Airflow task in a process group of its own, the flow's steps
+    and a Spark driver under it): afterwards no process of the deployment runs (the process table: none
+    carries the deployment's environment, none runs from its state directory). `team up` then brings
+    back every object of the bucket, with nothing saved or restored by the project. Last in the module:
+    the deployment is down after it until its `up`."""
+    import psutil
+
+    from nyc_taxi.deployment.supervisor import MARKER
+
+    settings, env = team
+    rest = api(settings)
+    run_id = rest.trigger(TRAINING, {"as_of_datetime": "2019-04-29T00:00"})  # the chaos mission's April: loaded
+
+    def flow_running():
+        return [
+            p for p in psutil.process_iter(["cmdline"]) if "train_model_flow.py" in " ".join(p.info["cmdline"] or [])
+        ]
+
+    assert wait_for(flow_running, bool, 600), task(
+        rest, TRAINING, run_id, jobs.TRAIN_FORECAST_MODEL.run_training_flow.name
+    )
+
+    def spark_driver():  # a step's own Spark JVM (spark-submit's pyspark-shell)
+        return [p for p in psutil.process_iter(["cmdline"]) if "pyspark-shell" in " ".join(p.info["cmdline"] or [])]
+
+    assert wait_for(spark_driver, bool, 300)
+    before = bucket(settings)
+    down = team_cli(env, "down")
+    assert down.returncode == 0, down.stdout + down.stderr
+
+    mine, state = str(Path(settings.state_dir) / "team"), str(settings.state_dir)
+    left = []
+    for process in psutil.process_iter(["cmdline", "environ"]):
+        environ, cmdline = process.info["environ"] or {}, " ".join(process.info["cmdline"] or [])
+        if environ.get(MARKER) == mine or state in cmdline:
+            left.append((process.pid, cmdline[:120]))
+    assert left == []
+
+    up = team_cli(env, "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    after = bucket(settings)  # the flow may have written more after the first listing, before `down`
+    assert {key.split("/")[0] for key in before} >= {"landing", "warehouse", "metaflow"}, sorted(before)[:20]
+    assert {key: after.get(key) for key in before} == before

@@ -25,7 +25,7 @@ from multiprocessing import Pool
 from pathlib import Path
 
 TARGET_RATIO = 1.10
-REFERENCE_LOOPS = 12_000_000  # about 5 s of one core of this machine in pure Python
+REFERENCE_LOOPS = 100_000_000  # about 8 s of one core of this machine in pure Python: long enough to average
 
 
 def _reference_work(_: int) -> float:

@@ -126,12 +126,15 @@ def pytest_unconfigure(config):
 
 # Test modules that read the session's one demo run (the `demo` fixture): on one worker, so it runs once.
 DEMO_READERS = ("tests/test_lineage.py", "tests/test_site.py")
+# Test modules that each bring a team deployment up: on one worker, one deployment at a time (two at once
+# take both cores, and their `team up`s raced)
+TEAM_DEPLOYMENTS = ("tests/test_team_profile.py", "tests/test_team_system.py", "tests/test_team_demo.py")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """`bash run test`'s workers take a test file at a time (--dist loadfile), its module fixtures run
-    once; the demo's readers go to one worker together."""
+    once; the demo's readers go to one worker together, and so do the team deployments."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -141,7 +144,9 @@ def pytest_xdist_make_scheduler(config, log):
     class ModulesSharingAWorker(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = super()._split_scope(nodeid)
-            return "the demo's readers" if module in DEMO_READERS else module
+            if module in DEMO_READERS:
+                return "the demo's readers"
+            return "the team deployments" if module in TEAM_DEPLOYMENTS else module
 
     return ModulesSharingAWorker(config, log)
 

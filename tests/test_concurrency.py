@@ -187,9 +187,11 @@ def test_other_errors_are_not_retried(spark):
 
 FLOW = Path(__file__).resolve().parents[1] / "metaflow" / "train_model_flow.py"  # run as Metaflow runs it
 # July's trips and weather are loaded first; then August's load while the weather-adjusted flow trains on
-# a window across both months: what it reads is being written at that moment.
+# July's last week: what it reads is being written at that moment. Its horizon, August's first day, is
+# counted when August's commit came before the flow's read (a window whose training days reach a month
+# not loaded yet is refused: docs/quality.md).
 PRELOADED, CONCURRENT = (2023, 7), (2023, 8)
-AS_OF, LOOKBACK, HORIZON = dt.datetime(2023, 8, 3), 7, 24
+AS_OF, LOOKBACK, HORIZON = dt.datetime(2023, 8, 1), 7, 24
 
 
 def _scenario(state: Path, airflow_state):

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +21,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team, pytest.m
 
 
 def test_the_team_demo_runs_through_the_scheduler_and_ends_as_the_local_one(tmp_path):
-    state = tmp_path / "state"
+    # a short path: supervisord's socket is under it, and a Unix socket's path has at most 107 bytes
+    state = Path(tempfile.mkdtemp(prefix="team-demo-")) / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TLC_", "NOAA_"))}
     env |= {"PROFILE": "team", "STATE_DIR": str(state), "AIRFLOW_PORT": str(free_port())}
     try:
@@ -41,3 +45,4 @@ def test_the_team_demo_runs_through_the_scheduler_and_ends_as_the_local_one(tmp_
             timeout=600,
         )
         print(down.stdout, down.stderr)
+        shutil.rmtree(state.parent, ignore_errors=True)

@@ -438,9 +438,10 @@ def compute_actuals(
         finally:
             counts.unpersist()
         now = load_table(ACTUALS, settings).current_snapshot()
-        # counted for raw's snapshot: every hour of the window but those this window judged not loaded,
-        # which the next window counts again (a day without any trip stays so while raw does)
-        covered = valid | (hours - days.judged_not_loaded())
+        # counted for raw's snapshot: every hour of the window but those this window judged not loaded (their
+        # rows it removed, even when an earlier window had counted them), which the next window counts again;
+        # a day without any trip stays so while raw does
+        covered = (valid | hours) - days.judged_not_loaded()
         Coverage(now.snapshot_id if now else None, raw_snapshot.snapshot_id, covered).record(settings)
         return raw_snapshot, counted, rows, changes, checked
 
@@ -640,12 +641,12 @@ def _check_model(fitted: models.SeasonalNaive, data: TrainingData, version: str,
             "wet_factor": pa.array([getattr(fitted, "wet_factor", None)] * rows.num_rows, pa.float64()),
         }
     )
-    hours = learned.column("history_hour").to_pylist()
-    as_of = data.as_of or (max(hours) + dt.timedelta(hours=1) if hours else dt.datetime(1970, 1, 1))
-    start = data.start or (min(hours) if hours else as_of)
+    if data.as_of is None or data.start is None:  # never guessed from the rows the check judges
+        raise ValueError("the model's checks need the training window's bounds (TrainingData.start, .as_of)")
     values = {
-        "zones": len(set(learned.column("pickup_location_id").to_pylist())),
-        "training_hours": int((as_of - start).total_seconds() // 3600),
+        # a model that learned no zone fails too: it would forecast nothing
+        "zones": max(len(set(learned.column("pickup_location_id").to_pylist())), 1),
+        "training_hours": int((data.as_of - data.start).total_seconds() // 3600),
     }
     counts = quality.count_arrow(learned, quality.aggregates(MODEL.checks, values))
     checked = quality.judge(MODEL.name, MODEL.checks, counts, version, values)

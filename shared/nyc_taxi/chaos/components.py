@@ -95,13 +95,18 @@ def pids_of(component: Component, supervisor: Supervisor, deployment: str) -> li
 
 
 def kill(component: Component, pid: int) -> bool:
-    """SIGKILL: to the process, or to its process group. False: it had exited already (nothing was killed)."""
+    """SIGKILL: to the process, or to its process group. False: it had exited already (nothing was killed;
+    an exited process nobody reaped yet, a zombie, takes the signal without being killed by it)."""
+    import psutil
+
     try:
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return False
         if component.scope == "group":
             os.killpg(os.getpgid(pid), signal.SIGKILL)
         else:
             os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, psutil.NoSuchProcess):
         return False
     return True
 

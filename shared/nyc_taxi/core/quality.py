@@ -278,8 +278,8 @@ def failing_examples(frame, check: Check, values: dict[str, object], shown: tupl
 def count_snapshot(iceberg, snapshot_id: int, rows, checks: Iterable[Check], values: dict[str, object]) -> dict:
     """``checks`` on a table's snapshot: a row count whose condition the snapshot's data files settle (each
     holds one value of the columns the condition names: its exact lower and upper bounds are equal) from
-    Iceberg's manifests, no data read; every other check in one pass over ``rows`` (the snapshot's rows, a
-    Spark DataFrame), limited to the rows its condition names when it has one (the scan is pruned)."""
+    Iceberg's manifests, no data read; every other check in a query of its own over ``rows`` (the snapshot's
+    rows, a Spark DataFrame), limited to the rows its condition names when it has one (the scan is pruned)."""
     counts: dict = {}
     for check in checks:
         found = _row_count_from_manifests(iceberg, snapshot_id, check, values) if check.kind == "row_count" else None
@@ -315,6 +315,8 @@ def _row_count_from_manifests(iceberg, snapshot_id: int, check: Check, values: d
             f"SELECT coalesce(sum(_records) FILTER (WHERE {fill(check.where, values)}), 0), "
             f"({fill(check.rule, values)}) FROM files"
         ).fetchone()
+    except duckdb.Error:  # a condition in Spark's SQL that DuckDB does not read: Spark counts it
+        return None
     finally:
         connection.close()
     rows, expected = int(rows), int(expected or 0)

@@ -20,7 +20,7 @@ from nyc_taxi.core.processes import free_port
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team, pytest.mark.system]
 
 
-def test_the_team_demo_runs_through_the_scheduler_and_ends_as_the_local_one(tmp_path):
+def test_the_team_demo_runs_through_the_scheduler_and_ends_as_the_local_one():
     # a short path: supervisord's socket is under it, and a Unix socket's path has at most 107 bytes
     state = Path(tempfile.mkdtemp(prefix="team-demo-")) / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TLC_", "NOAA_"))}

@@ -111,6 +111,17 @@ def kill(component: Component, pid: int) -> bool:
     return True
 
 
+def exited(pid: int) -> bool:
+    """The process has exited: a zombie nobody reaped yet, or no process at all. SIGKILL is delivered when
+    the process next runs, so on a busy machine it lives a moment after kill() returns."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def freeze(pid: int) -> None:
     """SIGSTOP: the process stands still at the moment it is in, until it is killed."""
     os.kill(pid, signal.SIGSTOP)

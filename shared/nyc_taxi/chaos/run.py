@@ -314,7 +314,6 @@ def _proven(ctx: moments.Context, killed: moments.Kill, seconds: float = 15) -> 
     (its process-states log) and terminated by SIGKILL (its own log); the lineage server's process, our
     child, exited by SIGKILL; a task's process, found running just before the kill, gone right after. A
     victim that had already exited proves nothing: RuntimeError."""
-    import psutil
 
     component = COMPONENTS.get(killed.component)
     if component is not None and component.kind == "program":
@@ -332,13 +331,7 @@ def _proven(ctx: moments.Context, killed: moments.Kill, seconds: float = 15) -> 
             raise RuntimeError(f"the lineage server's process exited with {code}, not by SIGKILL")
         return f"the lineage server's process {killed.pids[0]} exited by SIGKILL"
 
-    def gone(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
-    if not components.wait_for(lambda: all(gone(pid) for pid in killed.pids), seconds, 0.2):
+    if not components.wait_for(lambda: all(components.exited(pid) for pid in killed.pids), seconds, 0.2):
         raise RuntimeError(f"{killed.component} {killed.pids} still running after the kill")
     return f"{killed.component} {', '.join(map(str, killed.pids))}: running when killed, gone after"
 

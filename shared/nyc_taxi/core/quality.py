@@ -275,14 +275,27 @@ def failing_examples(frame, check: Check, values: dict[str, object], shown: tupl
     return [row.asDict() for row in frame.where(condition).select(*columns).limit(limit).collect()]
 
 
+def counted_in_the_pass(check: Check) -> bool:
+    """Whether a write counts the check while it passes over the rows: what Spark can observe and the
+    written snapshot's manifests do not settle without reading a row (a column's nulls, all its rows)."""
+    return observable(check) and not (check.kind in ("not_null", "row_count") and not check.where)
+
+
 def count_snapshot(iceberg, snapshot_id: int, rows, checks: Iterable[Check], values: dict[str, object]) -> dict:
-    """``checks`` on a table's snapshot: a row count whose condition the snapshot's data files settle (each
-    holds one value of the columns the condition names: its exact lower and upper bounds are equal) from
-    Iceberg's manifests, no data read; every other check in a query of its own over ``rows`` (the snapshot's
-    rows, a Spark DataFrame), limited to the rows its condition names when it has one (the scan is pruned)."""
+    """``checks`` on a table's snapshot: from Iceberg's manifests where they settle it, no data read (a
+    column's nulls: each data file's null count; a row count: the files' record counts, and when it has a
+    condition, only if the files the condition names each hold one value of its columns, their exact lower
+    and upper bounds equal); every other check in a query of its own over ``rows`` (the snapshot's rows, a
+    Spark DataFrame), limited to the rows its condition names when it has one (the scan is pruned)."""
     counts: dict = {}
+    files = None
     for check in checks:
-        found = _row_count_from_manifests(iceberg, snapshot_id, check, values) if check.kind == "row_count" else None
+        found = None
+        if check.kind in ("row_count", "not_null"):
+            files = files if files is not None else _data_files(iceberg, snapshot_id)
+            found = (_row_count_from_manifests if check.kind == "row_count" else _nulls_from_manifests)(
+                files, check, values
+            )
         if found is None:
             frame = rows.where(fill(check.where, values)) if check.where else rows
             found = count_frame(frame, compile_check(check, values))
@@ -290,30 +303,44 @@ def count_snapshot(iceberg, snapshot_id: int, rows, checks: Iterable[Check], val
     return counts
 
 
-def _row_count_from_manifests(iceberg, snapshot_id: int, check: Check, values: dict[str, object]) -> dict | None:
+def _data_files(iceberg, snapshot_id: int) -> list[dict]:
+    return iceberg.inspect.data_files(snapshot_id).select(["record_count", "readable_metrics"]).to_pylist()
+
+
+def _nulls_from_manifests(files: list[dict], check: Check, values: dict[str, object]) -> dict | None:
+    """A column's nulls from the data files' null counts (Iceberg's writers keep one per column unless its
+    metrics mode is none); None when a file has none, or the check has a condition."""
+    if check.where:
+        return None
+    nulls = [(file["readable_metrics"].get(check.columns[0]) or {}).get("null_value_count") for file in files]
+    if any(n is None for n in nulls):
+        return None
+    return {check.name: sum(nulls), f"{check.name}:rows": sum(file["record_count"] for file in files)}
+
+
+def _row_count_from_manifests(files: list[dict], check: Check, values: dict[str, object]) -> dict | None:
     """A row count from the data files' record counts and exact bounds (DuckDB evaluates the declared
-    condition on each file's one value of its columns); None when a file's bounds do not settle it."""
+    condition, if any, on each file's one value of its columns); None when a file's bounds do not settle it."""
     import duckdb
     import pyarrow as pa
 
-    if not check.where or not check.columns:
+    if check.where and not check.columns:
         return None
-    files = iceberg.inspect.data_files(snapshot_id).select(["record_count", "readable_metrics"]).to_pylist()
-    values_of: dict[str, list] = {column: [] for column in check.columns}
+    values_of: dict[str, list] = {column: [] for column in check.columns if check.where}
     for file in files:
-        for column in check.columns:
+        for column in values_of:
             bounds = file["readable_metrics"].get(column) or {}
             low, high = bounds.get("lower_bound"), bounds.get("upper_bound")
             if low is None or low != high:
                 return None
             values_of[column].append(low)
-    per_file = pa.table({**values_of, "_records": [f["record_count"] for f in files]})
+    per_file = pa.table({**values_of, "_records": pa.array([f["record_count"] for f in files], pa.int64())})
+    where = fill(check.where, values) if check.where else "TRUE"
     connection = duckdb.connect()
     try:
         connection.register("files", per_file)
         rows, expected = connection.execute(
-            f"SELECT coalesce(sum(_records) FILTER (WHERE {fill(check.where, values)}), 0), "
-            f"({fill(check.rule, values)}) FROM files"
+            f"SELECT coalesce(sum(_records) FILTER (WHERE {where}), 0), ({fill(check.rule, values)}) FROM files"
         ).fetchone()
     except duckdb.Error:  # a condition in Spark's SQL that DuckDB does not read: Spark counts it
         return None

@@ -83,8 +83,9 @@ def stage(
     of the load's facts for its snapshot summary. The staging
     table's declared checks (their ``${…}`` placeholders from ``check_values``; ``key``: the columns that
     name a failing row in the results' examples) and its categorical
-    columns' distinct values are counted in the write's own pass (Spark's ``observe``; a check Spark cannot
-    observe, such as a unique key, in one more pass over what was written) and recorded for the new
+    columns' distinct values are counted in the write's own pass (Spark's ``observe``), a column's nulls
+    and the rows from the written snapshot's manifests (no row read), a check Spark cannot observe, such as
+    a unique key, in one more pass over what was written; and recorded for the new
     snapshot (``core/statistics.py``): the merge publishes the batch only if no error check failed, and
     reads the counts instead of scanning staging again. The column lineage is the statement's, as
     DataHub's SQL parser reads it.
@@ -95,11 +96,9 @@ def stage(
         staging, [Statement(sql, statement, reads={"landed": "landed"}, values=values)], {"landed": landed}, settings
     )
     checks = quality.aggregates(staging.checks, check_values)  # what the record's digest names
-    observed = {
-        **quality.aggregates([c for c in staging.checks if quality.observable(c)], check_values),
-        **distinct_aggregates(staging),
-    }
-    later = {name: sql for name, sql in checks.items() if name not in observed}
+    in_the_pass = [c for c in staging.checks if quality.counted_in_the_pass(c)]
+    observed = {**quality.aggregates(in_the_pass, check_values), **distinct_aggregates(staging)}
+    later = [c for c in staging.checks if c not in in_the_pass]
     snapshot = current_snapshot(staging, settings)
     committed = not (snapshot and snapshot.summary.get(LANDED_VERSION) == version)
     results, profiled = [], None
@@ -133,8 +132,10 @@ def stage(
         snapshot = current_snapshot(staging, settings)
         if snapshot.summary.get(LANDED_VERSION) == version:  # this write's snapshot: its counts are its rows'
             counts = dict(observation.get)
-            if later:
-                counts |= quality.count_frame(pinned_rows(spark, staging, snapshot, settings), later)
+            iceberg = load_table(staging, settings)
+            if later:  # from the manifests where they settle it, else one more pass over what was written
+                rows = pinned_rows(spark, staging, snapshot, settings)
+                counts |= quality.count_snapshot(iceberg, snapshot.snapshot_id, rows, later, check_values)
             results = quality.judge(staging.name, staging.checks, counts, str(snapshot.snapshot_id), check_values)
             if failed := {r.check for r in quality.stopping(results)}:  # a few of their rows, for the record
                 written = pinned_rows(spark, staging, snapshot, settings)
@@ -146,7 +147,6 @@ def stage(
                         if c.name in failed
                     },
                 )
-            iceberg = load_table(staging, settings)
             profiled = profile(staging, iceberg, snapshot.snapshot_id, counts)
             try:
                 record_counts(staging, snapshot.snapshot_id, checks, counts, settings, results)

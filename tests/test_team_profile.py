@@ -332,13 +332,13 @@ def test_a_killed_scheduler_answers_again_only_once_its_new_process_has_sent_a_h
     import datetime as dt_
 
     from nyc_taxi.airflow_adapter.rest_api import base_url, health
-    from nyc_taxi.chaos.components import exited
+    from nyc_taxi.core.processes import alive
     from nyc_taxi.deployment.services import answering
 
     settings, _ = team
     old = programs(settings)["airflow-scheduler"]["pid"]
     os.kill(old, signal.SIGKILL)
-    assert wait_for(lambda: exited(old), bool, 10), f"the scheduler {old} still runs after SIGKILL"
+    assert wait_for(lambda: not alive(old), bool, 10), f"the scheduler {old} still runs after SIGKILL"
     assert answering(settings, "airflow-scheduler") is False
     assert (health(base_url(settings)) or {}).get("scheduler", {}).get("status") == "healthy"  # Airflow: still
     back = wait_for(lambda: answering(settings, "airflow-scheduler"), bool, 120)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from nyc_taxi.core.processes import alive
 from nyc_taxi.deployment.supervisor import MARKER, Supervisor
 
 WORKERS = ("airflow-worker-1", "airflow-worker-2")
@@ -97,29 +98,16 @@ def pids_of(component: Component, supervisor: Supervisor, deployment: str) -> li
 def kill(component: Component, pid: int) -> bool:
     """SIGKILL: to the process, or to its process group. False: it had exited already (nothing was killed;
     an exited process nobody reaped yet, a zombie, takes the signal without being killed by it)."""
-    import psutil
-
+    if not alive(pid):
+        return False
     try:
-        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            return False
         if component.scope == "group":
             os.killpg(os.getpgid(pid), signal.SIGKILL)
         else:
             os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, psutil.NoSuchProcess):
+    except ProcessLookupError:
         return False
     return True
-
-
-def exited(pid: int) -> bool:
-    """The process has exited: a zombie nobody reaped yet, or no process at all. SIGKILL is delivered when
-    the process next runs, so on a busy machine it lives a moment after kill() returns."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def freeze(pid: int) -> None:

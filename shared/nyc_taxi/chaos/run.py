@@ -27,7 +27,7 @@ from nyc_taxi.chaos import check, components, expected, mission, moments
 from nyc_taxi.chaos.components import COMPONENTS, PROGRAMS, TASK_PROCESSES
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core import jobs
-from nyc_taxi.core.processes import free_port
+from nyc_taxi.core.processes import alive, free_port
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment.services import answering
 from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH, LineageServer
@@ -331,7 +331,7 @@ def _proven(ctx: moments.Context, killed: moments.Kill, seconds: float = 15) -> 
             raise RuntimeError(f"the lineage server's process exited with {code}, not by SIGKILL")
         return f"the lineage server's process {killed.pids[0]} exited by SIGKILL"
 
-    if not components.wait_for(lambda: all(components.exited(pid) for pid in killed.pids), seconds, 0.2):
+    if not components.wait_for(lambda: not any(map(alive, killed.pids)), seconds, 0.2):
         raise RuntimeError(f"{killed.component} {killed.pids} still running after the kill")
     return f"{killed.component} {', '.join(map(str, killed.pids))}: running when killed, gone after"
 

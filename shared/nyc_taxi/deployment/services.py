@@ -28,7 +28,15 @@ from pathlib import Path
 from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
 from nyc_taxi.airflow_adapter.rest_api import base_url, health, healthy
 from nyc_taxi.core import team
-from nyc_taxi.core.processes import ServiceError, free_port, listening, read_record, write_private, write_private_text
+from nyc_taxi.core.processes import (
+    ServiceError,
+    alive,
+    free_port,
+    listening,
+    read_record,
+    write_private,
+    write_private_text,
+)
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment import process_states
 from nyc_taxi.deployment.supervisor import MARKER, Supervisor, logs_dir, own_processes, program_names, run_dir
@@ -387,16 +395,11 @@ def _beats(settings: Settings, program: str) -> bool:
     that has not beaten yet since supervisord ran it again is healthy by its predecessor's."""
     import datetime as dt
 
-    import psutil
-
     part = HEARTBEATS[program]
     info = {p["name"]: p for p in Supervisor(settings).programs()}.get(program)
     if not info or info["statename"] != "RUNNING":
         return False
-    try:  # killed a moment ago, before supervisord saw it go: not running, whatever the heartbeat says
-        if psutil.Process(info["pid"]).status() == psutil.STATUS_ZOMBIE:
-            return False
-    except psutil.NoSuchProcess:
+    if not alive(info["pid"]):  # killed a moment ago, before supervisord saw it go: whatever the heartbeat says
         return False
     beat = ((health(base_url(settings)) or {}).get(part) or {}).get(f"latest_{part}_heartbeat")
     if not beat:

@@ -88,13 +88,16 @@ def _lineage_timer() -> _Timer:
 
 
 def _quality_timer() -> _Timer:
-    """The time the steps spend on checks and profiles outside the write's own pass: the stage's judging,
-    profile (Iceberg's manifests) and record; the merge's audit of the staged batch (its recorded counts)
+    """The time the steps spend on checks and profiles outside the write's own pass: the stage's checks
+    counted after its write (from the manifests), its profile (Iceberg's manifests) and record; the merge's audit of the staged batch (its recorded counts)
     and raw's check and profile after its commit."""
     import nyc_taxi.ingest.staging as staging
     import nyc_taxi.ingest.taxi as taxi
 
-    return _Timer(((staging,), ("profile", "record_counts")), ((taxi,), ("audit_staged", "check_published")))
+    return _Timer(
+        ((staging,), ("counted_after_the_write", "profile", "record_counts")),
+        ((taxi,), ("audit_staged", "check_published")),
+    )
 
 
 def _observed_in_the_pass(year: int, month: int, settings, spark, tries: int = 3) -> dict:

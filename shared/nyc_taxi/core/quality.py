@@ -13,6 +13,7 @@ stops).
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -283,24 +284,41 @@ def counted_in_the_pass(check: Check) -> bool:
 
 def count_snapshot(iceberg, snapshot_id: int, rows, checks: Iterable[Check], values: dict[str, object]) -> dict:
     """``checks`` on a table's snapshot: from Iceberg's manifests where they settle it, no data read (a
-    column's nulls: each data file's null count; a row count: the files' record counts, and when it has a
-    condition, only if the files the condition names each hold one value of its columns, their exact lower
-    and upper bounds equal); every other check in a query of its own over ``rows`` (the snapshot's rows, a
-    Spark DataFrame), limited to the rows its condition names when it has one (the scan is pruned)."""
+    column's nulls: each data file's null count; a row count whose rule is a number: the files' record
+    counts, and when it has a condition, only if every file holds one value of the columns it names, their
+    exact lower and upper bounds equal; never when the snapshot has delete files); every other check from
+    ``rows`` (the snapshot's rows, a Spark DataFrame, or a function giving them when a check needs them):
+    those without a condition in one query, each with one in a query of its own, limited to the rows it
+    names (the scan is pruned)."""
+    checks = list(checks)
     counts: dict = {}
-    files = None
+    snapshot = iceberg.snapshot_by_id(snapshot_id)
+    deletes = snapshot.summary.get("total-delete-files", "0") if snapshot and snapshot.summary else None
+    files = _data_files(iceberg, snapshot_id) if deletes == "0" and any(_settled_kind(c) for c in checks) else None
+    unsettled = []
     for check in checks:
         found = None
-        if check.kind in ("row_count", "not_null"):
-            files = files if files is not None else _data_files(iceberg, snapshot_id)
+        if files is not None and _settled_kind(check):
             found = (_row_count_from_manifests if check.kind == "row_count" else _nulls_from_manifests)(
                 files, check, values
             )
         if found is None:
-            frame = rows.where(fill(check.where, values)) if check.where else rows
-            found = count_frame(frame, compile_check(check, values))
-        counts |= found
+            unsettled.append(check)
+        else:
+            counts |= found
+    if unsettled:
+        frame = rows() if callable(rows) else rows
+        whole = [c for c in unsettled if not c.where]
+        if whole:
+            counts |= count_frame(frame, aggregates(whole, values))
+        for check in unsettled:
+            if check.where:
+                counts |= count_frame(frame.where(fill(check.where, values)), compile_check(check, values))
     return counts
+
+
+def _settled_kind(check: Check) -> bool:
+    return check.kind in ("row_count", "not_null")
 
 
 def _data_files(iceberg, snapshot_id: int) -> list[dict]:
@@ -318,14 +336,17 @@ def _nulls_from_manifests(files: list[dict], check: Check, values: dict[str, obj
     return {check.name: sum(nulls), f"{check.name}:rows": sum(file["record_count"] for file in files)}
 
 
+CONSTANT = re.compile(r"[\d\s.+\-*/()]+")  # a rule that is a number: the same for every row and every file
+
+
 def _row_count_from_manifests(files: list[dict], check: Check, values: dict[str, object]) -> dict | None:
     """A row count from the data files' record counts and exact bounds (DuckDB evaluates the declared
     condition, if any, on each file's one value of its columns); None when a file's bounds do not settle it."""
     import duckdb
     import pyarrow as pa
 
-    if check.where and not check.columns:
-        return None
+    if (check.where and not check.columns) or not CONSTANT.fullmatch(fill(check.rule, values)):
+        return None  # a rule naming a column or aggregating is Spark's to count over the rows
     values_of: dict[str, list] = {column: [] for column in check.columns if check.where}
     for file in files:
         for column in values_of:

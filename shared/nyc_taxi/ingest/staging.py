@@ -7,6 +7,7 @@ summary, which landed version it holds; staging the same landed version again co
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -133,9 +134,7 @@ def stage(
         if snapshot.summary.get(LANDED_VERSION) == version:  # this write's snapshot: its counts are its rows'
             counts = dict(observation.get)
             iceberg = load_table(staging, settings)
-            if later:  # from the manifests where they settle it, else one more pass over what was written
-                rows = pinned_rows(spark, staging, snapshot, settings)
-                counts |= quality.count_snapshot(iceberg, snapshot.snapshot_id, rows, later, check_values)
+            counts |= counted_after_the_write(spark, staging, iceberg, snapshot, later, check_values, settings)
             results = quality.judge(staging.name, staging.checks, counts, str(snapshot.snapshot_id), check_values)
             if failed := {r.check for r in quality.stopping(results)}:  # a few of their rows, for the record
                 written = pinned_rows(spark, staging, snapshot, settings)
@@ -176,3 +175,12 @@ def stage(
         ],
         summary={**summary, "staged_rows": rows, "restaged": committed},
     )
+
+
+def counted_after_the_write(spark, staging: Table, iceberg, snapshot, checks, values, settings: Settings) -> dict:
+    """The staging checks the write's pass did not count, on the snapshot it wrote: from its manifests where
+    they settle it, else in one more pass over what was written (``quality.count_snapshot``)."""
+    if not checks:
+        return {}
+    rows = functools.partial(pinned_rows, spark, staging, snapshot, settings)
+    return quality.count_snapshot(iceberg, snapshot.snapshot_id, rows, checks, values)

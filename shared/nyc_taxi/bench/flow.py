@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
         lake.load(1)
         # The first month's window counted (no further back: a window reaching a month not loaded is refused)
         # and the server's code compiled
-        lake.flow(min(args.lookback_days, 20), own_jvms=False)
+        lake.flow(min(args.lookback_days, lake.as_of().day - 1), own_jvms=False)
         lake.load(2)
         with PeakMemory() as memory:
             runs["new month, warm server"] = lake.flow(args.lookback_days, own_jvms=False)

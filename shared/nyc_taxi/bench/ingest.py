@@ -89,8 +89,8 @@ def _lineage_timer() -> _Timer:
 
 def _quality_timer() -> _Timer:
     """The time the steps spend on checks and profiles outside the write's own pass: the stage's checks
-    counted after its write (from the manifests), its profile (Iceberg's manifests) and record; the merge's audit of the staged batch (its recorded counts)
-    and raw's check and profile after its commit."""
+    counted after its write (from the manifests), its profile (Iceberg's manifests) and record; the merge's
+    audit of the staged batch (its recorded counts) and raw's check and profile after its commit."""
     import nyc_taxi.ingest.staging as staging
     import nyc_taxi.ingest.taxi as taxi
 

@@ -63,8 +63,8 @@ CHAOS_ROWS = 20_000
 
 
 def test_a_backtest_reads_raw_on_one_worker_while_a_merge_writes_it_on_the_other_and_no_writer_loses_a_race(team, site):
-    """July loaded (both DAGs at once, the training its merge starts), then a backtest of July, and August's
-    taxi and weather DAG runs triggered once it runs: the flow reads raw while a merge writes it,
+    """July loaded (both DAGs at once, the training its merge starts), then a backtest of July, August's taxi
+    DAG run triggered once it runs and its weather after: the flow reads raw while the taxi merge writes it,
     on the other Celery worker. All succeed, no commit had to be recomputed after losing a race
     (PostgreSQL's transactions, not SQLite's file lock), raw and weather hold both months as published, and
     the backtest's actuals and weather-adjusted forecasts equal an independent count."""
@@ -78,8 +78,9 @@ def test_a_backtest_reads_raw_on_one_worker_while_a_merge_writes_it_on_the_other
         assert finished(rest, dag, rest.trigger(dag, {"month": "2024-07"}))["state"] == "success"
     rest.idle(seconds=1800)  # the training July's merge started
     backtest = {"as_of_datetime": "2024-07-22T00:00", "model": "weather_adjusted", "lookback_days": 21}
-    # August's runs once the flow runs: triggered together, the ingestion tasks would take both of the
-    # deployment's two task slots first (Airflow weighs a task by the tasks downstream of it)
+    # August's taxi run once the flow runs, alone on the other of the deployment's two task slots: triggered
+    # together, the ingestion tasks would take both slots first (Airflow weighs a task by the tasks
+    # downstream of it), and August's weather would stand before the taxi merge
     triggered = {TRAINING: rest.trigger(TRAINING, backtest)}
     running = wait_for(
         lambda: rest.task_instances(TRAINING, triggered[TRAINING]),
@@ -87,14 +88,17 @@ def test_a_backtest_reads_raw_on_one_worker_while_a_merge_writes_it_on_the_other
         600,
     )
     assert any(ti["state"] == "running" for ti in running), running
-    triggered |= {TAXI: rest.trigger(TAXI, {"month": "2024-08"}), WEATHER: rest.trigger(WEATHER, {"month": "2024-08"})}
+    triggered[TAXI] = rest.trigger(TAXI, {"month": "2024-08"})
+    assert finished(rest, TAXI, triggered[TAXI])["state"] == "success"
+    triggered[WEATHER] = rest.trigger(WEATHER, {"month": "2024-08"})
     for dag, run_id in triggered.items():
         done = finished(rest, dag, run_id)
         assert done["state"] == "success", (dag, done)
-    # the flow ran while an ingestion task ran on the other worker (one task at a time per worker)
+    # the flow ran while the taxi merge wrote raw, on the other worker (one task at a time per worker)
     (flow_span,) = task_spans(rest, TRAINING, triggered[TRAINING])
-    ingestion = [span for dag in (TAXI, WEATHER) for span in task_spans(rest, dag, triggered[dag])]
-    assert any(start < flow_span[1] and flow_span[0] < end for start, end in ingestion), (flow_span, ingestion)
+    merge = task(rest, TAXI, triggered[TAXI], TAXI_MERGE)
+    merge_span = tuple(dt.datetime.fromisoformat(merge[at]) for at in ("start_date", "end_date"))
+    assert merge_span[0] < flow_span[1] and flow_span[0] < merge_span[1], (flow_span, merge_span)
     rest.idle(seconds=1800)  # the training August's merge started
     assert all(r["state"] == "success" for dag in (TAXI, WEATHER, TRAINING) for r in rest.runs(dag, limit=100))
     assert not [text for text in task_logs(settings) if "lost a race with another writer" in text]

@@ -12,7 +12,7 @@ from expected_loads import check_trip_keys, quality_counts, raw_rows_of, row_che
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id
-from nyc_taxi.core.tables import ensure_tables
+from nyc_taxi.core.tables import ensure_tables, pinned_rows
 from nyc_taxi.fixtures import tlc
 from nyc_taxi.fixtures.site import taxi_path
 
@@ -35,8 +35,12 @@ def _load() -> dict[str, int]:
     return row_checks(report.inputs[0].checks)
 
 
-def test_trips_without_a_pickup_time_are_loaded_once_and_updated_in_place(spark, site, settings):
+def test_trips_without_a_pickup_time_are_loaded_once_and_updated_in_place(spark, site, settings, monkeypatch):
+    from nyc_taxi.ingest import staging
+
     ensure_tables([STAGING, RAW])
+    read = []  # the stage's reads of what it wrote
+    monkeypatch.setattr(staging, "pinned_rows", lambda *args: read.append(args) or pinned_rows(*args))
     trips = tlc.generate_yellow_month(YEAR, MONTH, rows=ROWS, seed=61)
     missing = np.zeros(ROWS, dtype=bool)
     missing[np.random.default_rng(61).choice(ROWS, size=20, replace=False)] = True  # under the 1 % that stops a month
@@ -51,6 +55,7 @@ def test_trips_without_a_pickup_time_are_loaded_once_and_updated_in_place(spark,
     assert expected["pickup_present"] == 20
 
     assert _load() == expected
+    assert not read  # the month's checks were counted in the stage's pass and from its manifests: no row read again
     raw = raw_rows_of(path)
     assert (raw.num_rows, raw["pickup_datetime"].null_count) == (ROWS, 20)
     check_trip_keys(raw)

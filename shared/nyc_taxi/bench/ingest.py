@@ -114,7 +114,9 @@ def _observed_in_the_pass(year: int, month: int, settings, spark, tries: int = 3
     location = landed_location(d.TLC_YELLOW_TRIPDATA_LANDED, year, month, settings)
     values = taxi._check_values(year, month, taxi._landed_rows(location, settings))
     observed = {
-        **quality.aggregates([c for c in d.YELLOW_TAXI_STAGING.checks if quality.counted_in_the_pass(c)], values),
+        **quality.aggregates(
+            [c for c in d.YELLOW_TAXI_STAGING.checks if quality.counted_in_the_pass(c, values)], values
+        ),
         **distinct_aggregates(d.YELLOW_TAXI_STAGING),
     }
     seconds: dict[str, list[float]] = {"plain": [], "observed": []}

@@ -276,10 +276,27 @@ def failing_examples(frame, check: Check, values: dict[str, object], shown: tupl
     return [row.asDict() for row in frame.where(condition).select(*columns).limit(limit).collect()]
 
 
-def counted_in_the_pass(check: Check) -> bool:
-    """Whether a write counts the check while it passes over the rows: what Spark can observe and the
-    written snapshot's manifests do not settle without reading a row (a column's nulls, all its rows)."""
-    return observable(check) and not (check.kind in ("not_null", "row_count") and not check.where)
+CONSTANT = re.compile(r"[\d\s.+\-*/()]+")  # a rule that is a number: the same for every row and every file
+
+
+def from_the_manifests(check: Check, values: dict[str, object]) -> bool:
+    """Whether Iceberg's manifests may settle ``check`` without reading a row: a column's nulls (each data
+    file's null count), or a row count whose rule is a number (the files' record counts; with a condition,
+    only on columns whose bounds the files name). Whether they do is the files' to say: a file without the
+    column's metrics, or one whose bounds are not one value, leaves the check to the rows."""
+    if check.kind == "not_null":
+        return not check.where
+    if check.kind == "row_count":
+        return bool(CONSTANT.fullmatch(fill(check.rule, values))) and (not check.where or bool(check.columns))
+    return False
+
+
+def counted_in_the_pass(check: Check, values: dict[str, object]) -> bool:
+    """Whether a write counts the check while it passes over the rows: what Spark can observe, unless the
+    written snapshot's manifests are to settle it (``from_the_manifests``, without a condition, whose bounds
+    only the files could settle). A file without the column's metrics then costs one more pass, not a wrong
+    count (``count_snapshot``)."""
+    return observable(check) and not (from_the_manifests(check, values) and not check.where)
 
 
 def count_snapshot(iceberg, snapshot_id: int, rows, checks: Iterable[Check], values: dict[str, object]) -> dict:
@@ -295,11 +312,12 @@ def count_snapshot(iceberg, snapshot_id: int, rows, checks: Iterable[Check], val
     snapshot = iceberg.snapshot_by_id(snapshot_id)
     # a summary that does not say how many delete files it has may have some: the rows are counted then
     deletes = snapshot.summary.get("total-delete-files") if snapshot and snapshot.summary else None
-    files = _data_files(iceberg, snapshot_id) if deletes == "0" and any(_settled_kind(c) for c in checks) else None
+    manifests = [c for c in checks if from_the_manifests(c, values)]
+    files = _data_files(iceberg, snapshot_id) if deletes == "0" and manifests else None
     unsettled = []
     for check in checks:
         found = None
-        if files is not None and _settled_kind(check):
+        if files is not None and check in manifests:
             found = (_row_count_from_manifests if check.kind == "row_count" else _nulls_from_manifests)(
                 files, check, values
             )
@@ -318,26 +336,17 @@ def count_snapshot(iceberg, snapshot_id: int, rows, checks: Iterable[Check], val
     return counts
 
 
-def _settled_kind(check: Check) -> bool:
-    return check.kind in ("row_count", "not_null")
-
-
 def _data_files(iceberg, snapshot_id: int) -> list[dict]:
     return iceberg.inspect.data_files(snapshot_id).select(["record_count", "readable_metrics"]).to_pylist()
 
 
 def _nulls_from_manifests(files: list[dict], check: Check, values: dict[str, object]) -> dict | None:
     """A column's nulls from the data files' null counts (Iceberg's writers keep one per column unless its
-    metrics mode is none); None when a file has none, or the check has a condition."""
-    if check.where:
-        return None
+    metrics mode is none); None when a file has none."""
     nulls = [(file["readable_metrics"].get(check.columns[0]) or {}).get("null_value_count") for file in files]
     if any(n is None for n in nulls):
         return None
     return {check.name: sum(nulls), f"{check.name}:rows": sum(file["record_count"] for file in files)}
-
-
-CONSTANT = re.compile(r"[\d\s.+\-*/()]+")  # a rule that is a number: the same for every row and every file
 
 
 def _row_count_from_manifests(files: list[dict], check: Check, values: dict[str, object]) -> dict | None:
@@ -346,8 +355,6 @@ def _row_count_from_manifests(files: list[dict], check: Check, values: dict[str,
     import duckdb
     import pyarrow as pa
 
-    if (check.where and not check.columns) or not CONSTANT.fullmatch(fill(check.rule, values)):
-        return None  # a rule naming a column or aggregating is Spark's to count over the rows
     values_of: dict[str, list] = {column: [] for column in check.columns if check.where}
     for file in files:
         for column in values_of:

@@ -97,7 +97,7 @@ def stage(
         staging, [Statement(sql, statement, reads={"landed": "landed"}, values=values)], {"landed": landed}, settings
     )
     checks = quality.aggregates(staging.checks, check_values)  # what the record's digest names
-    in_the_pass = [c for c in staging.checks if quality.counted_in_the_pass(c)]
+    in_the_pass = [c for c in staging.checks if quality.counted_in_the_pass(c, check_values)]
     observed = {**quality.aggregates(in_the_pass, check_values), **distinct_aggregates(staging)}
     later = [c for c in staging.checks if c not in in_the_pass]
     snapshot = current_snapshot(staging, settings)

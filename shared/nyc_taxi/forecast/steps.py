@@ -532,10 +532,10 @@ def compute_actuals(
 @dataclass
 class TrainingData:
     rows: pa.Table  # the window's actuals before the forecast origin: zone, hour, count
+    as_of: dt.datetime  # the forecast origin: the training window ends there
+    start: dt.datetime  # and starts here (the model's checks judge the window by them, never by its rows)
     daily_prcp_mm: dict[dt.date, float] = field(default_factory=dict)
     report: StepReport = field(default_factory=StepReport)
-    as_of: dt.datetime | None = None  # the forecast origin: the training window ends there
-    start: dt.datetime | None = None  # and starts here
 
 
 def training_data(
@@ -570,7 +570,7 @@ def training_data(
                 f"({', '.join(json.dumps({'month': m}) for m in months)}), or train seasonal_naive"
             )
         report.inputs.append(weather)
-    return TrainingData(training, prcp, report, as_of, window.start)
+    return TrainingData(training, as_of, window.start, prcp, report)
 
 
 def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings, snapshot=None):
@@ -641,8 +641,6 @@ def _check_model(fitted: models.SeasonalNaive, data: TrainingData, version: str,
             "wet_factor": pa.array([getattr(fitted, "wet_factor", None)] * rows.num_rows, pa.float64()),
         }
     )
-    if data.as_of is None or data.start is None:  # never guessed from the rows the check judges
-        raise ValueError("the model's checks need the training window's bounds (TrainingData.start, .as_of)")
     values = {
         # a model that learned no zone fails too: it would forecast nothing
         "zones": max(len(set(learned.column("pickup_location_id").to_pylist())), 1),

@@ -3,6 +3,7 @@ free ports, and records written whole with mode 0600."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -24,6 +25,38 @@ def test_a_process_is_alive_while_it_runs_and_not_once_it_exited_or_when_none_is
         time.sleep(0.1)
     assert not alive(child.pid)  # exited: reaped here, never taken for a running process
     assert not alive(0) and not alive(-1)  # no pid recorded; as pids they would name process groups
+
+
+LEAVES_A_ZOMBIE = """
+import os, time
+child = os.fork()
+if child == 0:
+    os._exit(0)  # exits at once; its parent never reaps it
+print(child, flush=True)
+time.sleep(60)
+"""
+
+
+def test_an_exited_process_nobody_reaped_is_not_alive():
+    """A zombie (exited, its parent has not reaped it yet — as a program killed a moment ago, before
+    supervisord sees it go) still takes signal 0, and is not alive: the heartbeat's answer and the chaos
+    run's proof of a kill read it so."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", LEAVES_A_ZOMBIE], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        zombie = int(parent.stdout.readline())
+        stat = Path(f"/proc/{zombie}/stat")
+        deadline = time.monotonic() + 10
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        os.kill(zombie, 0)  # no error: by signal 0 alone it would pass for a running process
+        assert not alive(zombie)
+        assert alive(parent.pid)
+    finally:
+        parent.kill()
+        parent.wait()
 
 
 def test_a_record_is_private_and_whole(tmp_path):

@@ -47,6 +47,21 @@ def test_destroy_without_a_terminal_refuses_without_yes(tmp_path):
     assert result.returncode == 0 and not (tmp_path / "lake").exists()
 
 
+def test_clean_says_what_it_removes_and_without_a_terminal_refuses_without_yes(tmp_path):
+    state = tmp_path / "state"
+    env = {"STATE_DIR": str(state), "PROFILE": "local", "PATH": "/usr/bin:/bin"}
+    lakehouse(Settings(_env_file=None, state_dir=state)).create()
+    clean = [sys.executable, "-m", "nyc_taxi.cli.clean"]
+    result = subprocess.run(clean, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    assert result.returncode == 2 and "pass --yes" in result.stderr, result.stderr
+    assert f"{state}: the lake, the catalog" in result.stdout, result.stdout
+    assert (state / "lake").is_dir()
+    result = subprocess.run([*clean, "--yes"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and f"removed {state}" in result.stdout and not state.exists(), result.stderr
+    result = subprocess.run(clean, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    assert result.returncode == 0 and "nothing to remove" in result.stdout
+
+
 @pytest.mark.parametrize("profile", ["local", pytest.param("aws", marks=pytest.mark.aws)])
 def test_a_shared_data_file_is_the_target_tables_own_copy(profile, tmp_path, request):
     """What a new month's append relies on (core/appends.py): deleting the staged file leaves raw's."""

@@ -72,7 +72,7 @@ def test_the_readme_path_reads_as_this_test_runs_it():
     assert len([c for c in commands if c.startswith("bash run training-flow run")]) == 2
     assert len([c for c in commands if c.startswith("bash run lineage")]) >= 8
     stop = [line for _, line in steps(section("Stopping and starting over"))]
-    assert "bash run clean" in stop
+    assert "bash run clean --yes" in stop
 
 
 def _run(line: str, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -1,20 +1,26 @@
-"""`bash run clean`: remove the state directory (STATE_DIR, default .state/) to start over: the lake, the
-catalog, Airflow's and Metaflow's homes, the lineage. The uv environment stays.
+"""`bash run clean [--yes]`: remove the state directory (STATE_DIR, default .state/) to start over: the
+lake, the catalog, Airflow's and Metaflow's homes, the lineage. The uv environment stays.
 
-What runs on the state directory is stopped first, and named: the team deployment (with its services'
-data) and the warm Spark server. An Airflow standalone of this state directory runs in another terminal,
-where its user sees it: `clean` refuses, naming it, rather than remove its state from under it.
+It says first what it removes, and asks (`--yes` answers for it; without a terminal it refuses without
+`--yes`, as `destroy-infra` does). What runs on the state directory is stopped first, and named: the
+team deployment (with its services' data, PostgreSQL's outside the state directory when run as root) and
+the warm Spark server. An Airflow standalone of this state directory runs in another terminal, where its
+user sees it: `clean` refuses, naming it, rather than remove its state from under it.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 
 from nyc_taxi.core.settings import get_settings
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bash run clean", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--yes", action="store_true", help="remove without asking")
+    args = parser.parse_args(argv)
     settings = get_settings()
     state = settings.state_dir
     from nyc_taxi.airflow_adapter.environment import running_standalone
@@ -26,14 +32,37 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
-    if (state / "team").is_dir():  # a team deployment of this state directory: its processes and data first
-        from nyc_taxi.deployment import services
+    from nyc_taxi.core import spark_server
+    from nyc_taxi.deployment import services
 
+    team = (state / "team").is_dir()  # a team deployment of this state directory: its processes and data first
+    data = [path for path in services.data_directories(settings) if team and path.exists()]
+    server = spark_server.running(settings)
+    removed = [
+        *(
+            [f"{state}: the lake, the catalog, Airflow's and Metaflow's homes, the lineage records"]
+            if state.exists()
+            else []
+        ),
+        *(["the team deployment of this state directory: every program stopped"] if team else []),
+        *(f"{path}: the team deployment's service data" for path in data if not path.is_relative_to(state)),
+        *(["the warm Spark server: stopped"] if server else []),
+    ]
+    if not removed:
+        print(f"nothing to remove: {state} does not exist")
+        return 0
+    print("bash run clean removes:\n" + "\n".join(f"    {line}" for line in removed))
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("refusing to remove it without confirmation: pass --yes", file=sys.stderr)
+            return 2
+        if input("Remove all of it? Type 'yes': ").strip() != "yes":
+            print("nothing removed")
+            return 1
+    if team:
         for line in services.down(settings, delete_data=True):
             print(f"    {line}")
-    from nyc_taxi.core import spark_server
-
-    if spark_server.running(settings):
+    if server:
         spark_server.stop(settings)
         print("    stopped the warm Spark server")
     shutil.rmtree(state, ignore_errors=True)

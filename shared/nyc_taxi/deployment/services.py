@@ -506,6 +506,13 @@ def up(settings: Settings) -> list[str]:
     return [service(settings, record).up(supervisor) for service in SERVICES]
 
 
+def data_directories(settings: Settings) -> list[Path]:
+    """Where the deployment's services keep their data (PostgreSQL's, as root, outside the state
+    directory: under its own user's home), as `team down --delete-data` removes them."""
+    settings = team_settings(settings)
+    return [Postgres(settings, {}).directory, ObjectStorage(settings, {}).directory, Redis(settings, {}).directory]
+
+
 def down(settings: Settings, delete_data: bool = False) -> list[str]:
     """Every program with its process group (supervisord, in reverse order), then what escaped a group:
     Airflow runs each task in a process group of its own, out of reach of supervisord's group stop."""
@@ -527,8 +534,7 @@ def down(settings: Settings, delete_data: bool = False) -> list[str]:
             process.kill()
         said.append(f"stopped {len(left)} processes left outside supervisord's process groups (tasks, flows)")
     if delete_data:
-        postgres = Postgres(settings, {})
-        for path in (postgres.directory, ObjectStorage(settings, {}).directory, Redis(settings, {}).directory):
+        for path in data_directories(settings):
             if path.exists():
                 shutil.rmtree(path)
                 said.append(f"removed {path}")

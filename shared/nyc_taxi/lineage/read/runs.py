@@ -35,7 +35,9 @@ class JobRun:
     code_version: str | None = None
     job_version: str | None = None
     parameters: dict[str, str] = field(default_factory=dict)
-    inputs: dict[str, str | None] = field(default_factory=dict)  # dataset -> version
+    inputs: dict[str, str | None] = field(default_factory=dict)  # dataset -> version (None: several, see read)
+    # every (dataset, version) read: a DAG or flow run's tasks or steps may read several versions of one
+    read: list[tuple[str, str | None]] = field(default_factory=list)
     outputs: dict[str, str | None] = field(default_factory=dict)
     locations: dict[str, list[str]] = field(default_factory=dict)  # dataset -> the files this run read or wrote
     # dataset -> (column, start, end): the rows of a table this run read, and wrote (start <= column < end)
@@ -244,10 +246,22 @@ def _changes(good: JobRun, run: JobRun) -> dict[str, list]:
     for key in sorted(set(good.parameters) | set(run.parameters)):
         if key != "try_number" and good.parameters.get(key) != run.parameters.get(key):
             changed[f"parameter {key}"] = [good.parameters.get(key), run.parameters.get(key)]
-    for name in sorted(set(good.inputs) | set(run.inputs)):
-        if good.inputs.get(name) != run.inputs.get(name):
-            changed[f"input {name}"] = [good.inputs.get(name), run.inputs.get(name)]
+
+    def versions(of: JobRun) -> dict[str, list]:
+        read: dict[str, list] = {}
+        for name, version in of.read or sorted(of.inputs.items()):
+            read.setdefault(name, []).append(version)
+        return read
+
+    before, after = versions(good), versions(run)
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name):
+            changed[f"input {name}"] = [_one_or_all(before.get(name)), _one_or_all(after.get(name))]
     return changed
+
+
+def _one_or_all(versions: list | None):
+    return versions[0] if versions and len(versions) == 1 else versions
 
 
 def job_runs(job: str, settings: Settings | None = None) -> list[JobRun]:
@@ -263,9 +277,13 @@ def job_runs(job: str, settings: Settings | None = None) -> list[JobRun]:
         )
     ordered = runs.of_job(match)
     for run in ordered:  # a DAG or flow run: what the runs under it read and wrote
+        run.read, outputs = runs.read_and_written(run)
         if run.is_pipeline_run:
-            read, run.outputs = runs.read_and_written(run)
-            run.inputs = dict(read)
+            run.outputs = outputs
+            versions: dict[str, set] = {}
+            for name, version in run.read:
+                versions.setdefault(name, set()).add(version)
+            run.inputs = {name: next(iter(v)) if len(v) == 1 else None for name, v in versions.items()}
     last_good = None
     for run in ordered:
         if run.state == "success":
@@ -280,8 +298,9 @@ def as_json(runs: list[JobRun]) -> list[dict]:
 
 
 def render(runs: list[JobRun]) -> str:
-    def versions(uses: dict) -> str:
-        return ", ".join(f"{n}@{v or '?'}" for n, v in sorted(uses.items())) or "-"
+    def versions(uses) -> str:
+        pairs = uses.items() if isinstance(uses, dict) else uses
+        return ", ".join(f"{n}@{v or '?'}" for n, v in sorted(pairs, key=lambda p: (p[0], p[1] or ""))) or "-"
 
     lines = [f"runs of {runs[0].job} (oldest first; from the OpenLineage events)"] if runs else []
     for run in runs:
@@ -289,7 +308,7 @@ def render(runs: list[JobRun]) -> str:
         params = " ".join(f"{k}={v}" for k, v in sorted(run.parameters.items()))
         lines.append(f"  {run.started or '?'}  {run.state.upper():8s}{took}  {run.label or run.run_id}")
         lines.append(f"      code {(run.code_version or '?')[:12]}  parameters {params or '-'}")
-        lines.append(f"      read  {versions(run.inputs)}")
+        lines.append(f"      read  {versions(run.read or run.inputs)}")
         lines.append(f"      wrote {versions(run.outputs)}")
         if run.error:
             lines.append(f"      error: {run.error.splitlines()[0][:300]}")

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,6 +58,31 @@ def test_an_exited_process_nobody_reaped_is_not_alive():
     finally:
         parent.kill()
         parent.wait()
+
+
+HOLDS_THE_LOCK = """
+import sys, time
+from nyc_taxi.core.processes import machine_lock
+with machine_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_machine_lock_is_held_by_one_process_at_a_time_and_freed_when_its_holder_is_killed():
+    name = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDS_THE_LOCK, name, "60"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        waiter = subprocess.Popen([sys.executable, "-c", HOLDS_THE_LOCK, name, "0"], stdout=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiter.communicate(timeout=2)  # waits while the holder holds it
+        holder.kill()  # SIGKILL: the kernel releases the lock with the process
+        assert waiter.communicate(timeout=30)[0].strip() == "held" and waiter.returncode == 0
+    finally:
+        holder.kill()
+        holder.wait()
+        (Path(tempfile.gettempdir()) / f"nyc-taxi-{name}.lock").unlink(missing_ok=True)
 
 
 def test_a_record_is_private_and_whole(tmp_path):

@@ -125,6 +125,22 @@ def read_record(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+@contextlib.contextmanager
+def machine_lock(name: str):
+    """Held by one process of this machine at a time (``flock`` on a file in the temporary directory,
+    released when the process ends, however it ends): two deployments of different state directories that
+    start at once would each choose free ports, and take one before the other's service listens on it."""
+    import fcntl
+    import tempfile
+
+    descriptor = os.open(Path(tempfile.gettempdir()) / f"nyc-taxi-{name}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing the last descriptor releases the lock
+
+
 def die_with_parent() -> None:
     """Have Linux SIGKILL this process when the process that started it ends (``prctl`` with
     ``PR_SET_PDEATHSIG``): a task whose Airflow supervisor was killed with its worker, or a flow step

@@ -33,6 +33,7 @@ from nyc_taxi.core.processes import (
     alive,
     free_port,
     listening,
+    machine_lock,
     read_record,
     write_private,
     write_private_text,
@@ -492,18 +493,20 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
 
 
 def up(settings: Settings) -> list[str]:
-    """Every service not given, in order, each once the one before answers; idempotent."""
+    """Every service not given, in order, each once the one before answers; idempotent. One `up` at a time
+    on a machine: another deployment's waits until this one's services listen on the ports it chose."""
     settings = team_settings(settings)
     supervisor = Supervisor(settings)
-    record = _record(settings, supervisor)
-    if not supervisor.running():
-        if listening(settings.airflow_port):
-            raise ServiceError(
-                f"127.0.0.1:{settings.airflow_port} is taken by another program: set AIRFLOW_PORT to a free port "
-                "(in .env or the environment) for this deployment's Airflow"
-            )
-        supervisor.start(environment(settings, record))
-    return [service(settings, record).up(supervisor) for service in SERVICES]
+    with machine_lock("team-up"):
+        record = _record(settings, supervisor)
+        if not supervisor.running():
+            if listening(settings.airflow_port):
+                raise ServiceError(
+                    f"127.0.0.1:{settings.airflow_port} is taken by another program: set AIRFLOW_PORT to a free "
+                    "port (in .env or the environment) for this deployment's Airflow"
+                )
+            supervisor.start(environment(settings, record))
+        return [service(settings, record).up(supervisor) for service in SERVICES]
 
 
 def data_directories(settings: Settings) -> list[Path]:

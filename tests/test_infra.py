@@ -48,16 +48,26 @@ def test_destroy_without_a_terminal_refuses_without_yes(tmp_path):
 
 
 def test_clean_says_what_it_removes_and_without_a_terminal_refuses_without_yes(tmp_path):
+    """What `clean` removes, named first: the state directory, and a team deployment's PostgreSQL data
+    (kept under its own user's home when run as root, outside the state directory) even when the state's
+    own record of the deployment is gone. Without a terminal and without --yes: nothing removed."""
+    from nyc_taxi.deployment import services
+
     state = tmp_path / "state"
     env = {"STATE_DIR": str(state), "PROFILE": "local", "PATH": "/usr/bin:/bin"}
-    lakehouse(Settings(_env_file=None, state_dir=state)).create()
+    settings = Settings(_env_file=None, state_dir=state)
+    lakehouse(settings).create()
+    postgres = services.data_directories(settings)[0]
+    (postgres / "base").mkdir(parents=True)  # a deployment's database, left behind
     clean = [sys.executable, "-m", "nyc_taxi.cli.clean"]
     result = subprocess.run(clean, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     assert result.returncode == 2 and "pass --yes" in result.stderr, result.stderr
     assert f"{state}: the lake, the catalog" in result.stdout, result.stdout
-    assert (state / "lake").is_dir()
+    assert postgres.is_relative_to(state) or f"{postgres}: the team deployment's service data" in result.stdout
+    assert (state / "lake").is_dir() and (postgres / "base").is_dir()
     result = subprocess.run([*clean, "--yes"], env=env, capture_output=True, text=True)
-    assert result.returncode == 0 and f"removed {state}" in result.stdout and not state.exists(), result.stderr
+    assert result.returncode == 0 and f"removed {state}" in result.stdout, result.stdout + result.stderr
+    assert not state.exists() and not postgres.exists()
     result = subprocess.run(clean, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     assert result.returncode == 0 and "nothing to remove" in result.stdout
 

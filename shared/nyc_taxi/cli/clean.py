@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     from nyc_taxi.deployment import services
 
     team = (state / "team").is_dir()  # a team deployment of this state directory: its processes and data first
-    data = [path for path in services.data_directories(settings) if team and path.exists()]
+    data = [path for path in _data_directories(settings) if path.exists()]  # its data, even when team/ is gone
+    given = [name.upper() for name in ("postgres_url", "redis_url", "s3_endpoint_url") if getattr(settings, name)]
     server = spark_server.running(settings)
     removed = [
         *(
@@ -52,14 +53,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nothing to remove: {state} does not exist")
         return 0
     print("bash run clean removes:\n" + "\n".join(f"    {line}" for line in removed))
+    if given and (team or data):
+        print(f"    (not the services given by {', '.join(given)}: what they hold stays)")
     if not args.yes:
         if not sys.stdin.isatty():
             print("refusing to remove it without confirmation: pass --yes", file=sys.stderr)
             return 2
-        if input("Remove all of it? Type 'yes': ").strip() != "yes":
+        try:
+            answer = input("Remove all of it? Type 'yes': ").strip()
+        except EOFError:  # Ctrl-D
+            answer = ""
+        if answer != "yes":
             print("nothing removed")
             return 1
-    if team:
+    if team or data:
         for line in services.down(settings, delete_data=True):
             print(f"    {line}")
     if server:
@@ -68,6 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(state, ignore_errors=True)
     print(f"removed {state}")
     return 0
+
+
+def _data_directories(settings) -> list:
+    from nyc_taxi.deployment import services
+
+    try:
+        return services.data_directories(settings)
+    except KeyError:  # as root, with no postgres user: no team deployment ever ran its PostgreSQL here
+        return []
 
 
 if __name__ == "__main__":

@@ -251,17 +251,17 @@ def _changes(good: JobRun, run: JobRun) -> dict[str, list]:
         read: dict[str, list] = {}
         for name, version in of.read or sorted(of.inputs.items()):
             read.setdefault(name, []).append(version)
-        return read
+        return read  # each dataset's versions as read_and_written sorts them: by version, not by time
 
     before, after = versions(good), versions(run)
     for name in sorted(set(before) | set(after)):
         if before.get(name) != after.get(name):
-            changed[f"input {name}"] = [_one_or_all(before.get(name)), _one_or_all(after.get(name))]
+            changed[f"input {name}"] = [_one_or_all(versions.get(name, "not read")) for versions in (before, after)]
     return changed
 
 
-def _one_or_all(versions: list | None):
-    return versions[0] if versions and len(versions) == 1 else versions
+def _one_or_all(versions: list | str):
+    return versions[0] if isinstance(versions, list) and len(versions) == 1 else versions
 
 
 def job_runs(job: str, settings: Settings | None = None) -> list[JobRun]:
@@ -277,13 +277,17 @@ def job_runs(job: str, settings: Settings | None = None) -> list[JobRun]:
         )
     ordered = runs.of_job(match)
     for run in ordered:  # a DAG or flow run: what the runs under it read and wrote
-        run.read, outputs = runs.read_and_written(run)
+        read, outputs = runs.read_and_written(run)
         if run.is_pipeline_run:
             run.outputs = outputs
+            # a read without a version (a try that failed before it pinned one) is no other version
+            known = {name for name, version in read if version is not None}
+            read = [(name, version) for name, version in read if version is not None or name not in known]
             versions: dict[str, set] = {}
-            for name, version in run.read:
+            for name, version in read:
                 versions.setdefault(name, set()).add(version)
             run.inputs = {name: next(iter(v)) if len(v) == 1 else None for name, v in versions.items()}
+        run.read = read
     last_good = None
     for run in ordered:
         if run.state == "success":

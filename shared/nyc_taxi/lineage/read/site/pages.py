@@ -78,13 +78,15 @@ def _tool(node: Node) -> str:
     return badge(node.label, node.tool)
 
 
-def _versions(uses: dict[str, str | None], root: str) -> str:
-    """dataset@version links, one a line: the dataset's page, at that version."""
+def _versions(uses: dict[str, str | None] | list[tuple[str, str | None]], root: str) -> str:
+    """dataset@version links, one a line: the dataset's page, at that version (a DAG or flow run's list
+    names each version its runs read)."""
+    pairs = uses.items() if isinstance(uses, dict) else uses
     return "<br>".join(
         link(root + dataset_path(name) + (f"#{version_anchor(version)}" if version else ""), name)
         + " @ "
         + short(version)
-        for name, version in sorted(uses.items())
+        for name, version in sorted(pairs, key=lambda pair: (pair[0], pair[1] or ""))
     )
 
 
@@ -653,7 +655,7 @@ side by side: edges only in the second are <span class="added">added</span>, edg
                 short(run.code_version, 12),
                 short(run.job_version, 16) if run.job_version else "",
                 _parameters(run.parameters),
-                _versions(run.inputs, root),
+                _versions(run.read or run.inputs, root),
                 _versions(run.outputs, root),
             ]
             for run in reversed(job.runs)
@@ -676,7 +678,7 @@ side by side: edges only in the second are <span class="added">added</span>, edg
                 ["started", moment(good.started), moment(run.started)],
                 ["code", short(good.code_version, 12), short(run.code_version, 12)],
                 ["parameters", _parameters(good.parameters), _parameters(run.parameters)],
-                ["read", _versions(good.inputs, root), _versions(run.inputs, root)],
+                ["read", _versions(good.read or good.inputs, root), _versions(run.read or run.inputs, root)],
                 ["error", "", f"<pre>{esc((run.error or '').strip()[:2000])}</pre>"],
             ]
             what = "; ".join(f"{esc(k)}: {esc(a)} → {esc(b)}" for k, (a, b) in changed.items()) or "nothing"

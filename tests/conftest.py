@@ -128,8 +128,8 @@ def pytest_unconfigure(config):
 DEMO_READERS = ("tests/test_lineage.py", "tests/test_site.py")
 # The two test modules that bring the team deployment up under a chaos mission: on one worker, one
 # deployment at a time (the lanes run one of them each; --all-lanes both). `PROFILE=team bash run demo`'s
-# test brings its own deployment up on the other worker, after the README's path (LONGEST_FIRST), so no
-# two `team up`s start together and its deployment runs beside the mission, not after it.
+# test brings its own deployment up on the other worker (after the README's path: LONGEST_FIRST), so it
+# runs beside the mission, not after it; two `team up`s take turns (a machine-wide lock in `team up`).
 TEAM_DEPLOYMENTS = ("tests/test_team_profile.py", "tests/test_team_system.py")
 
 

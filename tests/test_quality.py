@@ -115,11 +115,13 @@ def test_a_snapshots_nulls_and_rows_come_from_its_manifests_else_from_its_rows(s
         right = {c.name for c in CHECKS if counts[c.name] == EXPECTED_FAILING[c.name] and counts[f"{c.name}:rows"]}
         assert right == (settled if metrics != "none" else {"rows_are_ten"})  # a file's record count is always kept
         # one rule decides both: what Spark can observe leaves the write's pass exactly when the manifests
-        # are to settle it
+        # are to settle it without a condition (with one, only the files' bounds can say: it stays in the pass)
         left = {
             c.name for c in CHECKS if quality.observable(c) and not quality.counted_in_the_pass(c, {"expected": 10})
         }
         assert left == settled == {c.name for c in CHECKS if quality.from_the_manifests(c, {"expected": 10})}
+        per_file = row_count("per_file", "10", where="a = 1", on=("a",), doc="rows")  # as raw's per source file
+        assert quality.from_the_manifests(per_file, {}) and quality.counted_in_the_pass(per_file, {})
     finally:
         spark.sql(f"DROP TABLE {table}")
 

@@ -100,7 +100,7 @@ def _quality_timer() -> _Timer:
     )
 
 
-def _observed_in_the_pass(year: int, month: int, settings, spark, tries: int = 3) -> dict:
+def _observed_in_the_pass(year: int, month: int, settings, spark, tries: int = 5) -> dict:
     """What counting the checks in the staging write's own pass costs: the stage's SQL over the landed file
     written to Spark's no-op sink, with and without the observed aggregates, alternately; the best of
     ``tries`` each (the difference is the checks' share of the pass)."""

@@ -4,6 +4,7 @@ free ports, and records written whole with mode 0600."""
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -82,7 +83,32 @@ def test_a_machine_lock_is_held_by_one_process_at_a_time_and_freed_when_its_hold
     finally:
         holder.kill()
         holder.wait()
-        (Path(tempfile.gettempdir()) / f"nyc-taxi-{name}.lock").unlink(missing_ok=True)
+        (Path(tempfile.gettempdir()) / f"nyc-taxi-{name}-{os.getuid()}.lock").unlink(missing_ok=True)
+
+
+def test_team_up_waits_for_another_deployments_up_before_it_chooses_anything(tmp_path):
+    """`team up` takes the machine's lock before it chooses a port or writes its record, and says why it
+    waits (the lock is this test's own: TMPDIR gives both processes a temporary directory of their own)."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PROFILE": "team", "STATE_DIR": str(tmp_path / "state")}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDS_THE_LOCK, "team-up", "60"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    up = None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        up = subprocess.Popen(
+            [sys.executable, "-m", "nyc_taxi.cli.team", "up"], env=env, stderr=subprocess.PIPE, text=True
+        )
+        ready, _, _ = select.select([up.stderr], [], [], 60)
+        said = up.stderr.readline() if ready else "(nothing said within 60 s)"
+        assert "waiting for another deployment's `team up` on this machine" in said, said
+        time.sleep(1)
+        assert up.poll() is None and not (tmp_path / "state" / "team" / "services.json").exists()
+    finally:
+        for process in (up, holder):
+            if process is not None:
+                process.kill()
+                process.wait()
 
 
 def test_a_record_is_private_and_whole(tmp_path):

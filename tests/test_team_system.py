@@ -1,6 +1,6 @@
 """The team deployment's long proofs, in the system lane (`bash run test --system`; docs/testing.md says
-when it must run): two months loaded with a backtest triggered beside the second month's loads, its flow
-reading raw on one Celery worker while a merge writes it on the other; the chaos run's whole mission —
+when it must run): two months loaded, a backtest of the first held between its read of raw and its write
+while the second month's merge commits raw on the other Celery worker; the chaos run's whole mission —
 two months, the trainings the scheduler starts from each merge, a weather-adjusted backtest, the last
 shipping of lineage — under every named moment and faults inside tasks and in every kind of service (a
 Celery worker with its task, each SeaweedFS process, a Spark driver, a flow step), each met at its
@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import os
 import signal
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -46,7 +47,6 @@ from team_deployment import (
     restarted,
     status,
     task,
-    task_logs,
     task_spans,
     team_cli,
     wait_for,
@@ -62,13 +62,43 @@ CHAOS_MONTHS = ((2019, 3), (2019, 4))
 CHAOS_ROWS = 20_000
 
 
-def test_a_backtest_runs_on_one_worker_while_a_merge_commits_raw_on_the_other_and_no_writer_loses_a_race(team, site):
-    """July loaded (both DAGs at once, the training its merge starts), then a backtest of July, August's taxi
-    DAG run triggered once it runs and its weather after: the taxi merge commits raw while the flow runs,
-    on the other Celery worker. All succeed, no commit had to be recomputed after losing a race
-    (PostgreSQL's transactions, not SQLite's file lock), raw and weather hold both months as published, and
-    the backtest's actuals and weather-adjusted forecasts equal an independent count."""
+# The flow's steps after its read of raw (compute_actuals) and before it writes its forecasts.
+BETWEEN_READ_AND_WRITE = ("prepare_training_data", "train_forecasting_model", "predict")
+
+
+def _freeze_the_flow_between_its_read_and_its_write(settings, seconds: float = 900):
+    """The backtest's step process once compute_actuals is done and before the forecasts are written,
+    suspended (SIGSTOP; checked stopped): the flow is held there, not met there by chance."""
+    import psutil
+
+    from nyc_taxi.chaos.components import flow_steps
+    from nyc_taxi.core.team import team_dir
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for process in flow_steps(str(team_dir(settings))):
+            try:
+                words = process.cmdline()
+                if words[words.index("step") + 1] in BETWEEN_READ_AND_WRITE:
+                    process.suspend()
+                    if process.status() == psutil.STATUS_STOPPED:
+                        return process
+            except (psutil.Error, ValueError, IndexError):
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no step of {BETWEEN_READ_AND_WRITE} ran within {seconds:.0f} s")
+
+
+def test_a_backtest_holds_its_read_of_raw_while_a_merge_commits_raw_on_the_other_worker(team, site):
+    """July loaded (both DAGs at once, the training its merge starts), then a backtest of July; once its flow
+    has read raw, the flow is frozen before it writes, and August's taxi DAG run commits raw on the other
+    Celery worker meanwhile (the flow's catalog commits and the merge's in one PostgreSQL catalog, each
+    Spark application on half the cluster's cores); then August's weather. All succeed, raw and weather
+    hold both months as published, and the backtest's actuals and weather-adjusted forecasts equal an
+    independent count of what it read."""
     from nyc_taxi.chaos import mission
+    from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.core.snapshots import MONTH
 
     settings, _ = team
     months = ((2024, 7), (2024, 8))
@@ -78,28 +108,20 @@ def test_a_backtest_runs_on_one_worker_while_a_merge_commits_raw_on_the_other_an
         assert finished(rest, dag, rest.trigger(dag, {"month": "2024-07"}))["state"] == "success"
     rest.idle(seconds=1800)  # the training July's merge started
     backtest = {"as_of_datetime": "2024-07-22T00:00", "model": "weather_adjusted", "lookback_days": 21}
-    # August's taxi run once the flow runs, alone on the other of the deployment's two task slots: triggered
-    # together, the ingestion tasks would take both slots first (Airflow weighs a task by the tasks
-    # downstream of it), and August's weather would stand before the taxi merge
     triggered = {TRAINING: rest.trigger(TRAINING, backtest)}
-    running = wait_for(
-        lambda: rest.task_instances(TRAINING, triggered[TRAINING]),
-        lambda tis: any(ti["state"] == "running" for ti in tis),
-        600,
-    )
-    assert any(ti["state"] == "running" for ti in running), running
-    triggered[TAXI] = rest.trigger(TAXI, {"month": "2024-08"})
-    assert finished(rest, TAXI, triggered[TAXI])["state"] == "success"
+    frozen = _freeze_the_flow_between_its_read_and_its_write(settings)
+    try:
+        # alone on the other of the deployment's two task slots: August's weather would stand before the
+        # taxi merge (Airflow weighs a task by the tasks downstream of it)
+        triggered[TAXI] = rest.trigger(TAXI, {"month": "2024-08"})
+        assert finished(rest, TAXI, triggered[TAXI])["state"] == "success"
+        assert frozen.status() == "stopped"  # still held: the commit came between the flow's read and write
+    finally:
+        frozen.resume()
     triggered[WEATHER] = rest.trigger(WEATHER, {"month": "2024-08"})
     for dag, run_id in triggered.items():
         done = finished(rest, dag, run_id)
         assert done["state"] == "success", (dag, done)
-    # August's taxi merge committed raw while the flow ran on the other worker (one task at a time per worker;
-    # each Spark application gets half the cluster's cores): the flow's own commits and the merge's, one
-    # catalog, neither lost
-    from nyc_taxi.core.catalog import load_table
-    from nyc_taxi.core.snapshots import MONTH
-
     (flow_span,) = task_spans(rest, TRAINING, triggered[TRAINING])
     raw = load_table(registry.YELLOW_TAXI_RAW, settings)
     (august,) = [s for s in raw.snapshots() if (s.summary or {}).get(MONTH) == "2024-08"]
@@ -107,7 +129,6 @@ def test_a_backtest_runs_on_one_worker_while_a_merge_commits_raw_on_the_other_an
     assert flow_span[0] < committed < flow_span[1], (flow_span, committed)
     rest.idle(seconds=1800)  # the training August's merge started
     assert all(r["state"] == "success" for dag in (TAXI, WEATHER, TRAINING) for r in rest.runs(dag, limit=100))
-    assert not [text for text in task_logs(settings) if "lost a race with another writer" in text]
 
     for taxi_file in files:
         raw_holds_exactly(settings, taxi_file)

@@ -40,11 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     given = [name.upper() for name in ("postgres_url", "redis_url", "s3_endpoint_url") if getattr(settings, name)]
     server = spark_server.running(settings)
     removed = [
-        *(
-            [f"{state}: the lake, the catalog, Airflow's and Metaflow's homes, the lineage records"]
-            if state.exists()
-            else []
-        ),
+        *([f"{state}: {_what_the_state_holds(settings)}"] if state.exists() else []),
         *(["the team deployment of this state directory: every program stopped"] if team else []),
         *(f"{path}: the team deployment's service data" for path in data if not path.is_relative_to(state)),
         *(["the warm Spark server: stopped"] if server else []),
@@ -55,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     print("bash run clean removes:\n" + "\n".join(f"    {line}" for line in removed))
     if given and (team or data):
         print(f"    (not the services given by {', '.join(given)}: what they hold stays)")
+    if settings.profile == "aws":
+        print("    (not the aws profile's bucket and Glue catalog: `bash run destroy-infra` removes those)")
     if not args.yes:
         if not sys.stdin.isatty():
             print("refusing to remove it without confirmation: pass --yes", file=sys.stderr)
@@ -72,9 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     if server:
         spark_server.stop(settings)
         print("    stopped the warm Spark server")
-    shutil.rmtree(state, ignore_errors=True)
-    print(f"removed {state}")
+    if state.exists():
+        shutil.rmtree(state, ignore_errors=True)
+        if state.exists():
+            print(f"error: could not remove all of {state}", file=sys.stderr)
+            return 1
+        print(f"removed {state}")
     return 0
+
+
+def _what_the_state_holds(settings) -> str:
+    lake = {"local": "the lake, the catalog, ", "team": "the team deployment's own data under it, "}
+    return f"{lake.get(settings.profile, '')}Airflow's and Metaflow's homes, the lineage records"
 
 
 def _data_directories(settings) -> list:

@@ -126,16 +126,23 @@ def read_record(path: Path) -> dict | None:
 
 
 @contextlib.contextmanager
-def machine_lock(name: str):
-    """Held by one process of this machine at a time (``flock`` on a file in the temporary directory,
-    released when the process ends, however it ends): two deployments of different state directories that
-    start at once would each choose free ports, and take one before the other's service listens on it."""
+def machine_lock(name: str, waiting: str | None = None):
+    """Held by one process of this user on this machine at a time (``flock`` on a file of the user's own in
+    the temporary directory, released when the process ends, however it ends): two deployments of
+    different state directories that start at once would each choose free ports, and could take one
+    before the other's service listens on it. ``waiting``: said on stderr when another process holds it."""
     import fcntl
     import tempfile
 
-    descriptor = os.open(Path(tempfile.gettempdir()) / f"nyc-taxi-{name}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    path = Path(tempfile.gettempdir()) / f"nyc-taxi-{name}-{os.getuid()}.lock"
+    descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting:
+                print(waiting, file=sys.stderr, flush=True)
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
     finally:
         os.close(descriptor)  # closing the last descriptor releases the lock

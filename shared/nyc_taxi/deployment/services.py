@@ -497,7 +497,7 @@ def up(settings: Settings) -> list[str]:
     on a machine: another deployment's waits until this one's services listen on the ports it chose."""
     settings = team_settings(settings)
     supervisor = Supervisor(settings)
-    with machine_lock("team-up"):
+    with machine_lock("team-up", "waiting for another deployment's `team up` on this machine to finish"):
         record = _record(settings, supervisor)
         if not supervisor.running():
             if listening(settings.airflow_port):

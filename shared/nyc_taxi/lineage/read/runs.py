@@ -251,7 +251,7 @@ def _changes(good: JobRun, run: JobRun) -> dict[str, list]:
         read: dict[str, list] = {}
         for name, version in of.read or sorted(of.inputs.items()):
             read.setdefault(name, []).append(version)
-        return read  # each dataset's versions as read_and_written sorts them: by version, not by time
+        return read  # each dataset's versions as read_and_written sorts them: by their text, not by time
 
     before, after = versions(good), versions(run)
     for name in sorted(set(before) | set(after)):

@@ -240,7 +240,7 @@ def test_a_models_checks_are_read_back_from_its_metrics_and_a_refused_models_fro
         ]
     ):
         step = datahub.StepRun(TRAINING_FLOW, train, f"flow/{n}/train/1", started_ms=at + n, job_version="v1")
-        records += datahub.model_records(step, report, settings, run_id=f"run-{n}")
+        records += datahub.model_records(step, report, settings, run_id=f"run-{n}", ended_ms=at + n)
         records += datahub.run_records(step, report, ok, settings, ended_ms=at + n, run_id=f"run-{n}")
     assert sum(r.aspectName == "mlModelProperties" for r in records) == 1  # the refused model: no version
     Outbox(settings, "metaflow").add_records(records)

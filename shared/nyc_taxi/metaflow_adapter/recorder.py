@@ -233,7 +233,7 @@ class _StepRecords:
             *datahub.write_records(
                 report, f"metaflow:{self.job.qualified_name}", self.settings, ended_ms, self.step_run.run_id
             ),
-            *datahub.model_records(run, report, self.settings, run_id=self.step_run.run_id),
+            *datahub.model_records(run, report, self.settings, run_id=self.step_run.run_id, ended_ms=ended_ms),
             *datahub.run_records(
                 run, report, error is None, self.settings, ended_ms=ended_ms, run_id=self.step_run.run_id
             ),

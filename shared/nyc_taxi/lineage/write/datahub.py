@@ -414,12 +414,15 @@ def model_check_metric(result, run_id: str, tool: str, at_ms: int):
     )
 
 
-def refused_model_checks(report: StepReport | None, settings: Settings, run_id: str, tool: str) -> dict[str, str]:
-    """The checks of a model its checks refused, as properties of the run that refused it: no version of
-    the model is written to carry them as training metrics (``check:<model urn>:<check>``)."""
+def refused_model_checks(
+    report: StepReport | None, settings: Settings, run_id: str, tool: str, at_ms: int
+) -> dict[str, str]:
+    """The checks of a model its checks refused, as properties of the run that refused it (evaluated when
+    it ended, ``at_ms``): no version of the model is written to carry them as training metrics
+    (``check:<model urn>:<check>``)."""
     return {
         f"{MODEL_CHECK}{identity(use.dataset, settings).datahub_urn}:{r.check}": model_check_value(
-            r, run_id, tool, _now_ms()
+            r, run_id, tool, at_ms
         )
         for use in (report.outputs if report else [])
         if isinstance(use.dataset, Model) and not use.committed
@@ -429,11 +432,17 @@ def refused_model_checks(report: StepReport | None, settings: Settings, run_id: 
 
 
 def model_records(
-    run: StepRun, report: StepReport, settings: Settings | None = None, run_id: str = "", tool: str = "metaflow"
+    run: StepRun,
+    report: StepReport,
+    settings: Settings | None = None,
+    run_id: str = "",
+    tool: str = "metaflow",
+    ended_ms: int | None = None,
 ) -> list:
     """A model written by this run: an ML model, trained by this job, used by the jobs declared to read it, its
-    checks' results among its training metrics (``run_id``: the run they are results of). A model its checks
-    refused is none (no version of it is written)."""
+    checks' results among its training metrics (``run_id``: the run they are results of, evaluated when it
+    ended, ``ended_ms``, else now: a check's history is ordered by its runs, not by when their records were
+    made). A model its checks refused is none (no version of it is written)."""
     from datahub.emitter.mcp import MetadataChangeProposalWrapper
     from datahub.metadata import schema_classes as dhs
 
@@ -457,7 +466,9 @@ def model_records(
                         trainingJobs=[datahub_job_urn(run.pipeline, run.job, settings)],
                         downstreamJobs=users,
                         trainingMetrics=[
-                            model_check_metric(r, run_id or run.run_id, tool, _now_ms()) for r in use.checks if r.here
+                            model_check_metric(r, run_id or run.run_id, tool, ended_ms or _now_ms())
+                            for r in use.checks
+                            if r.here
                         ]
                         or None,
                         customProperties=run.properties,
@@ -468,7 +479,12 @@ def model_records(
 
 
 def process_instance(
-    run: StepRun, report: StepReport | None, settings: Settings | None = None, run_id: str = "", tool: str = "metaflow"
+    run: StepRun,
+    report: StepReport | None,
+    settings: Settings | None = None,
+    run_id: str = "",
+    tool: str = "metaflow",
+    ended_ms: int | None = None,
 ):
     """A step run as a DataProcessInstance: its job, properties, inputs and outputs (``run_id``, ``tool``: of
     the checks it evaluated, as model_records)."""
@@ -489,7 +505,7 @@ def process_instance(
             **run.properties,
             **_versions("input", report.inputs if report else []),
             **_versions("output", report.outputs if report else []),
-            **refused_model_checks(report, settings, run_id or run.run_id, tool),
+            **refused_model_checks(report, settings, run_id or run.run_id, tool, ended_ms or _now_ms()),
         }
     )
     if report is not None:
@@ -513,12 +529,13 @@ def run_records(
     """A finished step run: its DataProcessInstance (properties, inputs, outputs, start and end: ``ended_ms``, now)."""
     from datahub.api.entities.dataprocess.dataprocess_instance import InstanceRunResult
 
-    instance = process_instance(run, report, settings, run_id)
+    ended_ms = ended_ms or _now_ms()
+    instance = process_instance(run, report, settings, run_id, ended_ms=ended_ms)
     result = InstanceRunResult.SUCCESS if succeeded else InstanceRunResult.FAILURE
     return [
         *instance.generate_mcp(created_ts_millis=run.started_ms, materialize_iolets=False),
         *instance.start_event_mcp(run.started_ms),
-        *instance.end_event_mcp(ended_ms or _now_ms(), result=result, result_type=run.pipeline.orchestrator),
+        *instance.end_event_mcp(ended_ms, result=result, result_type=run.pipeline.orchestrator),
     ]
 
 

@@ -341,10 +341,21 @@ def test_a_killed_scheduler_answers_again_only_once_its_new_process_has_sent_a_h
     assert wait_for(lambda: not alive(old), bool, 10), f"the scheduler {old} still runs after SIGKILL"
     assert answering(settings, "airflow-scheduler") is False
     assert (health(base_url(settings)) or {}).get("scheduler", {}).get("status") == "healthy"  # Airflow: still
-    back = wait_for(lambda: answering(settings, "airflow-scheduler"), bool, 120)
+
+    def answering_now():
+        """(process, its latest beat) when the scheduler answers, read around the answer: one process
+        throughout (a process supervisord ran again in between is read again, never paired with the
+        beat of the one before it)."""
+        before = programs(settings)["airflow-scheduler"]
+        answers = answering(settings, "airflow-scheduler")
+        beat = ((health(base_url(settings)) or {}).get("scheduler") or {}).get("latest_scheduler_heartbeat")
+        after = programs(settings)["airflow-scheduler"]
+        same = (before["pid"], before["start"]) == (after["pid"], after["start"])
+        return (after, beat) if answers and beat and same else None
+
+    back = wait_for(answering_now, bool, 120)
     assert back, "the scheduler did not answer again"
-    info = programs(settings)["airflow-scheduler"]
-    beat = health(base_url(settings))["scheduler"]["latest_scheduler_heartbeat"]
+    info, beat = back
     assert info["pid"] != old and dt_.datetime.fromisoformat(beat).timestamp() > info["start"] + 1
 
 

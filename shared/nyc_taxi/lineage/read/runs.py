@@ -246,18 +246,19 @@ def _changes(good: JobRun, run: JobRun) -> dict[str, list]:
     for key in sorted(set(good.parameters) | set(run.parameters)):
         if key != "try_number" and good.parameters.get(key) != run.parameters.get(key):
             changed[f"parameter {key}"] = [good.parameters.get(key), run.parameters.get(key)]
-
-    def versions(of: JobRun) -> dict[str, list]:
-        read: dict[str, list] = {}
-        for name, version in of.read or sorted(of.inputs.items()):
-            read.setdefault(name, []).append(version)
-        return read  # each dataset's versions as read_and_written sorts them: by their text, not by time
-
-    before, after = versions(good), versions(run)
+    before, after = _by_dataset(good.read), _by_dataset(run.read)
     for name in sorted(set(before) | set(after)):
         if before.get(name) != after.get(name):
             changed[f"input {name}"] = [_one_or_all(versions.get(name, "not read")) for versions in (before, after)]
     return changed
+
+
+def _by_dataset(read: list[tuple[str, str | None]]) -> dict[str, list]:
+    """Each dataset's versions read, as read_and_written sorts them: by their text, not by time."""
+    versions: dict[str, list] = {}
+    for name, version in read:
+        versions.setdefault(name, []).append(version)
+    return versions
 
 
 def _one_or_all(versions: list | str):
@@ -283,11 +284,8 @@ def job_runs(job: str, settings: Settings | None = None) -> list[JobRun]:
             # a read without a version (a try that failed before it pinned one) is no other version
             known = {name for name, version in read if version is not None}
             read = [(name, version) for name, version in read if version is not None or name not in known]
-            versions: dict[str, set] = {}
-            for name, version in read:
-                versions.setdefault(name, set()).add(version)
-            run.inputs = {name: next(iter(v)) if len(v) == 1 else None for name, v in versions.items()}
-        run.read = read
+            run.inputs = {name: v[0] if len(v) == 1 else None for name, v in _by_dataset(read).items()}
+        run.read = read  # what `--runs` and the site show
     last_good = None
     for run in ordered:
         if run.state == "success":
@@ -302,8 +300,7 @@ def as_json(runs: list[JobRun]) -> list[dict]:
 
 
 def render(runs: list[JobRun]) -> str:
-    def versions(uses) -> str:
-        pairs = uses.items() if isinstance(uses, dict) else uses
+    def versions(pairs) -> str:
         return ", ".join(f"{n}@{v or '?'}" for n, v in sorted(pairs, key=lambda p: (p[0], p[1] or ""))) or "-"
 
     lines = [f"runs of {runs[0].job} (oldest first; from the OpenLineage events)"] if runs else []
@@ -312,8 +309,8 @@ def render(runs: list[JobRun]) -> str:
         params = " ".join(f"{k}={v}" for k, v in sorted(run.parameters.items()))
         lines.append(f"  {run.started or '?'}  {run.state.upper():8s}{took}  {run.label or run.run_id}")
         lines.append(f"      code {(run.code_version or '?')[:12]}  parameters {params or '-'}")
-        lines.append(f"      read  {versions(run.read or run.inputs)}")
-        lines.append(f"      wrote {versions(run.outputs)}")
+        lines.append(f"      read  {versions(run.read)}")
+        lines.append(f"      wrote {versions(run.outputs.items())}")
         if run.error:
             lines.append(f"      error: {run.error.splitlines()[0][:300]}")
         if run.changed_since_last_good is not None:

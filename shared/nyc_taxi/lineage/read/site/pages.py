@@ -78,10 +78,9 @@ def _tool(node: Node) -> str:
     return badge(node.label, node.tool)
 
 
-def _versions(uses: dict[str, str | None] | list[tuple[str, str | None]], root: str) -> str:
-    """dataset@version links, one a line: the dataset's page, at that version (a DAG or flow run's list
-    names each version its runs read)."""
-    pairs = uses.items() if isinstance(uses, dict) else uses
+def _versions(pairs, root: str) -> str:
+    """dataset@version links, one a line: the dataset's page, at that version (``pairs``: (dataset,
+    version); a DAG or flow run names each version its runs read)."""
     return "<br>".join(
         link(root + dataset_path(name) + (f"#{version_anchor(version)}" if version else ""), name)
         + " @ "
@@ -655,8 +654,8 @@ side by side: edges only in the second are <span class="added">added</span>, edg
                 short(run.code_version, 12),
                 short(run.job_version, 16) if run.job_version else "",
                 _parameters(run.parameters),
-                _versions(run.read or run.inputs, root),
-                _versions(run.outputs, root),
+                _versions(run.read, root),
+                _versions(run.outputs.items(), root),
             ]
             for run in reversed(job.runs)
         ]
@@ -678,7 +677,7 @@ side by side: edges only in the second are <span class="added">added</span>, edg
                 ["started", moment(good.started), moment(run.started)],
                 ["code", short(good.code_version, 12), short(run.code_version, 12)],
                 ["parameters", _parameters(good.parameters), _parameters(run.parameters)],
-                ["read", _versions(good.read or good.inputs, root), _versions(run.read or run.inputs, root)],
+                ["read", _versions(good.read, root), _versions(run.read, root)],
                 ["error", "", f"<pre>{esc((run.error or '').strip()[:2000])}</pre>"],
             ]
             what = "; ".join(f"{esc(k)}: {esc(a)} → {esc(b)}" for k, (a, b) in changed.items()) or "nothing"

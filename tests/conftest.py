@@ -129,7 +129,7 @@ DEMO_READERS = ("tests/test_lineage.py", "tests/test_site.py")
 # The two test modules that bring the team deployment up under a chaos mission: on one worker, one
 # deployment at a time (the lanes run one of them each; --all-lanes both). `PROFILE=team bash run demo`'s
 # test brings its own deployment up on the other worker (after the README's path: LONGEST_FIRST), so it
-# runs beside the mission, not after it; two `team up`s take turns (a machine-wide lock in `team up`).
+# runs beside the mission, not after it; two `team up`s take turns (a lock in `team up`, per user and temporary directory).
 TEAM_DEPLOYMENTS = ("tests/test_team_profile.py", "tests/test_team_system.py")
 
 

@@ -92,13 +92,13 @@ def _module_name(path: Path) -> str:
 
 def _parse(source: str, tries: int = 3) -> ast.Module:
     """``ast.parse``, again when CPython 3.11.7's AST builder miscounts its recursion depth while other
-    threads of the process build ASTs too (a spurious SystemError, python/cpython#106905, fixed in later
-    releases): it is the interpreter's count, not the source, that is wrong."""
+    threads of the process build ASTs too (a spurious SystemError, python/cpython#106905, fixed in
+    3.11.8): it is the interpreter's count, not the source, that is wrong."""
     for attempt in range(tries):
         try:
             return ast.parse(source)
-        except SystemError:
-            if attempt == tries - 1:
+        except SystemError as error:
+            if "AST constructor recursion depth mismatch" not in str(error) or attempt == tries - 1:
                 raise
     raise AssertionError("unreachable")
 

@@ -3,8 +3,10 @@ free ports, and records written whole with mode 0600."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -64,7 +66,7 @@ def test_an_exited_process_nobody_reaped_is_not_alive():
 HOLDS_THE_LOCK = """
 import sys, time
 from nyc_taxi.core.processes import machine_lock
-with machine_lock(sys.argv[1]):
+with machine_lock(sys.argv[1], "waiting"):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
 """
@@ -75,9 +77,12 @@ def test_a_machine_lock_is_held_by_one_process_at_a_time_and_freed_when_its_hold
     holder = subprocess.Popen([sys.executable, "-c", HOLDS_THE_LOCK, name, "60"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        waiter = subprocess.Popen([sys.executable, "-c", HOLDS_THE_LOCK, name, "0"], stdout=subprocess.PIPE, text=True)
-        with pytest.raises(subprocess.TimeoutExpired):
-            waiter.communicate(timeout=2)  # waits while the holder holds it
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", HOLDS_THE_LOCK, name, "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert waiter.stderr.readline().strip() == "waiting"  # it found the lock held, and waits on it
+        time.sleep(1)
+        assert waiter.poll() is None
         holder.kill()  # SIGKILL: the kernel releases the lock with the process
         assert waiter.communicate(timeout=30)[0].strip() == "held" and waiter.returncode == 0
     finally:
@@ -96,8 +101,12 @@ def test_team_up_waits_for_another_deployments_up_before_it_chooses_anything(tmp
     up = None
     try:
         assert holder.stdout.readline().strip() == "held"
-        up = subprocess.Popen(
-            [sys.executable, "-m", "nyc_taxi.cli.team", "up"], env=env, stderr=subprocess.PIPE, text=True
+        up = subprocess.Popen(  # a group of its own: should it not wait, what it starts is stopped with it
+            [sys.executable, "-m", "nyc_taxi.cli.team", "up"],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
         ready, _, _ = select.select([up.stderr], [], [], 60)
         said = up.stderr.readline() if ready else "(nothing said within 60 s)"
@@ -105,10 +114,15 @@ def test_team_up_waits_for_another_deployments_up_before_it_chooses_anything(tmp
         time.sleep(1)
         assert up.poll() is None and not (tmp_path / "state" / "team" / "services.json").exists()
     finally:
-        for process in (up, holder):
-            if process is not None:
-                process.kill()
-                process.wait()
+        if up is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+        holder.kill()
+        holder.wait()
+        if (tmp_path / "state" / "team").exists():  # it did not wait: what it started goes too
+            down = [sys.executable, "-m", "nyc_taxi.cli.team", "down", "--delete-data"]
+            subprocess.run(down, env=env, capture_output=True, timeout=300)
 
 
 def test_a_record_is_private_and_whole(tmp_path):

@@ -494,7 +494,7 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
 
 def up(settings: Settings) -> list[str]:
     """Every service not given, in order, each once the one before answers; idempotent. One `up` at a time
-    on a machine: another deployment's waits until this one's services listen on the ports it chose."""
+    on a machine (per user and temporary directory): another deployment's waits until this one's services listen on the ports it chose."""
     settings = team_settings(settings)
     supervisor = Supervisor(settings)
     with machine_lock("team-up", "waiting for another deployment's `team up` on this machine to finish"):

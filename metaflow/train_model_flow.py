@@ -3,8 +3,9 @@ TrainForecastModelFlow: hourly yellow-taxi demand per pickup zone.
 
 Reads `yellow_taxi_raw` (written by the Airflow DAG ingest_yellow_taxi_data), computes hourly
 actuals on Spark, trains a seasonal-naive model (the same hour one week earlier; optionally
-adjusted for rain with `weather_raw`), forecasts the next hours and writes them to Iceberg. With an
-`as_of_datetime` in the past the run is a backtest and is evaluated (MAE, WAPE).
+adjusted for rain with `weather_raw`), forecasts the next hours and writes them to Iceberg, kept beside
+every other model's and origin's. Its last step scores every kept forecast whose hours have happened
+(MAE, WAPE, bias, coverage): with an `as_of_datetime` in the past the run is a backtest, scored at once.
 
     bash run training-flow run --as_of_datetime 2024-02-15T00:00
     bash run training-flow run --as_of_datetime 2024-02-15T00:00 --model weather_adjusted
@@ -64,15 +65,18 @@ class TrainForecastModelFlow(FlowSpec):
 
     @step
     def write_forecasts_to_table(self):
-        """MERGE the forecasts into yellow_rides_hourly_forecast, keyed by zone and hour."""
+        """MERGE the forecasts into yellow_rides_hourly_forecast, beside every other model's and origin's."""
         self.written = forecast.write_forecasts(self.forecasts)
         self.next(self.evaluate)
 
     @card(type="report", id="evaluation")
     @step
     def evaluate(self):
-        """MAE and WAPE per zone and overall where the forecast hours have actuals (a backtest)."""
-        self.evaluation = forecast.evaluate(self.forecasts, self.predict_horizon_hours)
+        """Score every kept forecast whose hours have actuals into yellow_rides_forecast_scores; this run's
+        forecast against its actuals on the card (a backtest's at once, a forecast of the future once a
+        later run has counted its hours)."""
+        self.scores = forecast.score_forecasts()
+        self.evaluation = forecast.evaluate(self.forecasts, self.predict_horizon_hours, self.scores)
         self.mae, self.wape, self.metrics = self.evaluation.mae, self.evaluation.wape, self.evaluation.metrics
         cards.evaluation_card(
             current.card["evaluation"], self.forecasts.values, self.evaluation.actual, self.metrics, self.model

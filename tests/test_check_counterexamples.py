@@ -60,6 +60,11 @@ COUNTEREXAMPLES = {
         "the week before the origin republished without most of its trips while the flow ran",
         "fail",
     ),
+    (d.YELLOW_RIDES_FORECAST_SCORES.name, "horizon_happened"): ("a horizon that runs into a month not loaded", "warn"),
+    (d.YELLOW_RIDES_FORECAST_SCORES.name, "rides_near_what_happened"): (
+        "the forecast day republished with three in ten of its trips",
+        "warn",
+    ),
 }
 CASES = sorted(COUNTEREXAMPLES)
 
@@ -432,3 +437,43 @@ def test_a_forecast_from_a_week_the_source_has_since_withdrawn_is_not_written(ac
     assert "nothing was committed" in str(refused.value)
     assert current_snapshot_id(d.YELLOW_RIDES_HOURLY_FORECAST) == before
     assert {failed.check} == _checks_of(d.YELLOW_RIDES_HOURLY_FORECAST)
+
+
+@pytest.mark.spark
+def test_a_score_over_part_of_its_hours_or_far_from_what_happened_is_warned_of(spark, site, settings):
+    """August 2011 loaded; a forecast from the 15th; the TLC republishes August with three in ten of the 15th's
+    trips (a day with a fifth of its trips or more is still a day: it is counted); then a forecast from the
+    29th whose five days run into September, not loaded. Scoring both: the first forecast's rides are over
+    three times what happened on the 15th, and the second is scored over three of its five days."""
+    from nyc_taxi.core.tables import ensure_tables
+    from nyc_taxi.fixtures import tlc
+    from nyc_taxi.fixtures.site import taxi_path
+    from nyc_taxi.forecast import steps
+
+    ensure_tables()
+    _window_loaded(site, [(2011, 8)])
+
+    def forecast(as_of: dt.datetime, horizon: int, run: int) -> None:
+        steps.compute_actuals(as_of, 14, horizon)
+        data = steps.training_data(as_of, 14, horizon, "seasonal_naive")
+        trained = steps.train(data, "seasonal_naive", f"TrainForecastModelFlow/{run}/train_forecasting_model/3")
+        steps.write_forecasts(steps.predict(trained, data, as_of, horizon), settings)
+
+    forecast(dt.datetime(2011, 8, 15), 24, 81)
+    trips = tlc.generate_yellow_month(2011, 8, rows=4_000, seed=8)  # August as loaded, then republished:
+    pickups = trips["tpep_pickup_datetime"].to_pylist()
+    keep = [p is None or p.date() != dt.date(2011, 8, 15) or i % 10 < 3 for i, p in enumerate(pickups)]
+    tlc.write_yellow_month(trips.filter(pa.array(keep)), taxi_path(site, 2011, 8))
+    _load_taxi(2011, 8)
+    forecast(dt.datetime(2011, 8, 29), 120, 82)
+
+    scores = steps.score_forecasts(settings)
+    ours = {r["as_of_datetime"].day: r for r in scores.rows if r["as_of_datetime"].year == 2011}
+    assert ours[15]["coverage"] == 1 and ours[15]["predicted_rides"] > 2 * ours[15]["actual_rides"], ours[15]
+    assert ours[29]["coverage"] == pytest.approx(3 / 5), ours[29]
+    assert 0.5 * ours[29]["actual_rides"] <= ours[29]["predicted_rides"] <= 2 * ours[29]["actual_rides"], ours[29]
+    checks = {r.check: r for r in scores.report.outputs[0].checks}
+    for name in ("horizon_happened", "rides_near_what_happened"):
+        assert checks[name].status == COUNTEREXAMPLES[(d.YELLOW_RIDES_FORECAST_SCORES.name, name)][1], checks[name]
+        assert checks[name].failing >= 1
+    assert set(checks) == _checks_of(d.YELLOW_RIDES_FORECAST_SCORES)

@@ -33,6 +33,7 @@ EXPECTED_DATASETS = {
     "yellow_rides_hourly_actuals",
     "yellow_rides_hourly_forecast",
     "yellow_rides_forecast_model",
+    "yellow_rides_forecast_scores",
 }
 NOT_A_MODEL = [dataset for dataset in d.DATASETS.values() if not isinstance(dataset, d.Model)]
 

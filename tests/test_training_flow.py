@@ -313,7 +313,14 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
         expected_actuals(loaded, *WINDOW), expected_daily_prcp(site, [(2024, 9), (2024, 10)]), AS_OF, HORIZON
     )
     rows = table_rows(registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", AS_OF, WINDOW[1])
-    assert {r["model_name"] for r in rows} == {"weather_adjusted"} and len(rows) == len(expected)
+    by_model: dict[str, list[dict]] = {}
+    for row in rows:
+        by_model.setdefault(row["model_name"], []).append(row)
+    # kept beside the seasonal model's forecasts of the same origin, which it left as they were
+    assert set(by_model) == {"seasonal_naive", "weather_adjusted"}
+    assert _forecasts(by_model["seasonal_naive"]) == _forecasts(backtest.forecasts)
+    rows = by_model["weather_adjusted"]
+    assert {r["as_of_datetime"] for r in rows} == {AS_OF} and len(rows) == len(expected)
     for row in rows:
         assert row["predicted_ride_count"] == pytest.approx(
             expected[(row["pickup_location_id"], row["forecast_hour"])], rel=1e-9

@@ -193,7 +193,9 @@ MISSION_EDGES = {
     (f"{FLOW}.predict", "read", "yellow_rides_forecast_model"),
     (f"{FLOW}.write_forecasts_to_table", "read", "yellow_rides_forecast_model"),
     (f"{FLOW}.write_forecasts_to_table", "write", "yellow_rides_hourly_forecast"),
+    (f"{FLOW}.evaluate", "read", "yellow_rides_hourly_forecast"),
     (f"{FLOW}.evaluate", "read", "yellow_rides_hourly_actuals"),
+    (f"{FLOW}.evaluate", "write", "yellow_rides_forecast_scores"),
 }
 WEATHER_ADJUSTED_EDGES = {
     (f"{FLOW}.prepare_training_data", "read", "weather_raw"),

@@ -396,7 +396,7 @@ YELLOW_RIDES_FORECAST_MODEL = Model(
 )
 YELLOW_RIDES_HOURLY_FORECAST = Table(
     name="yellow_rides_hourly_forecast",
-    description="Forecast yellow taxi pickups per zone and New York local hour",
+    description="Forecast yellow taxi pickups per zone and New York local hour, every model's and origin's kept",
     layer="mart",
     columns=(
         Column("pickup_location_id", "INT", "TLC taxi zone of pickup", nullable=False, categorical=True),
@@ -408,7 +408,9 @@ YELLOW_RIDES_HOURLY_FORECAST = Table(
         Column("created_at", "TIMESTAMP", "When the forecast was written (UTC instant)", nullable=False),
     ),
     partitioned_by=("months(forecast_hour)",),
-    primary_key=("pickup_location_id", "forecast_hour"),
+    # A forecast per model and origin: a run replaces its own model's and origin's rows, and only those.
+    # "The forecast for this hour" is the latest origin's of a chosen model (forecast/sql/latest_forecasts.sql).
+    primary_key=("model_name", "as_of_datetime", "pickup_location_id", "forecast_hour"),
     # Checked on the run's forecasts before they are written (grain "forecast", one row: `predicted`, the
     # forecast rides of the horizon's first week at most; `week_before`, the rides the actuals table holds for
     # the same hours a week earlier, read when the forecasts are written): forecasts that fail are not committed.
@@ -422,6 +424,48 @@ YELLOW_RIDES_HOURLY_FORECAST = Table(
     ),
 )
 
+YELLOW_RIDES_FORECAST_SCORES = Table(
+    name="yellow_rides_forecast_scores",
+    description="Every kept forecast scored against the actual rides of its hours, per model and origin",
+    layer="mart",
+    columns=(
+        Column("model_name", "STRING", "Model that produced the forecast", nullable=False, categorical=True),
+        Column("as_of_datetime", "TIMESTAMP_NTZ", "The forecast's origin", nullable=False),
+        Column("model_version", "STRING", "The forecast's model version (Metaflow pathspec of its training step)",
+               nullable=False),
+        Column("first_hour", "TIMESTAMP_NTZ", "The forecast's first hour", nullable=False),
+        Column("last_hour", "TIMESTAMP_NTZ", "The forecast's last hour", nullable=False),
+        Column("forecast_zone_hours", "BIGINT", "Zone-hours the forecast holds", nullable=False),
+        Column("scored_zone_hours", "BIGINT", "Of those, the ones whose hour the actuals hold (a zone without a "
+               "row in such an hour had no pickup: 0 rides)", nullable=False),
+        Column("coverage", "DOUBLE", "scored_zone_hours / forecast_zone_hours: 1 once every hour has happened and "
+               "is loaded", nullable=False),
+        Column("actual_rides", "BIGINT", "Rides in the scored zone-hours", nullable=False),
+        Column("predicted_rides", "DOUBLE", "Forecast rides in the scored zone-hours", nullable=False),
+        Column("mae", "DOUBLE", "Mean absolute error per scored zone-hour, in rides", nullable=False),
+        Column("wape", "DOUBLE", "Sum of absolute errors / actual rides (NULL when no ride happened)"),
+        Column("bias", "DOUBLE", "Mean of forecast minus actual per scored zone-hour: above 0, too many rides "
+               "forecast", nullable=False),
+        Column("forecast_snapshot_id", "BIGINT", "The forecast table's snapshot the score was computed from",
+               nullable=False),
+        Column("actuals_snapshot_id", "BIGINT", "The actuals table's snapshot the score was computed from",
+               nullable=False),
+        Column("scored_at", "TIMESTAMP", "When the score was computed (UTC instant)", nullable=False),
+    ),
+    primary_key=("model_name", "as_of_datetime"),
+    # Checked on every score a run computes, before they are written; warnings: a score is kept as computed.
+    checks=(
+        expect("horizon_happened", "coverage = 1", on=("coverage",),
+               doc="Every hour of the forecast has happened and its trips are loaded: a score over part of its "
+                   "hours is scored again, whole, by the first flow run after the rest are loaded"),
+        expect("rides_near_what_happened", "predicted_rides BETWEEN 0.5 * actual_rides AND 2 * actual_rides",
+               on=("predicted_rides", "actual_rides"),
+               doc="The forecast's rides over the hours scored are within half and twice the rides that happened: "
+                   "farther, the week it learned from or the hours it forecast are not what they were (a holiday, "
+                   "a month republished after the forecast was made)"),
+    ),
+)
+
 # fmt: on
 TABLES: dict[str, Table] = {
     t.name: t
@@ -432,6 +476,7 @@ TABLES: dict[str, Table] = {
         WEATHER_RAW,
         YELLOW_RIDES_HOURLY_ACTUALS,
         YELLOW_RIDES_HOURLY_FORECAST,
+        YELLOW_RIDES_FORECAST_SCORES,
     )
 }
 PUBLISHED: dict[str, PublishedFiles] = {

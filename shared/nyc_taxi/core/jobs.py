@@ -215,7 +215,12 @@ TRAINING_FLOW = Pipeline(
             reads=(d.YELLOW_RIDES_FORECAST_MODEL,),
             writes=(d.YELLOW_RIDES_HOURLY_FORECAST,),
         ),
-        Job("evaluate", "MAE and WAPE where the forecast hours have actuals", reads=(d.YELLOW_RIDES_HOURLY_ACTUALS,)),
+        Job(
+            "evaluate",
+            "Score every kept forecast whose hours have actuals (Spark), MERGEd into the scores table; this run's on its card",
+            reads=(d.YELLOW_RIDES_HOURLY_FORECAST, d.YELLOW_RIDES_HOURLY_ACTUALS),
+            writes=(d.YELLOW_RIDES_FORECAST_SCORES,),
+        ),
         Job("end", "Done"),
     ),
 )

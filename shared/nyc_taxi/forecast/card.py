@@ -18,11 +18,11 @@ def evaluation_card(card, forecasts: dict, actual: dict, metrics: dict, model_na
     if not overall:
         card.append(Markdown("No actuals for the forecast hours yet: nothing to evaluate."))
         return
+    wape = f", **WAPE {overall['wape']:.1%}**" if overall["wape"] is not None else ""
     card.append(
         Markdown(
-            f"Overall over {overall['hours']} zone-hours: **MAE {overall['mae']:.2f}**, **WAPE {overall['wape']:.1%}**"
-            if overall["wape"] is not None
-            else f"MAE {overall['mae']:.2f}"
+            f"Over {overall['hours']} zone-hours ({overall['coverage']:.0%} of the forecast's): **MAE "
+            f"{overall['mae']:.2f}**{wape}, bias {overall['bias']:+.2f} rides per zone-hour (forecast minus actual)"
         )
     )
     values = []

@@ -179,19 +179,17 @@ MODELS = {"seasonal_naive": SeasonalNaive, "weather_adjusted": WeatherAdjusted}
 
 
 def evaluate(forecasts: dict[tuple[int, dt.datetime], float], actuals: dict[tuple[int, dt.datetime], int]) -> dict:
-    """MAE and WAPE per zone and overall, over the forecast hours that have actuals."""
+    """MAE and WAPE per zone over the forecast hours the actuals hold, as the scores count them
+    (score_forecasts.sql): a zone without a row in such an hour had no pickup, 0 rides."""
+    held = {hour for _, hour in actuals}
     per_zone: dict[int, list[tuple[float, int]]] = {}
-    for key, predicted in forecasts.items():
-        if key in actuals:
-            per_zone.setdefault(key[0], []).append((predicted, actuals[key]))
+    for (zone, hour), predicted in forecasts.items():
+        if hour in held:
+            per_zone.setdefault(zone, []).append((predicted, actuals.get((zone, hour), 0)))
 
     def scores(pairs):
         errors = sum(abs(p - a) for p, a in pairs)
         total = sum(a for _, a in pairs)
         return {"mae": errors / len(pairs), "wape": errors / total if total else None, "hours": len(pairs)}
 
-    every = [pair for pairs in per_zone.values() for pair in pairs]
-    return {
-        "overall": scores(every) if every else None,
-        "per_zone": {zone: scores(pairs) for zone, pairs in sorted(per_zone.items())},
-    }
+    return {zone: scores(pairs) for zone, pairs in sorted(per_zone.items())}

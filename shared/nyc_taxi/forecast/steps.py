@@ -20,7 +20,7 @@ from nyc_taxi.core.profiles import profile
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.snapshots import commit_properties, data_changes
 from nyc_taxi.core.sql import SqlFolder
-from nyc_taxi.core.tables import ensure_tables, pinned, set_property
+from nyc_taxi.core.tables import ensure_tables, iceberg_schema, pinned, set_property
 from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.forecast import model as models
 from nyc_taxi.forecast.errors import NoDataInWindow
@@ -29,12 +29,13 @@ from nyc_taxi.lineage.write.report import DatasetUse, Range, StepReport
 
 log = logging.getLogger(__name__)
 SQL = SqlFolder(__file__)
-RAW, WEATHER, ACTUALS, FORECAST, MODEL = (
+RAW, WEATHER, ACTUALS, FORECAST, MODEL, SCORES = (
     d.YELLOW_TAXI_RAW,
     d.WEATHER_RAW,
     d.YELLOW_RIDES_HOURLY_ACTUALS,
     d.YELLOW_RIDES_HOURLY_FORECAST,
     d.YELLOW_RIDES_FORECAST_MODEL,
+    d.YELLOW_RIDES_FORECAST_SCORES,
 )
 
 
@@ -686,8 +687,9 @@ def predict(trained: Trained, data: TrainingData, as_of: dt.datetime, horizon_ho
 
 
 def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> StepReport:
-    """MERGE the forecasts into the forecast table, keyed by zone and hour: only the forecasts that differ
-    from the table's are written (a run that forecasts what the table holds commits nothing)."""
+    """MERGE the forecasts into the forecast table, keyed by model, origin, zone and hour: the table's rows of
+    this model and origin become the run's forecasts, and no other model's or origin's rows are read or
+    rewritten; only what differs is written (a run that forecasts what the table holds commits nothing)."""
     from nyc_taxi.core.spark import get_spark, start_spark
 
     settings = settings or get_settings()
@@ -704,7 +706,7 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
     schema = ", ".join(f"{c.name} {c.type}" for c in FORECAST.columns)
     new = spark.createDataFrame(rows, schema)
     new.createOrReplaceTempView("new_forecasts")
-    horizon = {"first_hour": min(hours), "after_last_hour": max(hours) + dt.timedelta(hours=1)}
+    origin = {"model_name": forecasts.model_name, "as_of": forecasts.as_of}
     target = spark_table(FORECAST, settings)
     compared = _forecast_against_the_week_before(forecasts, settings)
     checked = quality.judge(
@@ -728,12 +730,17 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
     )
 
     def write() -> RowChanges:
+        as_of = forecasts.as_of
         if not _holds_rows(
-            load_table(FORECAST, settings), current_snapshot(FORECAST, settings), "forecast_hour", *horizon.values()
+            load_table(FORECAST, settings),
+            current_snapshot(FORECAST, settings),
+            "as_of_datetime",
+            as_of,
+            as_of + dt.timedelta(hours=1),
         ):
-            added = RowChanges(added=len(rows))  # a new horizon: appended, no comparison needed
+            added = RowChanges(added=len(rows))  # a new origin: appended, no comparison needed
             with commit_properties(spark, added.as_summary()):
-                SQL.run(spark, "insert_forecasts", staging="new_forecasts", raw=target, **horizon)
+                SQL.run(spark, "insert_forecasts", staging="new_forecasts", raw=target, **origin)
             return added
         return merge_changes(
             spark,
@@ -743,7 +750,7 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
             insert_sql="insert_forecasts",
             staging="new_forecasts",
             raw=target,
-            **horizon,
+            **origin,
         )
 
     changes = retry_on_conflict(f"MERGE into {FORECAST.name}", write)
@@ -783,9 +790,8 @@ def _forecast_against_the_week_before(forecasts: Forecasts, settings: Settings) 
 
 @dataclass
 class Evaluation:
-    metrics: dict
+    metrics: dict  # overall: the run's forecast's score (None: none of its hours has happened); per_zone
     actual: dict[tuple[int, dt.datetime], int]
-    report: StepReport
 
     @property
     def mae(self) -> float | None:
@@ -796,30 +802,164 @@ class Evaluation:
         return self.metrics["overall"]["wape"] if self.metrics["overall"] else None
 
 
-def evaluate(forecasts: Forecasts, horizon_hours: int, settings: Settings | None = None) -> Evaluation:
-    """MAE and WAPE of the forecasts over the hours that have actuals (a backtest)."""
+def evaluate(forecasts: Forecasts, horizon_hours: int, scores: Scores, settings: Settings | None = None) -> Evaluation:
+    """The run's forecast as its evaluation card shows it: its score (``scores``, computed by this step) and
+    MAE and WAPE per zone, against the actuals the scores were computed from."""
     settings = settings or get_settings()
     window = Window.of(forecasts.as_of, 0, horizon_hours)
-    rows, snapshot = _scan(ACTUALS, "pickup_hour", window.as_of, window.end, settings)
+    read = next((u for u in scores.report.inputs if u.dataset == ACTUALS), None)
+    rows = None
+    if read is not None:
+        snapshot = load_table(ACTUALS, settings).snapshot_by_id(int(read.version))
+        rows, _ = _scan(ACTUALS, "pickup_hour", window.as_of, window.end, settings, snapshot=snapshot)
     actual = {
         (r["pickup_location_id"], r["pickup_hour"]): r["ride_count"]
         for r in (rows.to_pylist() if rows is not None else [])
     }
-    metrics = models.evaluate(forecasts.values, actual)
-    evaluation = Evaluation(
-        metrics,
-        actual,
+    score = scores.of(forecasts.model_name, forecasts.as_of)
+    overall = (
+        {k: score[k] for k in ("mae", "wape", "bias", "coverage")} | {"hours": score["scored_zone_hours"]}
+        if score
+        else None
+    )
+    return Evaluation({"overall": overall, "per_zone": models.evaluate(forecasts.values, actual)}, actual)
+
+
+@dataclass
+class Scores:
+    rows: list[dict]  # the score of every kept forecast some of whose hours the actuals hold, as computed
+    report: StepReport
+
+    def of(self, model_name: str, as_of: dt.datetime) -> dict | None:
+        return next((r for r in self.rows if (r["model_name"], r["as_of_datetime"]) == (model_name, as_of)), None)
+
+
+def _forecast_hours(table, snapshot) -> tuple[dt.datetime, dt.datetime] | None:
+    """The first and the last forecast hour the table holds at ``snapshot``, from its data files' bounds
+    (Iceberg's manifests: no data read)."""
+    bounds = [
+        f["readable_metrics"]["forecast_hour"]
+        for f in table.inspect.files(snapshot_id=snapshot.snapshot_id).select(["readable_metrics"]).to_pylist()
+    ]
+    lows = [b["lower_bound"] for b in bounds if b["lower_bound"] is not None]
+    highs = [b["upper_bound"] for b in bounds if b["upper_bound"] is not None]
+    return (min(lows), max(highs)) if lows and highs else None
+
+
+def score_forecasts(settings: Settings | None = None) -> Scores:
+    """Score every forecast the forecast table keeps (each model and origin) against the actual rides of its
+    hours that the actuals table holds (score_forecasts.sql), as the two tables are now, and MERGE the scores
+    that changed into the scores table: a forecast is scored once its hours have happened, and again whenever
+    its actuals change. Each score names the forecast and actuals snapshots it was computed from."""
+    from nyc_taxi.core.spark import get_spark, start_spark
+
+    settings = settings or get_settings()
+    start_spark(settings, small=True)  # one row per model and origin: small data
+    ensure_tables([SCORES], settings)
+    before = current_snapshot(SCORES, settings)
+
+    def attempt():
+        forecast_table = load_table(FORECAST, settings)
+        forecast, actuals = forecast_table.current_snapshot(), current_snapshot(ACTUALS, settings)
+        hours = _forecast_hours(forecast_table, forecast) if forecast and actuals else None
+        if hours is None:
+            return forecast, actuals, hours, [], [], RowChanges()
+        spark = get_spark(settings, small=True)
+        scored = SQL.run(
+            spark,
+            "score_forecasts",
+            forecast=pinned(FORECAST, forecast, settings),
+            actuals=pinned(ACTUALS, actuals, settings),
+            first_hour=hours[0],
+            after_last_hour=hours[1] + dt.timedelta(hours=1),
+            forecast_snapshot=forecast.snapshot_id,
+            actuals_snapshot=actuals.snapshot_id,
+        ).collect()
+        rows = [r.asDict() for r in scored]
+        kept = [r for r in rows if r["scored_zone_hours"]]
+        judged = pa.Table.from_pylist(kept, schema=iceberg_schema(SCORES).as_arrow())
+        checked = quality.judge(
+            SCORES.name, SCORES.checks, quality.count_arrow(judged, quality.aggregates(SCORES.checks, {})), None, {}
+        )
+        schema = ", ".join(f"{c.name} {c.type}" for c in SCORES.columns)
+        spark.createDataFrame([tuple(r[c] for c in SCORES.column_names) for r in rows], schema).createOrReplaceTempView(
+            "new_scores"
+        )
+        changes = merge_changes(
+            spark,
+            SQL,
+            "score_changes",
+            "merge_scores",
+            insert_sql="insert_scores",
+            staging="new_scores",
+            raw=spark_table(SCORES, settings),
+        )
+        return forecast, actuals, hours, kept, checked, changes
+
+    forecast, actuals, hours, kept, checked, changes = retry_on_conflict(f"MERGE into {SCORES.name}", attempt)
+    after = current_snapshot(SCORES, settings)
+    committed = _version(after) != _version(before)
+    checked, profiled = _checked_version(SCORES, after, checked, settings)
+    inputs = []
+    if forecast is not None:
+        inputs.append(
+            DatasetUse(
+                FORECAST,
+                version=_version(forecast),
+                row_count=sum(r["forecast_zone_hours"] for r in kept),
+                checks=_recorded_checks(FORECAST, forecast, settings),
+            )
+        )
+    if actuals is not None and hours is not None:
+        inputs.append(
+            DatasetUse(
+                ACTUALS,
+                version=_version(actuals),
+                range=Range.of("pickup_hour", hours[0], hours[1] + dt.timedelta(hours=1)),
+                checks=_recorded_checks(ACTUALS, actuals, settings),
+            )
+        )
+    any_hours = {"first_hour": "2000-01-01 00:00:00", "after_last_hour": "2000-01-02 00:00:00"}
+    columns = column_lineage(
+        SCORES,
+        [
+            Statement(
+                SQL,
+                "score_forecasts",
+                reads={"forecast": "forecast", "actuals": "actuals"},
+                makes="scored",
+                values={**any_hours, "forecast_snapshot": 1, "actuals_snapshot": 1},
+            ),
+            Statement(SQL, "score_changes", reads={"staging": "scored", "raw": "target"}, makes="changes"),
+            Statement(SQL, "merge_scores", reads={"raw": "target", "changes": "changes"}),
+        ],
+        {"forecast": FORECAST, "actuals": ACTUALS},
+        settings,
+    )
+    log.info(
+        "%d forecasts scored: %d added, %d changed, %d removed in %s",
+        len(kept),
+        changes.added,
+        changes.changed,
+        changes.removed,
+        SCORES.name,
+    )
+    return Scores(
+        kept,
         StepReport(
-            inputs=[
+            inputs=inputs,
+            outputs=[
                 DatasetUse(
-                    ACTUALS,
-                    version=_version(snapshot),
-                    row_count=len(actual),
-                    range=Range.of("pickup_hour", window.as_of, window.end),
-                    checks=_recorded_checks(ACTUALS, snapshot, settings),
+                    SCORES,
+                    version=_version(after),
+                    row_count=changes.written,
+                    committed=committed,
+                    columns=columns,
+                    changes=changes if committed else None,
+                    checks=checked,
+                    profile=profiled if committed else None,
                 )
-            ]
+            ],
+            summary={"scored": len(kept), "changed": changes.written, "removed": changes.removed},
         ),
     )
-    evaluation.report.summary = {"mae": evaluation.mae, "wape": evaluation.wape}
-    return evaluation

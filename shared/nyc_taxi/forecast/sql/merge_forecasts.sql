@@ -1,8 +1,10 @@
--- One forecast per zone and hour: the run's new and changed forecasts (see forecast_changes.sql) replace
--- the table's. Only the horizon's rows of the table can match: no other file is read or rewritten.
+-- One forecast per model, origin, zone and hour: the run's changes (see forecast_changes.sql) make the table's
+-- rows of its model and origin exactly its forecasts. Only those rows can match: no other model's or
+-- origin's forecast is rewritten.
 MERGE INTO ${raw} t
 USING ${changes} s
-ON t.pickup_location_id = s.change_zone AND t.forecast_hour = s.change_hour
-  AND t.forecast_hour >= TIMESTAMP_NTZ'${first_hour}' AND t.forecast_hour < TIMESTAMP_NTZ'${after_last_hour}'
+ON t.model_name = '${model_name}' AND t.as_of_datetime = TIMESTAMP_NTZ'${as_of}'
+  AND t.pickup_location_id = s.change_zone AND t.forecast_hour = s.change_hour
+WHEN MATCHED AND s.change = 'removed' THEN DELETE
 WHEN MATCHED THEN UPDATE SET *
-WHEN NOT MATCHED THEN INSERT *
+WHEN NOT MATCHED AND s.change <> 'removed' THEN INSERT *

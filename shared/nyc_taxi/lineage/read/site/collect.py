@@ -284,7 +284,8 @@ def _evolution(runs: Runs, settings: Settings) -> Evolution:
 
 
 def _latest_forecast(settings: Settings) -> list[dict]:
-    """The forecast table's rows of its latest forecast origin (the table keeps every origin's hours)."""
+    """The forecast table's rows of its latest forecast origin, of the model written last for it (the table
+    keeps every model's and origin's forecasts)."""
     from pyiceberg.exceptions import NoSuchTableError
 
     from nyc_taxi.core.catalog import load_table
@@ -296,7 +297,9 @@ def _latest_forecast(settings: Settings) -> list[dict]:
     origins = table.scan(selected_fields=("as_of_datetime",)).to_arrow().column("as_of_datetime").to_pylist()
     if not origins:
         return []
-    return table.scan(row_filter=f"as_of_datetime == '{max(origins).isoformat()}'").to_arrow().to_pylist()
+    rows = table.scan(row_filter=f"as_of_datetime == '{max(origins).isoformat()}'").to_arrow().to_pylist()
+    model = max(rows, key=lambda r: r["created_at"])["model_name"]
+    return [r for r in rows if r["model_name"] == model]
 
 
 def _forecast_vs_actual(settings: Settings) -> ForecastVsActual | None:

@@ -1,0 +1,210 @@
+"""Every forecast kept, by model and origin, and scored once its hours have happened (forecast/steps.py's
+write_forecasts and score_forecasts, through the flow's own step functions on Spark and Iceberg).
+
+Months of their own (2015-04 and 2015-05): the session's other modules write forecasts to the same tables, so
+every assertion is about this module's origins. The scores are compared with DuckDB over the Parquet files of
+the very snapshots each score names, never with the code that computed them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from types import SimpleNamespace
+
+import pytest
+
+from nyc_taxi.core import datasets as d
+
+pytestmark = pytest.mark.spark
+APRIL, MAY = (2015, 4), (2015, 5)
+SEASONAL, WEATHER = "seasonal_naive", "weather_adjusted"
+# (model, origin, horizon hours): two models at one origin, the seasonal one at three more, two of them
+# forecasting one day each, and one whose horizon runs past the last loaded day (June is not loaded): scored
+# over the hours that have happened
+FORECASTS = (
+    (SEASONAL, dt.datetime(2015, 5, 8), 24),
+    (WEATHER, dt.datetime(2015, 5, 8), 24),
+    (SEASONAL, dt.datetime(2015, 5, 14), 48),
+    (SEASONAL, dt.datetime(2015, 5, 15), 48),  # its first day also forecast from the 14th
+    (SEASONAL, dt.datetime(2015, 5, 30), 72),
+)
+ORIGINS = {as_of for _, as_of, _ in FORECASTS}
+
+
+def _forecast(model: str, as_of: dt.datetime, horizon: int, version: str, lookback: int = 14):
+    """The flow's steps from its actuals to its written forecasts, as the flow calls them."""
+    from nyc_taxi.forecast import steps
+
+    steps.compute_actuals(as_of, lookback, horizon)
+    data = steps.training_data(as_of, lookback, horizon, model)
+    trained = steps.train(data, model, version=version)
+    forecasts = steps.predict(trained, data, as_of, horizon)
+    steps.write_forecasts(forecasts)
+    return forecasts
+
+
+def _rows(table: d.Table, snapshot_id: int | None = None) -> list[dict]:
+    from nyc_taxi.core.catalog import load_table
+
+    return load_table(table).scan(snapshot_id=snapshot_id).to_arrow().to_pylist()
+
+
+def _ours(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["as_of_datetime"] in ORIGINS]
+
+
+def _key(row: dict) -> tuple:
+    return tuple(row[c] for c in d.YELLOW_RIDES_HOURLY_FORECAST.primary_key)
+
+
+@pytest.fixture(scope="module")
+def kept(spark, site):
+    """April and May 2015 loaded (trips and weather), the four forecasts written, then scored."""
+    from nyc_taxi.core.tables import ensure_tables
+    from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
+    from nyc_taxi.forecast import steps
+    from nyc_taxi.ingest import taxi, weather
+
+    ensure_tables()
+    files = [add_taxi_month(site, *month, rows=20_000, seed=month[1] + 70) for month in (APRIL, MAY)]
+    for month in (APRIL, MAY):
+        add_weather_month(site, *month, seed=month[1] + 70, n_counties=40)
+        for load in (taxi.download_published_file, taxi.stage_landed_file, taxi.merge_into_raw):
+            load(*month)
+        for load in (weather.download_published_files, weather.stage_landed_files, weather.merge_into_raw):
+            load(*month)
+    written = {
+        (model, as_of): _forecast(model, as_of, horizon, f"TrainForecastModelFlow/{n}/train_forecasting_model/1")
+        for n, (model, as_of, horizon) in enumerate(FORECASTS, start=1)
+    }
+    scores = steps.score_forecasts()
+    return SimpleNamespace(files=files, written=written, scores=scores)
+
+
+def test_every_model_and_origin_is_kept_and_a_rerun_replaces_only_its_own_rows(kept):
+    from nyc_taxi.core.catalog import load_table
+
+    before = {_key(r): r for r in _ours(_rows(d.YELLOW_RIDES_HOURLY_FORECAST))}
+    for (model, as_of), forecasts in kept.written.items():
+        ours = {(z, h): r["predicted_ride_count"] for (m, o, z, h), r in before.items() if (m, o) == (model, as_of)}
+        assert ours == forecasts.values, f"{model} as of {as_of}: the table holds what the run forecast"
+    assert {(m, o) for m, o, _, _ in before} == {(m, o) for m, o, _ in FORECASTS}
+
+    table = load_table(d.YELLOW_RIDES_HOURLY_FORECAST)
+    snapshots = len(table.snapshots())
+    # the seasonal model at the first origin again: another version, a shorter horizon
+    rerun = _forecast(SEASONAL, dt.datetime(2015, 5, 8), 12, "TrainForecastModelFlow/9/train_forecasting_model/1")
+    table.refresh()
+    assert len(table.snapshots()) == snapshots + 1, "one commit"
+    after = {_key(r): r for r in _ours(_rows(d.YELLOW_RIDES_HOURLY_FORECAST))}
+    mine = lambda key: key[:2] == (SEASONAL, dt.datetime(2015, 5, 8))  # noqa: E731
+    assert {k: v for k, v in after.items() if not mine(k)} == {k: v for k, v in before.items() if not mine(k)}
+    replaced = {(k[2], k[3]): r for k, r in after.items() if mine(k)}
+    assert {key: r["predicted_ride_count"] for key, r in replaced.items()} == rerun.values
+    assert {r["model_version"] for r in replaced.values()} == {"TrainForecastModelFlow/9/train_forecasting_model/1"}
+
+
+def test_the_latest_forecast_of_a_model_per_hour_is_its_latest_origins(kept, spark):
+    """forecast/sql/latest_forecasts.sql, the documented query, against the rows chosen in Python."""
+    from nyc_taxi.core.naming import spark_table
+    from nyc_taxi.forecast.steps import SQL
+
+    rows = _rows(d.YELLOW_RIDES_HOURLY_FORECAST)
+    for model in (SEASONAL, WEATHER):
+        newest: dict = {}
+        for r in rows:
+            key = (r["pickup_location_id"], r["forecast_hour"])
+            if r["model_name"] == model and (key not in newest or r["as_of_datetime"] > newest[key]["as_of_datetime"]):
+                newest[key] = r
+        got = SQL.run(spark, "latest_forecasts", forecast=spark_table(d.YELLOW_RIDES_HOURLY_FORECAST), model_name=model)
+        assert {
+            (r.pickup_location_id, r.forecast_hour): (r.as_of_datetime, r.predicted_ride_count) for r in got.collect()
+        } == {key: (r["as_of_datetime"], r["predicted_ride_count"]) for key, r in newest.items()}
+        if model == SEASONAL:  # the 15th was forecast from the 14th and the 15th: the 15th's is the latest
+            hour, origins = dt.datetime(2015, 5, 15, 3), {}
+            for r in rows:
+                if r["model_name"] == model and r["forecast_hour"] == hour:
+                    origins.setdefault(r["pickup_location_id"], set()).add(r["as_of_datetime"])
+            both = {zone for zone, seen in origins.items() if len(seen) == 2}
+            assert both, "zones forecast from both origins"
+            assert {
+                r.as_of_datetime for r in got.collect() if r.forecast_hour == hour and r.pickup_location_id in both
+            } == {dt.datetime(2015, 5, 15)}
+
+
+def _duckdb_scores(forecast_snapshot: int, actuals_snapshot: int) -> dict:
+    """MAE, WAPE, bias and coverage per model and origin, by DuckDB over the Parquet files of the two
+    snapshots (copy-on-write tables: a snapshot's data files are its rows)."""
+    import duckdb
+
+    from nyc_taxi.core.catalog import load_table
+
+    def files(table: d.Table, snapshot: int) -> list[str]:
+        scan = load_table(table).scan(snapshot_id=snapshot)
+        return [task.file.file_path.removeprefix("file:") for task in scan.plan_files()]
+
+    con = duckdb.connect()
+    con.execute(
+        f"CREATE VIEW f AS SELECT * FROM read_parquet({files(d.YELLOW_RIDES_HOURLY_FORECAST, forecast_snapshot)})"
+    )
+    con.execute(
+        f"CREATE VIEW a AS SELECT * FROM read_parquet({files(d.YELLOW_RIDES_HOURLY_ACTUALS, actuals_snapshot)})"
+    )
+    rows = con.execute(
+        """
+        WITH loaded AS (SELECT DISTINCT pickup_hour FROM a),
+        pairs AS (
+          SELECT f.model_name, f.as_of_datetime, f.predicted_ride_count AS p,
+                 CASE WHEN f.forecast_hour IN (SELECT pickup_hour FROM loaded)
+                      THEN coalesce((SELECT ride_count FROM a WHERE a.pickup_location_id = f.pickup_location_id
+                                     AND a.pickup_hour = f.forecast_hour), 0) END AS y
+          FROM f)
+        SELECT model_name, as_of_datetime, count(y)::DOUBLE / count(*), avg(abs(p - y)),
+               sum(abs(p - y)) / sum(y), avg(p - y), sum(y)
+        FROM pairs GROUP BY ALL HAVING count(y) > 0
+        """
+    ).fetchall()
+    return {
+        (m, o): dict(coverage=c, mae=mae, wape=wape, bias=bias, actual_rides=y) for m, o, c, mae, wape, bias, y in rows
+    }
+
+
+def test_every_score_equals_duckdb_over_the_snapshots_it_names(kept):
+    scores = _ours(_rows(d.YELLOW_RIDES_FORECAST_SCORES))
+    assert {(r["model_name"], r["as_of_datetime"]) for r in scores} == {(m, o) for m, o, _ in FORECASTS}
+    for score in scores:
+        independent = _duckdb_scores(score["forecast_snapshot_id"], score["actuals_snapshot_id"])
+        expected = independent[(score["model_name"], score["as_of_datetime"])]
+        for figure, value in expected.items():
+            assert score[figure] == pytest.approx(value, rel=1e-9), (score, figure)
+    # the horizon that runs into June, not loaded: two of its three days scored
+    [late] = [s for s in scores if s["as_of_datetime"] == dt.datetime(2015, 5, 30)]
+    assert late["coverage"] == pytest.approx(2 / 3) and late["last_hour"] == dt.datetime(2015, 6, 1, 23)
+
+
+def test_the_scores_are_checked_and_scoring_again_what_has_not_changed_commits_nothing(kept):
+    from nyc_taxi.core.catalog import current_snapshot_id
+    from nyc_taxi.forecast import steps
+
+    checks = {r.check: r for r in kept.scores.report.outputs[0].checks}
+    assert set(checks) == {c.name for c in d.YELLOW_RIDES_FORECAST_SCORES.checks}
+    assert checks["horizon_happened"].status == "warn" and checks["horizon_happened"].failing >= 1
+    steps.score_forecasts()  # up to date with what the tests before changed
+    before = current_snapshot_id(d.YELLOW_RIDES_FORECAST_SCORES)
+    again = steps.score_forecasts()
+    assert again.report.outputs[0].committed is False
+    assert current_snapshot_id(d.YELLOW_RIDES_FORECAST_SCORES) == before
+    assert len([r for r in again.rows if r["as_of_datetime"] in ORIGINS]) == len(FORECASTS)
+
+
+def test_the_runs_card_shows_its_score(kept):
+    from nyc_taxi.forecast import steps
+
+    forecasts = kept.written[(SEASONAL, dt.datetime(2015, 5, 14))]
+    evaluation = steps.evaluate(forecasts, 48, kept.scores)
+    score = kept.scores.of(SEASONAL, dt.datetime(2015, 5, 14))
+    assert (evaluation.mae, evaluation.wape) == (score["mae"], score["wape"])
+    # per zone, over the same zone-hours: the zones' absolute errors add up to the whole forecast's
+    per_zone = evaluation.metrics["per_zone"]
+    assert sum(z["mae"] * z["hours"] for z in per_zone.values()) == pytest.approx(
+        score["mae"] * score["scored_zone_hours"]
+    )

@@ -328,6 +328,37 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
     # the model learned that factor (and it is not a neutral 1: the weather changed the model)
     assert flow_artifacts(run_id_of(result))["wet_factor"] == pytest.approx(factor, rel=1e-9) and factor != 1.0
 
+    # both models' forecasts of the origin scored; the model's featured metrics in DataHub: each model's WAPE
+    # over the origins every model was scored at whole (the scores table's, summed here), and the datasets
+    # it was measured on
+    rows = load_table(registry.YELLOW_RIDES_FORECAST_SCORES).scan().to_arrow().to_pylist()
+    at_origin = {r["model_name"]: r for r in rows if r["as_of_datetime"] == AS_OF}
+    assert set(at_origin) == {"seasonal_naive", "weather_adjusted"}
+    assert {s["coverage"] for s in at_origin.values()} == {1}
+    whole: dict = {}
+    for r in rows:
+        if r["coverage"] == 1 and r["wape"] is not None:
+            whole.setdefault(r["as_of_datetime"], {})[r["model_name"]] = r
+    compared = [o for o, by_model in whole.items() if set(by_model) == {"seasonal_naive", "weather_adjusted"}]
+    assert AS_OF in compared
+    model = identity(registry.YELLOW_RIDES_FORECAST_MODEL).datahub_urn
+    written = [r for r in read_datahub_records(settings, "metaflow") if r["entityUrn"] == model]
+    measures = [r["aspect"]["json"] for r in written if r["aspectName"] == "mlModelMetrics"][-1]["performanceMeasures"]
+    for name in ("seasonal_naive", "weather_adjusted"):
+        errors = sum(whole[o][name]["mae"] * whole[o][name]["scored_zone_hours"] for o in compared)
+        wape = errors / sum(whole[o][name]["actual_rides"] for o in compared)
+        [line] = [m for m in measures if m.startswith(f"{name}: ")]
+        assert f"WAPE {wape:.1%} over the {len(compared)} origins every model was scored at whole" in line, line
+    evaluated = [r["aspect"]["json"] for r in written if r["aspectName"] == "mlModelEvaluationData"][-1]
+    assert {e["dataset"] for e in evaluated["evaluationData"]} == {
+        identity(t).datahub_urn
+        for t in (
+            registry.YELLOW_RIDES_HOURLY_FORECAST,
+            registry.YELLOW_RIDES_HOURLY_ACTUALS,
+            registry.YELLOW_RIDES_FORECAST_SCORES,
+        )
+    }
+
 
 def test_as_of_without_data_fails_clearly_and_lineage_shows_the_failure(loaded):
     """A forecast origin whose window raw holds no trips of: refused, naming the days and the months to load."""

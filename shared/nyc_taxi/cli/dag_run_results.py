@@ -1,12 +1,35 @@
-"""DAG runs' results as the demo and the re-run print them: a line per run, and under a run that failed,
-each failed task's error as the task itself recorded it (OpenLineage's ``errorMessage`` facet in its
-lineage), so the cause is on the screen and not only in a log."""
+"""DAG runs started from the command line (the re-run plan, a backtest) and their results as the demo and
+those commands print them: a line per run, and under a run that failed, each failed task's error as the task
+itself recorded it (OpenLineage's ``errorMessage`` facet in its lineage), so the cause is on the screen and
+not only in a log."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 from nyc_taxi.core.settings import Settings
+
+
+def run(specs: list[str], settings: Settings, what: str) -> list[dict]:
+    """``specs`` (``DAG_ID:CONF_JSON``) one after another through Airflow (``airflow_adapter.dag_runs``: the
+    team deployment's scheduler where it runs, else ``dag.test()``); their results. RuntimeError naming the
+    failed tasks' errors when one fails: the runs before it stand (each is its own commits)."""
+    from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+
+    prepare_directories(settings)
+    env = {**os.environ, **airflow_environment(settings)}
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *specs], env=env, capture_output=True, text=True
+    )
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode:
+        said = [text for r in results for text in describe(r, settings)] or [done.stderr[-3000:]]
+        raise RuntimeError(f"{what} failed; the runs before it stand (each is one commit):\n" + "\n".join(said))
+    return results
 
 
 def describe(result: dict, settings: Settings) -> list[str]:

@@ -1,8 +1,9 @@
 """`bash run demo`: the whole job on the embedded local default, offline.
 
 Serves fixture months on 127.0.0.1 (the real download code runs), runs both ingestion DAGs for two
-taxi months and their weather, then the train_forecast_model DAG twice: its task starts
-TrainForecastModelFlow (seasonal naive, then weather-adjusted) as a child run. On the local profile all
+taxi months and their weather, then the train_forecast_model DAG for both models at two weekly origins
+(a backtest, as `bash run backtest` runs one): its task starts TrainForecastModelFlow (seasonal naive, then
+weather-adjusted) as a child run, which forecasts and scores every kept forecast. On the local profile all
 DAG runs go through Airflow's dag.test() in one process (no scheduler runs: the Asset event a merge
 emits is recorded, and the training DAG is started here, with the parameters a backtest needs). With
 PROFILE=team they are triggered through the REST API of the team deployment, whose scheduler runs them
@@ -10,14 +11,16 @@ on Celery workers and starts train_forecast_model itself from each merge's asset
 prints what the lineage can answer: the cross-tool graph of the forecast table, the exact versions
 behind the forecast, how the lineage changed between the two flow runs, and where a forecast column
 comes from. Then the TLC republishes January: what is stale, the re-run that fixes it, and a run
-reproduced from the versions its lineage recorded. Last, the TLC publishes a broken month: its checks
-refuse it before raw, and the lineage shows which check failed on which version.
+reproduced from the versions its lineage recorded. Then the TLC publishes a broken month: its checks
+refuse it before raw, and the lineage shows which check failed on which version. Last, the two models
+compared on the forecasts they made from the same origins (the scores table).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import os
 import subprocess
@@ -26,6 +29,8 @@ import time
 from pathlib import Path
 
 from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+from nyc_taxi.cli import backtest
+from nyc_taxi.core import comparison
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.jobs import INGEST_WEATHER_DATA, INGEST_YELLOW_TAXI_DATA, TRAIN_FORECAST_MODEL, TRAINING_FLOW
 from nyc_taxi.core.lakehouse import lakehouse
@@ -34,7 +39,8 @@ from nyc_taxi.fixtures.server import FixtureServer
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 
 MONTHS = ((2024, 1), (2024, 2))
-AS_OF = "2024-02-15T00:00"
+ORIGINS = (dt.datetime(2024, 2, 8), dt.datetime(2024, 2, 15))  # weekly forecast origins, both models at each
+LOOKBACK_DAYS, HORIZON_HOURS = 28, 24
 ROWS = 200_000
 MODELS = ("seasonal_naive", "weather_adjusted")
 BROKEN_MONTH = (2024, 3)  # published last, with every trip a year early: refused by its checks
@@ -65,17 +71,13 @@ def _run(args: list[str], env: dict, what: str) -> subprocess.CompletedProcess:
 
 
 def _dag_runs() -> list[str]:
-    """The DAG runs, in order: both ingestion DAGs per month, then the model twice."""
+    """The DAG runs, in order: both ingestion DAGs per month, then both models at each origin."""
     runs = [
         f"{dag.name}:{json.dumps({'month': f'{y:04d}-{m:02d}'})}"
         for y, m in MONTHS
         for dag in (INGEST_YELLOW_TAXI_DATA, INGEST_WEATHER_DATA)
     ]
-    runs += [
-        f"{TRAIN_FORECAST_MODEL.name}:{json.dumps({'as_of_datetime': AS_OF, 'model': model, 'lookback_days': 28})}"
-        for model in MODELS
-    ]
-    return runs
+    return runs + backtest.dag_runs(list(ORIGINS), list(MODELS), LOOKBACK_DAYS, HORIZON_HOURS)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -103,7 +105,10 @@ def main(argv: list[str] | None = None) -> None:
         env = {**os.environ, **airflow_environment(settings)}
         prepare_directories(settings)
         with _warm_spark(settings, not args.own_jvms):
-            _say("Airflow: both ingestion DAGs per month, then train_forecast_model starting the flow twice")
+            _say(
+                "Airflow: both ingestion DAGs per month, then train_forecast_model starting the flow for both models "
+                f"at {len(ORIGINS)} weekly origins"
+            )
             _run([sys.executable, "-m", "airflow", "db", "migrate"], env, "airflow db migrate")
             started = time.perf_counter()
             runs = [sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *_dag_runs()]
@@ -117,6 +122,18 @@ def main(argv: list[str] | None = None) -> None:
             stale = _act(settings, site)
             _refuse_a_broken_month(settings, site, env)
     _site(settings, args.images, stale)
+    _compare(settings)
+
+
+def _compare(settings) -> None:
+    """The demo's models compared on the forecasts they made from its origins, as the scores table holds them
+    after everything above (the republished month's re-run scored them again)."""
+    last = ORIGINS[-1]
+    _say(
+        f"the models compared at the demo's origins (bash run backtest --no-run --origins {len(ORIGINS)} "
+        f"--last {last:%Y-%m-%dT%H:%M})"
+    )
+    print(_indent(comparison.render(comparison.compare(settings, list(ORIGINS), MODELS))))
 
 
 @contextlib.contextmanager

@@ -6,9 +6,6 @@ Metaflow (the flow started by the ``train_forecast_model`` DAG, with lineage as 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.ingest import taxi, weather
@@ -41,7 +38,7 @@ def stale(settings: Settings) -> StaleReport:
 def rerun(report: StaleReport, settings: Settings) -> list[dict]:
     """Run the plan, in its order, through Airflow; the runs' results (one per DAG run). Nothing runs when
     a step of the plan is blocked."""
-    from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+    from nyc_taxi.cli import dag_run_results
 
     if report.blocked:
         raise RuntimeError(
@@ -51,19 +48,4 @@ def rerun(report: StaleReport, settings: Settings) -> list[dict]:
         )
     if not report.plan:
         return []
-    prepare_directories(settings)
-    env = {**os.environ, **airflow_environment(settings)}
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *(p.command() for p in report.plan)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode:
-        from nyc_taxi.cli.dag_run_results import describe
-
-        said = [text for r in results for text in describe(r, settings)] or [done.stderr[-3000:]]
-        raise RuntimeError("the re-run failed; the runs before it stand (each is one commit):\n" + "\n".join(said))
-    return results
+    return dag_run_results.run([p.command() for p in report.plan], settings, "the re-run")

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
+from nyc_taxi.core import comparison, jobs, quality
 from nyc_taxi.core import datasets as d
-from nyc_taxi.core import jobs, quality
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.intervals import Intervals
@@ -961,5 +961,6 @@ def score_forecasts(settings: Settings | None = None) -> Scores:
                 )
             ],
             summary={"scored": len(kept), "changed": changes.written, "removed": changes.removed},
+            model_metrics={MODEL.name: comparison.featured(comparison.of_rows(kept))} if kept else {},
         ),
     )

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from nyc_taxi.core import jobs as declared
-from nyc_taxi.core.datasets import Model, Table
+from nyc_taxi.core.datasets import MODELS, Model, Table
 from nyc_taxi.core.jobs import Job, Pipeline
 from nyc_taxi.core.naming import datahub_flow_urn, datahub_job_urn, iceberg_identifier, identity
 from nyc_taxi.core.settings import Settings, get_settings
@@ -442,7 +442,9 @@ def model_records(
     """A model written by this run: an ML model, trained by this job, used by the jobs declared to read it, its
     checks' results among its training metrics (``run_id``: the run they are results of, evaluated when it
     ended, ``ended_ms``, else now: a check's history is ordered by its runs, not by when their records were
-    made). A model its checks refused is none (no version of it is written)."""
+    made). A model its checks refused is none (no version of it is written). A model this run measured
+    (``report.model_metrics``: its backtest scores) gets its featured measures (``mlModelMetrics``) and the
+    datasets they were measured on (``mlModelEvaluationData``)."""
     from datahub.emitter.mcp import MetadataChangeProposalWrapper
     from datahub.metadata import schema_classes as dhs
 
@@ -475,6 +477,23 @@ def model_records(
                     ),
                 )
             )
+    for name, measures in report.model_metrics.items():
+        # its own aspects, not mlModelProperties' metric lists: that aspect is written whole by each training run
+        # (its checks are its training metrics), and a later step's write would replace it
+        urn = identity(MODELS[name], settings).datahub_urn
+        evaluated_on = [use.dataset for use in [*report.inputs, *report.outputs] if isinstance(use.dataset, Table)]
+        records += [
+            MetadataChangeProposalWrapper(entityUrn=urn, aspect=dhs.MetricsClass(performanceMeasures=measures)),
+            MetadataChangeProposalWrapper(
+                entityUrn=urn,
+                aspect=dhs.EvaluationDataClass(
+                    evaluationData=[
+                        dhs.BaseDataClass(dataset=identity(t, settings).datahub_urn, motivation=t.description)
+                        for t in dict.fromkeys(evaluated_on)
+                    ]
+                ),
+            ),
+        ]
     return records
 
 

@@ -79,9 +79,16 @@ class StepReport:
     outputs: list[DatasetUse] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     recorded_by: str | None = None  # the run whose lineage already holds this report
+    # a model's figures this run measured, as a person reads them (model name -> lines): its backtest scores
+    model_metrics: dict[str, list[str]] = field(default_factory=dict)
 
     def __add__(self, other: StepReport) -> StepReport:
-        return StepReport(self.inputs + other.inputs, self.outputs + other.outputs, {**self.summary, **other.summary})
+        return StepReport(
+            self.inputs + other.inputs,
+            self.outputs + other.outputs,
+            {**self.summary, **other.summary},
+            model_metrics={**self.model_metrics, **other.model_metrics},
+        )
 
 
 def describe_error(error: BaseException | str) -> str:
@@ -129,6 +136,7 @@ def report_to_dict(report: StepReport) -> dict:
         "outputs": [use(u) for u in report.outputs],
         "summary": report.summary,
         "recorded_by": report.recorded_by,
+        "model_metrics": report.model_metrics,
     }
 
 
@@ -158,5 +166,9 @@ def report_from_dict(data: dict) -> StepReport:
         )
 
     return StepReport(
-        [use(u) for u in data["inputs"]], [use(u) for u in data["outputs"]], data["summary"], data["recorded_by"]
+        [use(u) for u in data["inputs"]],
+        [use(u) for u in data["outputs"]],
+        data["summary"],
+        data["recorded_by"],
+        data.get("model_metrics") or {},
     )

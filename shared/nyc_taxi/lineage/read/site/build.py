@@ -45,6 +45,7 @@ OWNED = (
     "evolution.html",
     "catalog.html",
     "stale.html",
+    "backtests.html",
     "graph.svg",
     "data.js",
 )  # what a rebuild replaces

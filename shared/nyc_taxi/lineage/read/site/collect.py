@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nyc_taxi.core import datasets as d
+from nyc_taxi.core.comparison import Comparison, compare
 from nyc_taxi.core.datasets import DATASETS, Dataset, Table
 from nyc_taxi.core.jobs import JOBS, PIPELINES, Job, Pipeline
 from nyc_taxi.core.naming import Identity, iceberg_identifier, identity
@@ -109,6 +110,7 @@ class SiteData:
     cards: dict[str, Path] = field(default_factory=dict)  # run id -> the Metaflow card that run produced
     stale: StaleReport = field(default_factory=StaleReport)  # what is stale now, and the re-run plan
     reproductions: dict[str, dict] = field(default_factory=dict)  # run id -> the latest --reproduce answer
+    backtests: Comparison | None = None  # the models compared on the scores of their common origins
 
 
 # ---- datasets ------------------------------------------------------------------------------------
@@ -369,4 +371,5 @@ def collect(settings: Settings, stale: StaleReport | None = None) -> SiteData:
         cards=_cards(runs, settings),
         stale=stale if stale is not None else check_stale(settings, runs=runs),
         reproductions=recorded_reproductions(settings),
+        backtests=compare(settings),
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from nyc_taxi.core import datasets as d
+from nyc_taxi.core.comparison import TIE
 from nyc_taxi.core.datasets import PublishedFiles, Table
 from nyc_taxi.core.jobs import Pipeline
 from nyc_taxi.core.quality import declared_rule
@@ -123,6 +125,7 @@ class Pages:
 
     def all(self) -> list[Page]:
         pages = [self.graph_page(), self.evolution_page(), self.catalog_page(), self.stale_page()]
+        pages.append(self.backtests_page())
         pages += [self.dataset_page(facts) for facts in self.data.datasets.values()]
         pages += [self.job_page(job) for job in self.data.jobs.values()]
         pages += [self.run_page(run) for run in self.data.runs]
@@ -233,6 +236,71 @@ class Pages:
         )
         return section("Stale", f"<ul>{rows}</ul><p>{link(root + 'stale.html', 'the re-run plan')}</p>", "stale")
 
+    # ---- the models compared ---------------------------------------------------------------------
+    def backtests_page(self) -> Page:
+        compared = self.data.backtests
+        scores = d.YELLOW_RIDES_FORECAST_SCORES.name
+        lead = (
+            "<h1>Backtests</h1><p class='lead'>Every kept forecast, scored once its hours have happened "
+            f"({link(dataset_path(scores), scores)}: each flow run's last step scores them all). Models are compared "
+            "at the origins where each has a score over its whole horizon; the lower WAPE wins "
+            "(<code>bash run backtest</code> runs both models over weekly origins and prints this table).</p>"
+        )
+        if compared is None or not compared.scores:
+            return Page(
+                "backtests.html", "Backtests", lead + "<p class='empty'>No forecast scored yet.</p>", "backtests"
+            )
+        labels = [f"{o:%Y-%m-%d %H:%M}" for o in compared.origins]
+        series = {
+            m: [
+                None if (s := compared.score(m, o)) is None or s["wape"] is None else 100 * s["wape"]
+                for o in compared.origins
+            ]
+            for m in compared.models
+        }
+        chart = versions_chart(
+            "WAPE by forecast origin",
+            labels,
+            series,
+            "WAPE, %",
+            x_label="forecast origin (oldest left)",
+            short=lambda o: o[5:10],
+        )
+        rows = []
+        for origin, label in zip(compared.origins, labels, strict=True):
+            cells = [esc(label)]
+            for model in compared.models:
+                score = compared.score(model, origin)
+                if score is None:
+                    cells.append('<span class="empty">not scored</span>')
+                    continue
+                wape = "—" if score["wape"] is None else f"{score['wape']:.1%}"
+                cells.append(
+                    f"<b>{wape}</b> · MAE {score['mae']:.2f} · bias {score['bias']:+.2f}"
+                    + (f" · {score['coverage']:.0%} of its hours" if score["coverage"] < 1 else "")
+                )
+            cells.append(esc(compared.winner(origin) or "not comparable"))
+            rows.append(cells)
+        wins = compared.wins()
+        counted = len(compared.compared)
+        summary = ", ".join(f"<b>{esc(m)}</b> {wins[m]} of {counted}" for m in compared.models)
+        means = ", ".join(f"{esc(m)} {w:.1%}" for m in compared.models if (w := compared.mean_wape(m)) is not None)
+        body = (
+            lead
+            + section("WAPE by origin", chart, "chart")
+            + section(
+                "By origin and model",
+                table(["origin", *compared.models, "best"], rows, "backtests")
+                + f"<p>Wins: {summary}"
+                + (f", ties {wins[TIE]}" if wins[TIE] else "")
+                + "."
+                + (f" WAPE over the compared origins' hours together: {means}." if means else "")
+                + "</p>",
+                "table",
+            )
+        )
+        return Page("backtests.html", "Backtests", body, "backtests")
+
     # ---- evolution -------------------------------------------------------------------------------
     def evolution_page(self) -> Page:
         evolution = self.data.evolution
@@ -319,6 +387,14 @@ side by side: edges only in the second are <span class="added">added</span>, edg
             )
         if self.data.forecast and self.data.forecast.dataset == node.name:
             parts.append(section("Forecast vs actual", self._forecast(facts, root), "forecast"))
+        if node.name == d.YELLOW_RIDES_FORECAST_SCORES.name:
+            parts.append(
+                section(
+                    "Backtests",
+                    f"<p>The models compared on these scores, origin by origin: {link(root + 'backtests.html', 'Backtests')}</p>",
+                    "backtests",
+                )
+            )
         parts.append(section("Columns", self._columns(facts, root), "columns"))
         if facts.columns:
             parts.append(section("Column lineage", self._column_lineage(facts), "column-lineage"))

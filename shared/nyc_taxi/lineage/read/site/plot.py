@@ -93,9 +93,17 @@ SMALL_WIDTH, SMALL_HEIGHT = 380, 200
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#9d755d")
 
 
-def versions_chart(title: str, versions: list[str], series: dict[str, list[float | None]], y_label: str) -> str:
+def versions_chart(
+    title: str,
+    versions: list[str],
+    series: dict[str, list[float | None]],
+    y_label: str,
+    x_label: str = "version (oldest left)",
+    short=lambda version: f"…{version[-6:]}",
+) -> str:
     """A small line chart of values over a dataset's versions (oldest left), one line per series, a dot
-    per version; ``versions`` label the x axis (shortened), the full ones on hover."""
+    per version; ``versions`` label the x axis (``short`` of each), the full ones on hover. Any other
+    sequence too (forecast origins), with its own ``x_label``."""
     width, left, right, bottom = SMALL_WIDTH, 72, 12, 34
     # the legend wraps to as many lines as its names need, above the plot
     legend, line, x0 = [], 0, left
@@ -129,9 +137,9 @@ def versions_chart(title: str, versions: list[str], series: dict[str, list[float
         parts.append(f'<text x="{left - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{value:,.0f}</text>')
     every = max(1, len(versions) // 4)
     for i in range(0, len(versions), every):
-        label = html.escape(versions[i][-6:])
-        parts.append(f'<text x="{x(i):.1f}" y="{top_pad + inner_h + 14}" text-anchor="middle">…{label}</text>')
-    parts.append(f'<text x="{left + inner_w / 2}" y="{height - 4}" text-anchor="middle">version (oldest left)</text>')
+        label = html.escape(short(versions[i]))
+        parts.append(f'<text x="{x(i):.1f}" y="{top_pad + inner_h + 14}" text-anchor="middle">{label}</text>')
+    parts.append(f'<text x="{left + inner_w / 2}" y="{height - 4}" text-anchor="middle">{html.escape(x_label)}</text>')
     parts.append(
         f'<text x="10" y="{top_pad + inner_h / 2}" text-anchor="middle" '
         f'transform="rotate(-90 10 {top_pad + inner_h / 2})">{html.escape(y_label)}</text>'

@@ -1,0 +1,113 @@
+"""`bash run backtest`: every model over N weekly forecast origins, through the DAG and flow a user triggers
+(``train_forecast_model`` starts TrainForecastModelFlow; on the team profile the scheduler runs it), then
+the comparison of their scores: WAPE by origin and model, and which model wins how often
+(``core/comparison.py``). Each run's last step scores every kept forecast, so the table is the scores
+table as the runs left it.
+
+    bash run backtest --origins 4 --last 2024-02-15T00:00
+    bash run backtest --no-run          # the comparison of what the scores table holds, nothing run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+
+from nyc_taxi.core import comparison, jobs
+from nyc_taxi.core.datasets import YELLOW_TAXI_RAW
+from nyc_taxi.core.settings import Settings, get_settings
+
+WEEK = dt.timedelta(days=7)
+
+
+def weekly_origins(last: dt.datetime, count: int) -> list[dt.datetime]:
+    """``count`` origins a week apart, the last one ``last``; oldest first."""
+    return [last - WEEK * n for n in reversed(range(count))]
+
+
+def latest_origin(horizon_hours: int, settings: Settings) -> dt.datetime | None:
+    """The latest midnight whose horizon ends by the end of the latest month raw holds (its commits' own
+    record of the month they loaded); None when raw holds none."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.core.snapshots import MONTH, ancestors
+
+    try:
+        table = load_table(YELLOW_TAXI_RAW, settings)
+    except NoSuchTableError:
+        return None
+    months = {s.summary.get(MONTH) for s in ancestors(table) if s.summary is not None and s.summary.get(MONTH)}
+    if not months:
+        return None
+    year, month = map(int, max(months).split("-"))
+    end = dt.datetime(year + month // 12, month % 12 + 1, 1)
+    last = end - dt.timedelta(hours=horizon_hours)
+    return last.replace(hour=0)
+
+
+def dag_runs(origins: list[dt.datetime], models: list[str], lookback_days: int, horizon_hours: int) -> list[str]:
+    """The ``train_forecast_model`` runs, origin by origin, every model at each."""
+    return [
+        f"{jobs.TRAIN_FORECAST_MODEL.name}:"
+        + json.dumps(
+            {
+                jobs.AS_OF_DATETIME.name: f"{origin:%Y-%m-%dT%H:%M}",
+                jobs.MODEL.name: model,
+                jobs.LOOKBACK_DAYS.name: lookback_days,
+                jobs.PREDICT_HORIZON_HOURS.name: horizon_hours,
+            }
+        )
+        for origin in origins
+        for model in models
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bash run backtest", description=__doc__.splitlines()[0])
+    parser.add_argument("--origins", type=int, default=4, help="weekly forecast origins (default 4)")
+    parser.add_argument(
+        "--last",
+        help="the last origin, New York local YYYY-MM-DDTHH:MM (default: the latest midnight whose horizon raw holds)",
+    )
+    parser.add_argument(
+        "--models",
+        default=",".join(jobs.MODEL.choices),
+        help=f"comma-separated (default {','.join(jobs.MODEL.choices)})",
+    )
+    parser.add_argument("--lookback_days", type=int, default=jobs.LOOKBACK_DAYS.default)
+    parser.add_argument("--predict_horizon_hours", type=int, default=jobs.PREDICT_HORIZON_HOURS.default)
+    parser.add_argument("--no-run", action="store_true", help="only print the comparison of the scores kept")
+    args = parser.parse_args(argv)
+    if args.origins < 1:
+        parser.error("--origins must be at least 1")
+    try:
+        models = [jobs.MODEL.check(m.strip()) for m in args.models.split(",") if m.strip()]
+        lookback, horizon = (
+            jobs.LOOKBACK_DAYS.check(args.lookback_days),
+            jobs.PREDICT_HORIZON_HOURS.check(args.predict_horizon_hours),
+        )
+        last = dt.datetime.fromisoformat(jobs.AS_OF_DATETIME.check(args.last)) if args.last else None
+    except ValueError as bad:
+        parser.error(str(bad))
+    settings = get_settings()
+    last = last or latest_origin(horizon, settings)
+    if last is None:
+        parser.error(f"{YELLOW_TAXI_RAW.name} holds no month yet: load some, or give --last")
+    origins = weekly_origins(last, args.origins)
+    if not args.no_run:
+        from nyc_taxi.cli import dag_run_results
+
+        specs = dag_runs(origins, models, lookback, horizon)
+        print(f"{len(specs)} runs of {jobs.TRAIN_FORECAST_MODEL.name}, oldest origin first:", flush=True)
+        try:
+            for result in dag_run_results.run(specs, settings, "the backtest"):
+                print("\n".join(f"  {line}" for line in dag_run_results.describe(result, settings)), flush=True)
+        except RuntimeError as failed:
+            raise SystemExit(str(failed)) from None
+    print(comparison.render(comparison.compare(settings, origins, tuple(models))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,7 @@
 """What a load must leave in the tables, computed from the fixture files independently of the
 product's code: pyarrow for the TLC parquet files, plain Python for NOAA's CSV files; and what raw
-holds of a file, read through pyiceberg, to compare with it."""
+holds of a file, read through pyiceberg, to compare with it. The forecasts' scores, by DuckDB over the
+Parquet files of the forecast and actuals tables."""
 
 from __future__ import annotations
 
@@ -208,4 +209,44 @@ def expected_weather_adjusted(
         * (factor if prcp.get((as_of + dt.timedelta(hours=h)).date(), 0.0) >= 1.0 else 1.0)
         for zone in zones
         for h in range(horizon)
+    }
+
+
+def duckdb_scores(forecast_snapshot: int | None = None, actuals_snapshot: int | None = None, settings=None) -> dict:
+    """MAE, WAPE, bias, coverage and actual rides per (model, origin), by DuckDB over the Parquet files of the
+    forecast and actuals tables at those snapshots (default: their current ones; copy-on-write tables: a
+    snapshot's data files are its rows). A zone-hour counts when the actuals hold its hour, a zone without a
+    row there as 0 rides; a forecast none of whose hours is held has no score."""
+    import duckdb
+
+    from nyc_taxi.core import datasets as registry
+    from nyc_taxi.core.catalog import load_table
+
+    def files(table, snapshot) -> list[str]:
+        scan = load_table(table, settings).scan(snapshot_id=snapshot)
+        return [task.file.file_path.removeprefix("file:") for task in scan.plan_files()]
+
+    con = duckdb.connect()
+    con.execute(
+        f"CREATE VIEW f AS SELECT * FROM read_parquet({files(registry.YELLOW_RIDES_HOURLY_FORECAST, forecast_snapshot)})"
+    )
+    con.execute(
+        f"CREATE VIEW a AS SELECT * FROM read_parquet({files(registry.YELLOW_RIDES_HOURLY_ACTUALS, actuals_snapshot)})"
+    )
+    rows = con.execute(
+        """
+        WITH loaded AS (SELECT DISTINCT pickup_hour FROM a),
+        pairs AS (
+          SELECT f.model_name, f.as_of_datetime, f.predicted_ride_count AS p,
+                 CASE WHEN f.forecast_hour IN (SELECT pickup_hour FROM loaded)
+                      THEN coalesce((SELECT ride_count FROM a WHERE a.pickup_location_id = f.pickup_location_id
+                                     AND a.pickup_hour = f.forecast_hour), 0) END AS y
+          FROM f)
+        SELECT model_name, as_of_datetime, count(y)::DOUBLE / count(*), avg(abs(p - y)),
+               sum(abs(p - y)) / sum(y), avg(p - y), sum(y)
+        FROM pairs GROUP BY ALL HAVING count(y) > 0
+        """
+    ).fetchall()
+    return {
+        (m, o): dict(coverage=c, mae=mae, wape=wape, bias=bias, actual_rides=y) for m, o, c, mae, wape, bias, y in rows
     }

@@ -11,6 +11,7 @@ import datetime as dt
 from types import SimpleNamespace
 
 import pytest
+from expected_loads import duckdb_scores
 
 from nyc_taxi.core import datasets as d
 
@@ -131,48 +132,11 @@ def test_the_latest_forecast_of_a_model_per_hour_is_its_latest_origins(kept, spa
             } == {dt.datetime(2015, 5, 15)}
 
 
-def _duckdb_scores(forecast_snapshot: int, actuals_snapshot: int) -> dict:
-    """MAE, WAPE, bias and coverage per model and origin, by DuckDB over the Parquet files of the two
-    snapshots (copy-on-write tables: a snapshot's data files are its rows)."""
-    import duckdb
-
-    from nyc_taxi.core.catalog import load_table
-
-    def files(table: d.Table, snapshot: int) -> list[str]:
-        scan = load_table(table).scan(snapshot_id=snapshot)
-        return [task.file.file_path.removeprefix("file:") for task in scan.plan_files()]
-
-    con = duckdb.connect()
-    con.execute(
-        f"CREATE VIEW f AS SELECT * FROM read_parquet({files(d.YELLOW_RIDES_HOURLY_FORECAST, forecast_snapshot)})"
-    )
-    con.execute(
-        f"CREATE VIEW a AS SELECT * FROM read_parquet({files(d.YELLOW_RIDES_HOURLY_ACTUALS, actuals_snapshot)})"
-    )
-    rows = con.execute(
-        """
-        WITH loaded AS (SELECT DISTINCT pickup_hour FROM a),
-        pairs AS (
-          SELECT f.model_name, f.as_of_datetime, f.predicted_ride_count AS p,
-                 CASE WHEN f.forecast_hour IN (SELECT pickup_hour FROM loaded)
-                      THEN coalesce((SELECT ride_count FROM a WHERE a.pickup_location_id = f.pickup_location_id
-                                     AND a.pickup_hour = f.forecast_hour), 0) END AS y
-          FROM f)
-        SELECT model_name, as_of_datetime, count(y)::DOUBLE / count(*), avg(abs(p - y)),
-               sum(abs(p - y)) / sum(y), avg(p - y), sum(y)
-        FROM pairs GROUP BY ALL HAVING count(y) > 0
-        """
-    ).fetchall()
-    return {
-        (m, o): dict(coverage=c, mae=mae, wape=wape, bias=bias, actual_rides=y) for m, o, c, mae, wape, bias, y in rows
-    }
-
-
 def test_every_score_equals_duckdb_over_the_snapshots_it_names(kept):
     scores = _ours(_rows(d.YELLOW_RIDES_FORECAST_SCORES))
     assert {(r["model_name"], r["as_of_datetime"]) for r in scores} == {(m, o) for m, o, _ in FORECASTS}
     for score in scores:
-        independent = _duckdb_scores(score["forecast_snapshot_id"], score["actuals_snapshot_id"])
+        independent = duckdb_scores(score["forecast_snapshot_id"], score["actuals_snapshot_id"])
         expected = independent[(score["model_name"], score["as_of_datetime"])]
         for figure, value in expected.items():
             assert score[figure] == pytest.approx(value, rel=1e-9), (score, figure)

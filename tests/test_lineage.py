@@ -27,12 +27,16 @@ from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
 pytestmark = [pytest.mark.airflow, pytest.mark.metaflow, pytest.mark.lineage]
 
 Y, W, T, F = "ingest_yellow_taxi_data", "ingest_weather_data", "train_forecast_model", "TrainForecastModelFlow"
-# The demo's history, by hand: two months loaded, the flow run seasonal then weather-adjusted; then the TLC
-# republishes January, and the re-run plan loads it again and runs both flow runs again (both read January).
+# The demo's history, by hand: two months loaded, the flow run seasonal then weather-adjusted at each of two
+# weekly origins; then the TLC republishes January, and the re-run plan loads it again and runs the four flow
+# runs again (all read January: their 28 days start in it).
 DEMO_MERGES = ["2024-01", "2024-02", "2024-01"]
 # Last, the TLC publishes March with every trip a year early: it lands and stages, and its checks refuse its merge.
 BROKEN_MONTH = "2024-03"
-DEMO_FLOW_RUNS = ["seasonal_naive", "weather_adjusted", "seasonal_naive", "weather_adjusted"]
+DEMO_FORECASTS = [
+    (o, m) for o in ("2024-02-08T00:00", "2024-02-15T00:00") for m in ("seasonal_naive", "weather_adjusted")
+]
+DEMO_FLOW_RUNS = [model for _, model in DEMO_FORECASTS] * 2
 # Written out by hand from the DAGs and the flow (not computed by product code): the whole graph as the
 # demo's last runs left it (the last flow run is the weather-adjusted one).
 EXPECTED_EDGES = {
@@ -65,7 +69,9 @@ EXPECTED_EDGES = {
     ("yellow_rides_forecast_model", f"{F}.predict", "used"),
     ("yellow_rides_forecast_model", f"{F}.write_forecasts_to_table", "used"),
     (f"{F}.write_forecasts_to_table", "yellow_rides_hourly_forecast", "write"),
+    ("yellow_rides_hourly_forecast", f"{F}.evaluate", "read"),
     ("yellow_rides_hourly_actuals", f"{F}.evaluate", "read"),
+    (f"{F}.evaluate", "yellow_rides_forecast_scores", "write"),
     ("weather_raw", f"{F}.prepare_training_data", "read"),  # the weather-adjusted model
     ("weather_raw", f"{F}.train_forecasting_model", "read"),
     # Airflow starts Metaflow
@@ -138,7 +144,13 @@ def test_lineage_of_the_forecast_table_reaches_the_source_files_across_both_tool
         "yellow_rides_forecast_model",
     } <= names
     assert "noaa_nclimgrid_daily_county_published" in names  # the last flow run's model reads weather
-    assert answer["downstream"] == []
+    # downstream: the step that scores every kept forecast, its scores, and the step after it
+    assert {answer["nodes"][urn]["name"] for edge in answer["downstream"] for urn in edge[:2]} == {
+        "yellow_rides_hourly_forecast",
+        f"{F}.evaluate",
+        f"{F}.end",
+        "yellow_rides_forecast_scores",
+    }, answer["downstream"]
     # as the seasonal-naive flow run left it, the forecast did not come from weather
     flow_runs = json.loads(_lineage_cli(demo, "--runs", F, "--json").stdout)
     assert [r["parameters"]["model"] for r in flow_runs] == DEMO_FLOW_RUNS
@@ -363,11 +375,16 @@ def test_the_republished_month_made_its_readers_stale_the_rerun_cleared_them_and
     before = section("bash run lineage --stale")
     assert re.search(r"^\s*stale \(\d+\):", before, flags=re.M), before
     plan = [line.split(". ", 1)[1].split("   for ")[0] for line in before.splitlines() if re.match(r"\s+\d+\. ", line)]
-    conf = {"as_of_datetime": "2024-02-15T00:00", "lookback_days": 28, "predict_horizon_hours": 24}
+    conf = {"lookback_days": 28, "predict_horizon_hours": 24}
     assert plan == [
         f'{Y} {{"month": "2024-01"}}',
-        *(f"{T} {json.dumps(conf | {'model': model}, sort_keys=True)}" for model in DEMO_FLOW_RUNS[:2]),
+        *(
+            f"{T} {json.dumps(conf | {'as_of_datetime': origin, 'model': model}, sort_keys=True)}"
+            for origin, model in DEMO_FORECASTS
+        ),
     ], before
+    # the scores the runs wrote are among what is stale
+    assert before.count("yellow_rides_forecast_scores @ ") == len(DEMO_FORECASTS), before
     rerun = section("bash run lineage --stale --rerun")
     assert "nothing is stale: every output was computed from what its inputs hold now" in rerun, rerun
     (reproduced,) = [text for head, text in sections.items() if "(bash run lineage --reproduce " in head]
@@ -418,11 +435,13 @@ def test_the_runs_of_a_flow_and_of_a_dag_say_what_the_runs_under_them_read_and_w
 
 
 def _flow_runs(demo) -> list[str]:
-    """The demo's first two flow runs (seasonal, weather-adjusted), as users name them:
-    ``TrainForecastModelFlow/<run id>``; the re-run after the republication repeats them."""
+    """The demo's last two flow runs before the republication (seasonal, weather-adjusted, of the same origin),
+    as users name them: ``TrainForecastModelFlow/<run id>``; the re-run after the republication repeats them."""
     runs = json.loads(_lineage_cli(demo, "--runs", F, "--json").stdout)
     assert [r["parameters"]["model"] for r in runs] == DEMO_FLOW_RUNS
-    return [f"{F}/{r['label'].split('/')[-1]}" for r in runs[:2]]
+    first = runs[len(DEMO_FORECASTS) - 2 : len(DEMO_FORECASTS)]
+    assert len({r["parameters"]["as_of_datetime"] for r in first}) == 1
+    return [f"{F}/{r['label'].split('/')[-1]}" for r in first]
 
 
 def test_diff_of_the_two_flow_runs_is_exactly_the_weather(demo):
@@ -469,7 +488,7 @@ def test_datahub_keeps_what_each_step_run_really_read_and_its_job_version(demo):
         run = runs[pathspec]
         assert inputs == sorted(urn[name] for name in run.inputs)
         assert version == run.job_version
-    assert sorted(len(inputs) for inputs, _ in seen.values()) == [1, 1, 2, 2]  # + weather_raw
+    assert sorted(len(inputs) for inputs, _ in seen.values()) == [1] * 4 + [2] * 4  # + weather_raw
 
 
 def test_the_flow_runs_are_children_of_the_airflow_task_that_started_them(demo):
@@ -730,3 +749,72 @@ def test_column_lineage_hop_by_hop_from_the_forecast_to_the_tlc_column(demo):
     text = _lineage_cli(demo, "yellow_rides_hourly_forecast.predicted_ride_count").stdout
     assert "tlc_yellow_tripdata_published.tpep_pickup_datetime  (identity, by ingest_yellow_taxi_data.download" in text
     assert "noaa_nclimgrid_daily_county_published.{day1…day31, variable}" in text  # a NOAA file's day columns, folded
+
+
+def test_the_demo_ends_with_both_models_compared_at_its_origins_as_duckdb_scores_them(demo):
+    """After the demo the forecast table holds both models' forecasts for every origin it ran, and the table it
+    prints last equals DuckDB's scores over the forecast and actuals tables' files as they are now: WAPE and MAE
+    per origin and model, the winner of each origin, and the wins."""
+    from expected_loads import duckdb_scores
+
+    from nyc_taxi.cli.demo import MODELS, ORIGINS
+    from nyc_taxi.core.catalog import load_table
+
+    settings, stdout = demo[0], demo[1]
+    kept = load_table(registry.YELLOW_RIDES_HOURLY_FORECAST, settings).scan(
+        selected_fields=("model_name", "as_of_datetime")
+    )
+    assert {(r["model_name"], r["as_of_datetime"]) for r in kept.to_arrow().to_pylist()} >= {
+        (model, origin) for model in MODELS for origin in ORIGINS
+    }
+    scores = duckdb_scores(settings=settings)
+    printed = stdout.split("the models compared at the demo's origins", 1)[1]
+    wins = dict.fromkeys(MODELS, 0)
+    for origin in ORIGINS:
+        [line] = [text for text in printed.splitlines() if text.strip().startswith(f"{origin:%Y-%m-%d %H:%M}")]
+        for model in MODELS:
+            score = scores[(model, origin)]
+            assert score["coverage"] == 1, (model, origin)
+            assert f"{score['wape']:.1%} ({score['mae']:.2f})" in line, (model, line)
+        winner = min(MODELS, key=lambda m: scores[(m, origin)]["wape"])
+        wins[winner] += 1
+        assert line.rstrip().endswith(winner), line
+    said = ", ".join(f"{m} {wins[m]} of {len(ORIGINS)}" for m in MODELS)
+    assert f"wins: {said}" in printed, printed
+
+
+def test_trace_of_the_scores_reaches_the_source_files_of_both_their_inputs(demo):
+    """`--trace yellow_rides_forecast_scores`: each commit's evaluate run read a forecast version and an actuals
+    version; the forecasts' branch walks through the model and the actuals it trained on, the actuals' branch
+    through raw, and both end at the published TLC files (and the weather model's at NOAA's)."""
+
+    expanded: dict = {}  # a version is traced once, where first met; elsewhere it is a stub ("see above")
+
+    def index(version: dict) -> None:
+        if version.get("written_by"):
+            expanded.setdefault((version["dataset"], version["version"]), version)
+        for run in version.get("written_by", []):
+            for read in run.get("read", []):
+                index(read)
+
+    def published(version: dict, seen: set) -> set[str]:
+        version = expanded.get((version["dataset"], version["version"]), version)
+        found = {version["dataset"]} if version["dataset"].endswith("_published") else set()
+        for run in version.get("written_by", []):
+            for read in run.get("read", []):
+                key = (read["dataset"], read["version"])
+                if key not in seen:
+                    seen.add(key)
+                    found |= published(read, seen)
+        return found
+
+    trace = _trace(demo, "yellow_rides_forecast_scores")
+    index(trace)
+    writers = trace["written_by"]
+    assert writers and {w["job"] for w in writers} == {f"{F}.evaluate"}
+    for writer in writers:
+        assert {r["dataset"] for r in writer["read"]} == {"yellow_rides_hourly_forecast", "yellow_rides_hourly_actuals"}
+    latest = writers[-1]
+    for dataset in ("yellow_rides_hourly_forecast", "yellow_rides_hourly_actuals"):
+        assert "tlc_yellow_tripdata_published" in published(_read(latest, dataset), set()), dataset
+    assert published(trace, set()) == {"tlc_yellow_tripdata_published", "noaa_nclimgrid_daily_county_published"}

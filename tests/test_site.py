@@ -448,7 +448,7 @@ def test_the_evaluation_card_of_a_tiny_flow_has_a_legend_and_wraps_its_panels(br
         "        hours = [start + dt.timedelta(hours=h) for h in range(24)]\n"
         "        forecasts = {(z, h): 10 + i + h.hour % 7 for i, z in enumerate(zones) for h in hours}\n"
         "        actual = {(z, h): 12 + i + h.hour % 5 for i, z in enumerate(zones) for h in hours}\n"
-        '        metrics = {"overall": {"hours": 96, "mae": 1.5, "wape": 0.12},\n'
+        '        metrics = {"overall": {"hours": 96, "mae": 1.5, "wape": 0.12, "bias": -0.4, "coverage": 1.0},\n'
         '                   "per_zone": {z: {"mae": 1.0, "wape": 0.1} for z in zones}}\n'
         '        evaluation_card(current.card["evaluation"], forecasts, actual, metrics, "seasonal_naive")\n'
         "        self.next(self.end)\n\n"

@@ -172,3 +172,35 @@ def test_the_runs_card_shows_its_score(kept):
     assert sum(z["mae"] * z["hours"] for z in per_zone.values()) == pytest.approx(
         score["mae"] * score["scored_zone_hours"]
     )
+
+
+def test_backtest_no_run_prints_the_kept_scores_compared_where_every_model_was_scored_whole(kept, settings):
+    """`bash run backtest --no-run` over this module's two first weekly origins: at the 8th both models were
+    scored over their whole horizon and the lower WAPE (DuckDB's, over the tables' files now) wins; at the 15th
+    only the seasonal model forecast, so the origin is not compared."""
+    import os
+    import subprocess
+    import sys
+
+    from expected_loads import duckdb_scores
+
+    env = {**os.environ, "STATE_DIR": str(settings.state_dir)}
+    done = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.backtest", "--no-run", "--origins", "2", "--last", "2015-05-15T00:00"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = {line[:16]: line for line in done.stdout.splitlines() if line.startswith("2015-05-")}
+    assert set(lines) == {"2015-05-08 00:00", "2015-05-15 00:00"}, done.stdout
+    scores = duckdb_scores()
+    first = dt.datetime(2015, 5, 8)
+    for model in (SEASONAL, WEATHER):
+        score = scores[(model, first)]
+        assert f"{score['wape']:.1%} ({score['mae']:.2f})" in lines["2015-05-08 00:00"], done.stdout
+    winner = min((SEASONAL, WEATHER), key=lambda m: scores[(m, first)]["wape"])
+    assert lines["2015-05-08 00:00"].rstrip().endswith(winner)
+    assert "not scored" in lines["2015-05-15 00:00"] and lines["2015-05-15 00:00"].rstrip().endswith("not comparable")
+    assert f"wins: {SEASONAL} {int(winner == SEASONAL)} of 1, {WEATHER} {int(winner == WEATHER)} of 1" in done.stdout

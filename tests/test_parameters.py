@@ -82,6 +82,51 @@ def test_a_bad_flow_parameter_stops_the_command_line_with_one_line(tmp_path, arg
     assert not (tmp_path / "metaflow").exists()  # no run was started
 
 
+def test_a_backtest_triggers_the_training_dag_with_values_its_form_accepts_oldest_origin_first():
+    import datetime as dt
+    import json
+
+    from airflow.sdk.definitions.param import ParamsDict
+
+    from nyc_taxi.airflow_adapter.operators import params
+    from nyc_taxi.cli import backtest
+
+    origins = backtest.weekly_origins(dt.datetime(2024, 2, 29), 3)
+    assert origins == [dt.datetime(2024, 2, 15), dt.datetime(2024, 2, 22), dt.datetime(2024, 2, 29)]
+    specs = backtest.dag_runs(origins, list(jobs.MODEL.choices), 28, 24)
+    assert len(specs) == 3 * len(jobs.MODEL.choices)
+    seen = []
+    for spec in specs:
+        dag_id, conf = spec.split(":", 1)
+        assert dag_id == jobs.TRAIN_FORECAST_MODEL.name
+        form = ParamsDict(params(jobs.TRAIN_FORECAST_MODEL))
+        form.update(json.loads(conf))
+        checked = form.validate()
+        seen.append((checked["as_of_datetime"], checked["model"]))
+    assert seen == [(f"{o:%Y-%m-%dT%H:%M}", m) for o in origins for m in jobs.MODEL.choices]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--models", "seasonal_naive,prophet"], "model must be one of"),
+        (["--last", "2024-02-15"], "as_of_datetime '2024-02-15' is not a New York local time"),
+        (["--predict_horizon_hours", "0"], "predict_horizon_hours must be between 1 and 336"),
+        (["--origins", "0"], "--origins must be at least 1"),
+    ],
+)
+def test_a_bad_backtest_argument_stops_it_with_one_line_before_any_run(tmp_path, arguments, said):
+    done = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.backtest", *arguments],
+        env={**os.environ, "STATE_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "airflow").exists()
+
+
 @pytest.fixture
 def taken_port():
     with socket.socket() as held:

@@ -429,6 +429,39 @@ def test_the_forecast_page_links_the_evaluation_card_which_fits_its_page(demo_si
     page.close()
 
 
+@in_browser_on_demo
+def test_the_backtests_page_compares_the_models_as_the_scores_table_holds_them(demo_site, page, screenshots):
+    """The Backtests page (in the top menu, linked from the scores' page): a chart with one line per model and
+    a dot per origin, and a row per origin with each model's WAPE as the scores table holds it, and the
+    winner."""
+    from nyc_taxi.core.catalog import load_table
+
+    settings, index, *_ = demo_site
+    rows = load_table(d.YELLOW_RIDES_FORECAST_SCORES, settings).scan().to_arrow().to_pylist()
+    by_origin: dict = {}
+    for r in rows:
+        by_origin.setdefault(r["as_of_datetime"], {})[r["model_name"]] = r
+    page.goto((index.parent / "datasets" / "yellow_rides_forecast_scores.html").as_uri())
+    page.locator("#backtests a", has_text="Backtests").click()
+    page.wait_for_url("**/backtests.html")
+    assert page.locator("header nav a", has_text="Backtests").count() == 1
+    chart = page.locator("svg.chart")
+    assert chart.locator("polyline.series").count() == 2
+    assert chart.locator("circle").count() == sum(len(models) for models in by_origin.values())
+    table = page.locator("table.backtests tbody tr")
+    assert table.count() == len(by_origin)
+    for i, origin in enumerate(sorted(by_origin)):
+        cells = table.nth(i).locator("td")
+        assert cells.nth(0).inner_text() == f"{origin:%Y-%m-%d %H:%M}"
+        models = by_origin[origin]
+        for j, model in enumerate(sorted(models), start=1):
+            assert cells.nth(j).inner_text().startswith(f"{models[model]['wape']:.1%}"), model
+        winner = min(models, key=lambda m: models[m]["wape"])
+        assert cells.nth(len(models) + 1).inner_text() == winner
+    _shot(page, screenshots / "site-backtests.png", settings, full_page=True)
+    assert page.problems == []
+
+
 @pytest.mark.metaflow
 @pytest.mark.ui
 def test_the_evaluation_card_of_a_tiny_flow_has_a_legend_and_wraps_its_panels(browser, tmp_path):

@@ -215,6 +215,58 @@ def test_a_republished_taxi_month_makes_only_the_runs_that_read_it_stale_and_the
     }
 
 
+def test_a_month_republished_inside_a_scored_horizon_makes_its_score_stale_and_the_rerun_scores_it_again(history, site):
+    """The TLC republishes February without a third of the 15th's trips, and February is merged again (until
+    then every run that read February is stale: which of its days changed is not known before the merge).
+    The 15th is run A's horizon, which A's evaluate step scored: A is stale (it read raw there), its scores
+    among what it wrote; B and C, which read late February only, are not. The re-run counts the 15th again
+    and scores A's forecast against the new file: the score equals one computed here from the file, and
+    names the actuals snapshot the re-run wrote."""
+    as_of = dt.datetime.fromisoformat(RUNS["A"]["as_of_datetime"])
+    scores = registry.YELLOW_RIDES_FORECAST_SCORES
+
+    def score_of_a() -> dict:
+        [score] = [
+            r
+            for r in load_table(scores, _settings()).scan().to_arrow().to_pylist()
+            if (r["model_name"], r["as_of_datetime"]) == ("seasonal_naive", as_of)
+        ]
+        return score
+
+    before = score_of_a()
+    february = taxi_path(site, 2024, 2)
+    trips = pq.read_table(february)
+    pickups = trips["tpep_pickup_datetime"].to_pylist()
+    keep = [p is None or p.date() != as_of.date() or i % 3 != 0 for i, p in enumerate(pickups)]
+    pq.write_table(trips.filter(pa.array(keep)), february)
+    _dag_runs(f"ingest_yellow_taxi_data:{json.dumps({'month': '2024-02'})}")
+    report = _stale()
+    flows = [i for i in report["stale"] if i["kind"] == "flow run"]
+    assert [f["run"] for f in flows] == [_flow_run("A")], report["stale"]
+    assert scores.name in flows[0]["outputs"] and "yellow_taxi_raw" in flows[0]["reason"], flows[0]
+    assert [(p["dag"], p["conf"]) for p in report["plan"]] == [
+        ("train_forecast_model", {**RUNS["A"], "predict_horizon_hours": 24})
+    ]
+    result = _lineage("--stale", "--rerun")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _stale()["stale"] == []
+
+    score = score_of_a()
+    assert score["actuals_snapshot_id"] == current_snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS, _settings())
+    rides = expected_actuals([history, february], as_of, as_of + dt.timedelta(hours=24))
+    forecasts = {
+        (r["pickup_location_id"], r["forecast_hour"]): r["predicted_ride_count"]
+        for r in load_table(registry.YELLOW_RIDES_HOURLY_FORECAST, _settings()).scan().to_arrow().to_pylist()
+        if (r["model_name"], r["as_of_datetime"]) == ("seasonal_naive", as_of)
+    }
+    errors = [abs(f - rides.get(key, 0)) for key, f in forecasts.items()]
+    actual = sum(rides.get(key, 0) for key in forecasts)
+    assert (score["coverage"], score["actual_rides"]) == (1.0, actual)
+    assert score["mae"] == pytest.approx(sum(errors) / len(errors), rel=1e-9)
+    assert score["wape"] == pytest.approx(sum(errors) / actual, rel=1e-9)
+    assert actual < before["actual_rides"] and score["actuals_snapshot_id"] != before["actuals_snapshot_id"]
+
+
 def test_a_plan_whose_source_is_gone_runs_nothing(history, site):
     february = taxi_path(site, 2024, 2)
     kept = february.read_bytes()

@@ -172,3 +172,43 @@ def test_aws_keys_are_used_and_never_written_or_printed(moto_endpoint, tmp_path)
         p for p in tmp_path.rglob("*") if p.is_file() and any(v.encode() in p.read_bytes() for v in keys.values())
     ]
     assert written == []
+
+
+def test_a_forecast_table_of_the_old_key_takes_the_new_one_and_keeps_its_rows(tmp_path):
+    """A forecast table written when its key was (zone, hour): every row has a model and an origin, so it is
+    already keyed by (model, origin, zone, hour); ensuring the tables (what every writer does first) records the
+    registry's key on it, and its rows stay as they were."""
+    import dataclasses
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from nyc_taxi.core import datasets as d
+    from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.core.tables import PRIMARY_KEY_PROPERTY, ensure_tables, iceberg_schema
+
+    settings = Settings(_env_file=None, state_dir=tmp_path)
+    lakehouse(settings).create()
+    forecast = d.YELLOW_RIDES_HOURLY_FORECAST
+    old = dataclasses.replace(forecast, primary_key=("pickup_location_id", "forecast_hour"))
+    ensure_tables([old], settings)
+    table = load_table(forecast, settings)
+    assert table.properties[PRIMARY_KEY_PROPERTY] == "pickup_location_id,forecast_hour"
+    hour, origin = dt.datetime(2024, 2, 15, 3), dt.datetime(2024, 2, 15)
+    rows = [
+        {
+            "pickup_location_id": zone,
+            "forecast_hour": hour,
+            "predicted_ride_count": 1.5 * zone,
+            "model_name": "weather_adjusted",
+            "model_version": "TrainForecastModelFlow/7/train_forecasting_model/4",
+            "as_of_datetime": origin,
+            "created_at": dt.datetime(2024, 3, 1, tzinfo=dt.UTC),
+        }
+        for zone in (1, 2, 3)
+    ]
+    table.append(pa.Table.from_pylist(rows, schema=iceberg_schema(forecast).as_arrow()))
+    ensure_tables([forecast], settings)
+    table = load_table(forecast, settings)
+    assert table.properties[PRIMARY_KEY_PROPERTY] == "model_name,as_of_datetime,pickup_location_id,forecast_hour"
+    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["pickup_location_id"]) == rows

@@ -213,7 +213,7 @@ def expected_weather_adjusted(
 
 
 def duckdb_scores(forecast_snapshot: int | None = None, actuals_snapshot: int | None = None, settings=None) -> dict:
-    """MAE, WAPE, bias, coverage and actual rides per (model, origin), by DuckDB over the Parquet files of the
+    """Each (model, origin)'s score — MAE, WAPE, bias, coverage, the rides, its hours and version — by DuckDB over the Parquet files of the
     forecast and actuals tables at those snapshots (default: their current ones; copy-on-write tables: a
     snapshot's data files are its rows). A zone-hour counts when the actuals hold its hour, a zone without a
     row there as 0 rides; a forecast none of whose hours is held has no score."""
@@ -237,16 +237,32 @@ def duckdb_scores(forecast_snapshot: int | None = None, actuals_snapshot: int | 
         """
         WITH loaded AS (SELECT DISTINCT pickup_hour FROM a),
         pairs AS (
-          SELECT f.model_name, f.as_of_datetime, f.predicted_ride_count AS p,
+          SELECT f.model_name, f.as_of_datetime, f.model_version, f.forecast_hour, f.predicted_ride_count AS p,
                  CASE WHEN f.forecast_hour IN (SELECT pickup_hour FROM loaded)
                       THEN coalesce((SELECT ride_count FROM a WHERE a.pickup_location_id = f.pickup_location_id
                                      AND a.pickup_hour = f.forecast_hour), 0) END AS y
           FROM f)
         SELECT model_name, as_of_datetime, count(y)::DOUBLE / count(*), avg(abs(p - y)),
-               sum(abs(p - y)) / sum(y), avg(p - y), sum(y)
+               sum(abs(p - y)) / sum(y), avg(p - y), sum(y), sum(CASE WHEN y IS NOT NULL THEN p END),
+               count(*), count(y), min(forecast_hour), max(forecast_hour), min(model_version), max(model_version)
         FROM pairs GROUP BY ALL HAVING count(y) > 0
         """
     ).fetchall()
-    return {
-        (m, o): dict(coverage=c, mae=mae, wape=wape, bias=bias, actual_rides=y) for m, o, c, mae, wape, bias, y in rows
-    }
+    names = [
+        "coverage",
+        "mae",
+        "wape",
+        "bias",
+        "actual_rides",
+        "predicted_rides",
+        "forecast_zone_hours",
+        "scored_zone_hours",
+        "first_hour",
+        "last_hour",
+        "model_version",
+    ]
+    scores = {}
+    for model, origin, *figures, lowest_version, highest_version in rows:
+        assert lowest_version == highest_version, f"{model} as of {origin}: forecasts of two model versions"
+        scores[(model, origin)] = dict(zip(names, [*figures, lowest_version], strict=True))
+    return scores

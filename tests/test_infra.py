@@ -174,10 +174,11 @@ def test_aws_keys_are_used_and_never_written_or_printed(moto_endpoint, tmp_path)
     assert written == []
 
 
-def test_a_forecast_table_of_the_old_key_takes_the_new_one_and_keeps_its_rows(tmp_path):
-    """A forecast table written when its key was (zone, hour): every row has a model and an origin, so it is
-    already keyed by (model, origin, zone, hour); ensuring the tables (what every writer does first) records the
-    registry's key on it, and its rows stay as they were."""
+def test_a_forecast_table_of_the_old_key_is_refused_until_destroy_infra_drops_it(tmp_path):
+    """A forecast table written when its key was (zone, hour): a later origin replaced the hours an earlier one
+    forecast, so its rows are parts of forecasts that look whole. Its writers refuse it (every writer ensures its
+    tables first), naming the command that drops it; that command asks first, drops the table and its files,
+    and the next writer creates it under the registry's key."""
     import dataclasses
     import datetime as dt
 
@@ -185,30 +186,39 @@ def test_a_forecast_table_of_the_old_key_takes_the_new_one_and_keeps_its_rows(tm
 
     from nyc_taxi.core import datasets as d
     from nyc_taxi.core.catalog import load_table
-    from nyc_taxi.core.tables import PRIMARY_KEY_PROPERTY, ensure_tables, iceberg_schema
+    from nyc_taxi.core.tables import PRIMARY_KEY_PROPERTY, KeyChanged, ensure_tables, iceberg_schema
 
     settings = Settings(_env_file=None, state_dir=tmp_path)
     lakehouse(settings).create()
     forecast = d.YELLOW_RIDES_HOURLY_FORECAST
-    old = dataclasses.replace(forecast, primary_key=("pickup_location_id", "forecast_hour"))
-    ensure_tables([old], settings)
-    table = load_table(forecast, settings)
-    assert table.properties[PRIMARY_KEY_PROPERTY] == "pickup_location_id,forecast_hour"
-    hour, origin = dt.datetime(2024, 2, 15, 3), dt.datetime(2024, 2, 15)
-    rows = [
-        {
-            "pickup_location_id": zone,
-            "forecast_hour": hour,
-            "predicted_ride_count": 1.5 * zone,
-            "model_name": "weather_adjusted",
-            "model_version": "TrainForecastModelFlow/7/train_forecasting_model/4",
-            "as_of_datetime": origin,
-            "created_at": dt.datetime(2024, 3, 1, tzinfo=dt.UTC),
-        }
-        for zone in (1, 2, 3)
-    ]
-    table.append(pa.Table.from_pylist(rows, schema=iceberg_schema(forecast).as_arrow()))
+    ensure_tables([dataclasses.replace(forecast, primary_key=("pickup_location_id", "forecast_hour"))], settings)
+    row = {
+        "pickup_location_id": 1,
+        "forecast_hour": dt.datetime(2024, 2, 15, 3),
+        "predicted_ride_count": 1.5,
+        "model_name": "weather_adjusted",
+        "model_version": "TrainForecastModelFlow/7/train_forecasting_model/4",
+        "as_of_datetime": dt.datetime(2024, 2, 15),
+        "created_at": dt.datetime(2024, 3, 1, tzinfo=dt.UTC),
+    }
+    load_table(forecast, settings).append(pa.Table.from_pylist([row], schema=iceberg_schema(forecast).as_arrow()))
+    files = {p for p in tmp_path.rglob("*.parquet") if forecast.name in str(p)}
+    assert files
+    with pytest.raises(KeyChanged) as refused:
+        ensure_tables([forecast], settings)
+    said = str(refused.value)
+    assert "written under the key (pickup_location_id, forecast_hour)" in said, said
+    assert f"`bash run destroy-infra --table {forecast.name}`" in said, said
+    assert load_table(forecast, settings).scan().to_arrow().num_rows == 1  # refused: nothing changed
+
+    env = {"STATE_DIR": str(tmp_path), "PROFILE": "local", "PATH": "/usr/bin:/bin"}
+    command = [sys.executable, "-m", "nyc_taxi.cli.infra", "destroy", "--table", forecast.name]
+    asked = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    assert asked.returncode == 2 and "--yes" in asked.stderr and files <= set(tmp_path.rglob("*.parquet"))
+    done = subprocess.run([*command, "--yes"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and f"dropped {forecast.name}" in done.stdout, done.stderr
+    assert not files & set(tmp_path.rglob("*.parquet"))  # its data files went with it
     ensure_tables([forecast], settings)
     table = load_table(forecast, settings)
     assert table.properties[PRIMARY_KEY_PROPERTY] == "model_name,as_of_datetime,pickup_location_id,forecast_hour"
-    assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["pickup_location_id"]) == rows
+    assert table.scan().to_arrow().num_rows == 0

@@ -112,7 +112,7 @@ def test_a_backtest_triggers_the_training_dag_with_values_its_form_accepts_oldes
         (["--models", "seasonal_naive,prophet"], "model must be one of"),
         (["--last", "2024-02-15"], "as_of_datetime '2024-02-15' is not a New York local time"),
         (["--predict_horizon_hours", "0"], "predict_horizon_hours must be between 1 and 336"),
-        (["--origins", "0"], "--origins must be at least 1"),
+        (["--origins", "0"], "--origins must be between 1 and 52"),
     ],
 )
 def test_a_bad_backtest_argument_stops_it_with_one_line_before_any_run(tmp_path, arguments, said):

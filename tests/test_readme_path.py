@@ -287,6 +287,27 @@ def test_the_standalone_the_readme_starts_runs_a_triggered_dag_on_127_0_0_1_and_
     assert not state.exists()
 
 
+def _the_backtest_printed_duckdbs_scores(line: str, printed: str, settings) -> None:
+    """`bash run backtest --origins N --last T`: a row per weekly origin with every model's WAPE and MAE as
+    DuckDB computes them from the forecast and actuals tables' files, the winner, and the wins."""
+    from expected_loads import duckdb_scores
+
+    origins = int(re.search(r"--origins (\d+)", line)[1])
+    last = dt.datetime.fromisoformat(re.search(r"--last (\S+)", line)[1])
+    models = ("seasonal_naive", "weather_adjusted")
+    scores, wins = duckdb_scores(settings=settings), dict.fromkeys(models, 0)
+    for n in range(origins):
+        origin = last - dt.timedelta(days=7 * n)
+        [row] = [text for text in printed.splitlines() if text.startswith(f"{origin:%Y-%m-%d %H:%M}")]
+        for model in models:
+            score = scores[(model, origin)]
+            assert score["coverage"] == 1 and f"{score['wape']:.1%} ({score['mae']:.2f})" in row, (model, row)
+        winner = min(models, key=lambda m: scores[(m, origin)]["wape"])
+        wins[winner] += 1
+        assert row.rstrip().endswith(winner), row
+    assert "wins: " + ", ".join(f"{m} {wins[m]} of {origins}" for m in models) in printed, printed
+
+
 @pytest.mark.guards
 @pytest.mark.system  # the suite runs the standalone's own claims (above); the whole path is the long proof
 def test_the_users_path_as_the_readme_writes_it(tmp_path, browser, listening_sockets):
@@ -369,6 +390,8 @@ def test_the_users_path_as_the_readme_writes_it(tmp_path, browser, listening_soc
             done = _run(line, env)
             if line.startswith("bash run training-flow") and "weather_adjusted" not in line:
                 _seasonal_naive_forecasts_equal_an_independent_count(line, state, settings)
+            if line.startswith("bash run backtest"):
+                _the_backtest_printed_duckdbs_scores(line, done.stdout, settings)
             if line.startswith("bash run airflow-login"):
                 password = re.search(r"password\s+(\S{8,})", done.stdout)[1]
             if line.startswith("bash run lineage --runs TrainForecastModelFlow"):

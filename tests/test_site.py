@@ -432,15 +432,14 @@ def test_the_forecast_page_links_the_evaluation_card_which_fits_its_page(demo_si
 @in_browser_on_demo
 def test_the_backtests_page_compares_the_models_as_the_scores_table_holds_them(demo_site, page, screenshots):
     """The Backtests page (in the top menu, linked from the scores' page): a chart with one line per model and
-    a dot per origin, and a row per origin with each model's WAPE as the scores table holds it, and the
-    winner."""
-    from nyc_taxi.core.catalog import load_table
+    a dot per origin, and a row per origin with each model's WAPE as DuckDB computes it from the forecast and
+    actuals tables' files, and the winner."""
+    from expected_loads import duckdb_scores
 
     settings, index, *_ = demo_site
-    rows = load_table(d.YELLOW_RIDES_FORECAST_SCORES, settings).scan().to_arrow().to_pylist()
     by_origin: dict = {}
-    for r in rows:
-        by_origin.setdefault(r["as_of_datetime"], {})[r["model_name"]] = r
+    for (model, origin), score in duckdb_scores(settings=settings).items():
+        by_origin.setdefault(origin, {})[model] = score
     page.goto((index.parent / "datasets" / "yellow_rides_forecast_scores.html").as_uri())
     page.locator("#backtests a", has_text="Backtests").click()
     page.wait_for_url("**/backtests.html")

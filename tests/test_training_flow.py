@@ -351,12 +351,7 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
         assert f"WAPE {wape:.1%} over the {len(compared)} origins every model was scored at whole" in line, line
     evaluated = [r["aspect"]["json"] for r in written if r["aspectName"] == "mlModelEvaluationData"][-1]
     assert {e["dataset"] for e in evaluated["evaluationData"]} == {
-        identity(t).datahub_urn
-        for t in (
-            registry.YELLOW_RIDES_HOURLY_FORECAST,
-            registry.YELLOW_RIDES_HOURLY_ACTUALS,
-            registry.YELLOW_RIDES_FORECAST_SCORES,
-        )
+        identity(t).datahub_urn for t in (registry.YELLOW_RIDES_HOURLY_FORECAST, registry.YELLOW_RIDES_HOURLY_ACTUALS)
     }
 
 

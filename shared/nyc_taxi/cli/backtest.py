@@ -19,6 +19,7 @@ from nyc_taxi.core.datasets import YELLOW_TAXI_RAW
 from nyc_taxi.core.settings import Settings, get_settings
 
 WEEK = dt.timedelta(days=7)
+MAX_ORIGINS = 52  # a year of weekly origins: each is a DAG run per model
 
 
 def weekly_origins(last: dt.datetime, count: int) -> list[dt.datetime]:
@@ -66,7 +67,9 @@ def dag_runs(origins: list[dt.datetime], models: list[str], lookback_days: int, 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bash run backtest", description=__doc__.splitlines()[0])
-    parser.add_argument("--origins", type=int, default=4, help="weekly forecast origins (default 4)")
+    parser.add_argument(
+        "--origins", type=int, default=4, help=f"weekly forecast origins (default 4, at most {MAX_ORIGINS})"
+    )
     parser.add_argument(
         "--last",
         help="the last origin, New York local YYYY-MM-DDTHH:MM (default: the latest midnight whose horizon raw holds)",
@@ -80,10 +83,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--predict_horizon_hours", type=int, default=jobs.PREDICT_HORIZON_HOURS.default)
     parser.add_argument("--no-run", action="store_true", help="only print the comparison of the scores kept")
     args = parser.parse_args(argv)
-    if args.origins < 1:
-        parser.error("--origins must be at least 1")
+    if not 1 <= args.origins <= MAX_ORIGINS:
+        parser.error(f"--origins must be between 1 and {MAX_ORIGINS} (a year of weekly origins), not {args.origins}")
     try:
-        models = [jobs.MODEL.check(m.strip()) for m in args.models.split(",") if m.strip()]
+        models = list(dict.fromkeys(jobs.MODEL.check(m.strip()) for m in args.models.split(",") if m.strip()))
         lookback, horizon = (
             jobs.LOOKBACK_DAYS.check(args.lookback_days),
             jobs.PREDICT_HORIZON_HOURS.check(args.predict_horizon_hours),

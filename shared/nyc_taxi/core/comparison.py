@@ -2,8 +2,9 @@
 (``yellow_rides_forecast_scores``): WAPE by origin and model, and which model wins how often. What
 `bash run backtest` prints and the lineage site's Backtests page shows.
 
-An origin is compared only where every model has a score over its whole horizon (coverage 1): a model
-scored on fewer hours would be judged on other hours than the rest."""
+An origin is compared only where every model has a score over its whole horizon (coverage 1), and the
+same horizon (the same first and last hour): a model scored on other hours than the rest would be judged
+on other demand. With one model there is nothing to compare: no winner."""
 
 from __future__ import annotations
 
@@ -27,12 +28,17 @@ class Comparison:
         return self.scores.get((model, origin))
 
     def comparable(self, origin: dt.datetime) -> bool:
-        """Every model has a score of the origin over its whole horizon."""
-        return all((s := self.score(m, origin)) and s["coverage"] == 1 for m in self.models)
+        """Two models or more, each with a score of the origin over its whole horizon, the same hours."""
+        scores = [self.score(m, origin) for m in self.models]
+        return (
+            len(self.models) > 1
+            and all(s is not None and s["coverage"] == 1 and s["wape"] is not None for s in scores)
+            and len({(s["first_hour"], s["last_hour"]) for s in scores}) == 1
+        )
 
     def winner(self, origin: dt.datetime) -> str | None:
         """The model with the lowest WAPE at ``origin`` (``TIE`` when two share it); None: not comparable."""
-        if not self.comparable(origin) or any(self.score(m, origin)["wape"] is None for m in self.models):
+        if not self.comparable(origin):
             return None
         wapes = {m: self.score(m, origin)["wape"] for m in self.models}
         best = min(wapes.values())
@@ -61,7 +67,7 @@ class Comparison:
 def of_rows(rows: list[dict], origins: list[dt.datetime] | None = None, models: tuple[str, ...] | None = None):
     """The comparison of score rows (the scores table's) of ``models`` at ``origins`` (default: all of them)."""
     scores = {(r["model_name"], r["as_of_datetime"]): r for r in rows}
-    models = tuple(models or sorted({m for m, _ in scores}))
+    models = tuple(dict.fromkeys(models or sorted({m for m, _ in scores})))
     origins = sorted(origins or {o for _, o in scores})
     return Comparison(models, tuple(origins), {k: v for k, v in scores.items() if k[0] in models and k[1] in origins})
 
@@ -120,8 +126,13 @@ def render(comparison: Comparison) -> str:
                 if score["coverage"] < 1:
                     cell += f" {score['coverage']:.0%} of hours"
             cells.append(f"{cell:<{width}}")
-        winner = comparison.winner(origin)
-        lines.append(f"{origin:%Y-%m-%d %H:%M}  " + "".join(cells) + (winner or "not comparable"))
+        winner = comparison.winner(origin) if len(comparison.models) > 1 else ""
+        lines.append(
+            f"{origin:%Y-%m-%d %H:%M}  " + "".join(cells) + (winner if winner is not None else "not comparable")
+        )
+    if len(comparison.models) < 2:
+        lines.append("one model: nothing to compare it with")
+        return "\n".join(lines)
     wins = comparison.wins()
     compared = len(comparison.compared)
     said = ", ".join(f"{m} {wins[m]} of {compared}" for m in comparison.models)

@@ -450,14 +450,16 @@ YELLOW_RIDES_FORECAST_SCORES = Table(
                nullable=False),
         Column("actuals_snapshot_id", "BIGINT", "The actuals table's snapshot the score was computed from",
                nullable=False),
-        Column("scored_at", "TIMESTAMP", "When the score was computed (UTC instant)", nullable=False),
+        Column("scored_at", "TIMESTAMP", "When the step that scored it read the forecast and actuals versions "
+               "(UTC instant): a score is replaced only by one read later", nullable=False),
     ),
     primary_key=("model_name", "as_of_datetime"),
     # Checked on every score a run computes, before they are written; warnings: a score is kept as computed.
     checks=(
         expect("horizon_happened", "coverage = 1", on=("coverage",),
-               doc="Every hour of the forecast has happened and its trips are loaded: a score over part of its "
-                   "hours is scored again, whole, by the first flow run after the rest are loaded"),
+               doc="Every hour of the forecast has happened and its trips are loaded: once the rest are loaded, the "
+                   "run that made the forecast is stale, and its re-run (or any run whose window counts them) scores "
+                   "it whole"),
         expect("rides_near_what_happened", "predicted_rides BETWEEN 0.5 * actual_rides AND 2 * actual_rides",
                on=("predicted_rides", "actual_rides"),
                doc="The forecast's rides over the hours scored are within half and twice the rides that happened: "

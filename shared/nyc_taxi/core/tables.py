@@ -91,15 +91,44 @@ def table_properties(table: Table) -> dict[str, str]:
     return properties
 
 
+class KeyChanged(RuntimeError):
+    """A table written under another key than the registry declares now."""
+
+
 def _declare_properties(iceberg, table: Table) -> None:
     """Set the properties of an existing table that differ from what the registry declares for it
-    (others, such as the counts a write recorded, are left as they are)."""
+    (others, such as the counts a write recorded, are left as they are). A table written under another key
+    is refused (KeyChanged): its rows were written by that key's rule, and no reader of the new key can
+    tell which of them it would have kept (for the forecasts: under (zone, hour), a later origin replaced
+    the hours an earlier one forecast, leaving parts of forecasts that look whole)."""
+    held = iceberg.properties.get(PRIMARY_KEY_PROPERTY)
+    if held is not None and held != ",".join(table.primary_key):
+        raise KeyChanged(
+            f"{table.name} was written under the key ({held.replace(',', ', ')}); the registry declares "
+            f"({', '.join(table.primary_key)}) now, and its rows cannot be read as the new key's. Rebuild it: "
+            f"`bash run destroy-infra --table {table.name}` (it asks first; its writers create it anew), then "
+            "run again what wrote it (for forecasts: `bash run backtest`, or `bash run training-flow run …` per "
+            "model and origin)."
+        )
     declared = {k: v for k, v in table_properties(table).items() if k not in CREATE_ONLY_PROPERTIES}
     changed = {k: v for k, v in declared.items() if iceberg.properties.get(k) != v}
     if changed:
         with iceberg.transaction() as transaction:
             transaction.set_properties(changed)
         log.info("%s: %s set as the registry declares", table.name, ", ".join(sorted(changed)))
+
+
+def drop_table(table: Table, settings: Settings | None = None) -> bool:
+    """Drop a registry table and delete its files (metadata, manifests, data); False when there is none."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from nyc_taxi.core.catalog import load_catalog
+
+    try:
+        load_catalog(settings or get_settings()).purge_table(iceberg_identifier(table, settings or get_settings()))
+    except NoSuchTableError:
+        return False
+    return True
 
 
 def set_property(table: Table, key: str, value: str, settings: Settings | None = None) -> None:

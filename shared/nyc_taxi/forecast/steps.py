@@ -834,16 +834,18 @@ class Scores:
         return next((r for r in self.rows if (r["model_name"], r["as_of_datetime"]) == (model_name, as_of)), None)
 
 
-def _forecast_hours(table, snapshot) -> tuple[dt.datetime, dt.datetime] | None:
-    """The first and the last forecast hour the table holds at ``snapshot``, from its data files' bounds
-    (Iceberg's manifests: no data read)."""
-    bounds = [
-        f["readable_metrics"]["forecast_hour"]
-        for f in table.inspect.files(snapshot_id=snapshot.snapshot_id).select(["readable_metrics"]).to_pylist()
-    ]
-    lows = [b["lower_bound"] for b in bounds if b["lower_bound"] is not None]
-    highs = [b["upper_bound"] for b in bounds if b["upper_bound"] is not None]
-    return (min(lows), max(highs)) if lows and highs else None
+def _forecast_hours(table, snapshot) -> Intervals:
+    """The hours the forecast table holds forecasts of at ``snapshot``: each data file's forecast hours, from
+    their bounds (Iceberg's manifests: no data read). A run's horizon is a file of its own until a MERGE
+    rewrites it, so the actuals read for them are the horizons' hours, not everything between the first and
+    the last."""
+    files = table.inspect.files(snapshot_id=snapshot.snapshot_id).select(["readable_metrics"]).to_pylist()
+    bounds = [f["readable_metrics"]["forecast_hour"] for f in files]
+    return Intervals.of(
+        (b["lower_bound"], b["upper_bound"] + dt.timedelta(hours=1))
+        for b in bounds
+        if b["lower_bound"] is not None and b["upper_bound"] is not None
+    )
 
 
 def score_forecasts(settings: Settings | None = None) -> Scores:
@@ -859,10 +861,11 @@ def score_forecasts(settings: Settings | None = None) -> Scores:
     before = current_snapshot(SCORES, settings)
 
     def attempt():
+        read_at = dt.datetime.now(dt.UTC)  # before the versions are read: a score read later replaces it
         forecast_table = load_table(FORECAST, settings)
         forecast, actuals = forecast_table.current_snapshot(), current_snapshot(ACTUALS, settings)
-        hours = _forecast_hours(forecast_table, forecast) if forecast and actuals else None
-        if hours is None:
+        hours = _forecast_hours(forecast_table, forecast) if forecast and actuals else Intervals()
+        if not hours:
             return forecast, actuals, hours, [], [], RowChanges()
         spark = get_spark(settings, small=True)
         scored = SQL.run(
@@ -870,10 +873,10 @@ def score_forecasts(settings: Settings | None = None) -> Scores:
             "score_forecasts",
             forecast=pinned(FORECAST, forecast, settings),
             actuals=pinned(ACTUALS, actuals, settings),
-            first_hour=hours[0],
-            after_last_hour=hours[1] + dt.timedelta(hours=1),
+            forecast_hours=hours.predicate("pickup_hour"),
             forecast_snapshot=forecast.snapshot_id,
             actuals_snapshot=actuals.snapshot_id,
+            read_at_us=int(read_at.timestamp() * 1_000_000),
         ).collect()
         rows = [r.asDict() for r in scored]
         kept = [r for r in rows if r["scored_zone_hours"]]
@@ -893,6 +896,7 @@ def score_forecasts(settings: Settings | None = None) -> Scores:
             insert_sql="insert_scores",
             staging="new_scores",
             raw=spark_table(SCORES, settings),
+            read_at_us=int(read_at.timestamp() * 1_000_000),
         )
         return forecast, actuals, hours, kept, checked, changes
 
@@ -910,16 +914,16 @@ def score_forecasts(settings: Settings | None = None) -> Scores:
                 checks=_recorded_checks(FORECAST, forecast, settings),
             )
         )
-    if actuals is not None and hours is not None:
+    if actuals is not None and hours:
         inputs.append(
             DatasetUse(
                 ACTUALS,
                 version=_version(actuals),
-                range=Range.of("pickup_hour", hours[0], hours[1] + dt.timedelta(hours=1)),
+                range=Range.of("pickup_hour", hours.spans[0][0], hours.spans[-1][1]),
                 checks=_recorded_checks(ACTUALS, actuals, settings),
             )
         )
-    any_hours = {"first_hour": "2000-01-01 00:00:00", "after_last_hour": "2000-01-02 00:00:00"}
+    any_hours = {"forecast_hours": "TRUE"}  # the hours change nothing about which column feeds which
     columns = column_lineage(
         SCORES,
         [
@@ -928,9 +932,15 @@ def score_forecasts(settings: Settings | None = None) -> Scores:
                 "score_forecasts",
                 reads={"forecast": "forecast", "actuals": "actuals"},
                 makes="scored",
-                values={**any_hours, "forecast_snapshot": 1, "actuals_snapshot": 1},
+                values={**any_hours, "forecast_snapshot": 1, "actuals_snapshot": 1, "read_at_us": 0},
             ),
-            Statement(SQL, "score_changes", reads={"staging": "scored", "raw": "target"}, makes="changes"),
+            Statement(
+                SQL,
+                "score_changes",
+                reads={"staging": "scored", "raw": "target"},
+                makes="changes",
+                values={"read_at_us": 0},
+            ),
             Statement(SQL, "merge_scores", reads={"raw": "target", "changes": "changes"}),
         ],
         {"forecast": FORECAST, "actuals": ACTUALS},

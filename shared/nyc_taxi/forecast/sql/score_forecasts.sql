@@ -2,10 +2,11 @@
 -- ${actuals}. A zone-hour is scored when the actuals hold its hour: its day is loaded, and a zone without a row
 -- there had no pickup in the window that counted it (0 rides); the other hours have not happened or are not
 -- loaded yet. Errors are forecast minus actual. A forecast none of whose hours the actuals hold is selected
--- too, with scored_zone_hours 0 (score_changes.sql removes a score it had).
-WITH actuals AS (
+-- too, with scored_zone_hours 0 (score_changes.sql removes a score it had). scored_at is when the step read
+-- the two tables' versions (${read_at_us}, microseconds since 1970 UTC).
+WITH actuals AS (  -- the hours the kept forecasts forecast (${forecast_hours}: ranges of pickup_hour)
   SELECT pickup_location_id, pickup_hour, ride_count FROM ${actuals}
-  WHERE pickup_hour >= TIMESTAMP_NTZ'${first_hour}' AND pickup_hour < TIMESTAMP_NTZ'${after_last_hour}'
+  WHERE ${forecast_hours}
 ),
 held_hours AS (SELECT DISTINCT pickup_hour FROM actuals),
 zone_hours AS (
@@ -33,6 +34,6 @@ SELECT
   avg(CASE WHEN held THEN predicted_ride_count - ride_count END)                  AS bias,
   CAST(${forecast_snapshot} AS BIGINT)                                            AS forecast_snapshot_id,
   CAST(${actuals_snapshot} AS BIGINT)                                             AS actuals_snapshot_id,
-  current_timestamp()                                                             AS scored_at
+  timestamp_micros(${read_at_us})                                                 AS scored_at
 FROM zone_hours
 GROUP BY model_name, as_of_datetime

@@ -6,7 +6,7 @@ in what it read, transitively, with the reason; and the smallest plan of re-runs
   (``published_now``: a HEAD request to the source; unknown offline, then only what was recorded counts).
 - A **raw month** is stale when raw does not hold the month's landed version (Iceberg's snapshot summary
   says which one it holds: ``core/snapshots.py``), or when the landed month is stale itself.
-- A **flow run** (its actuals, model and forecasts) is stale when a table it read has commits after the
+- A **flow run** (its actuals, model, forecasts and the score of its forecast) is stale when a table it read has commits after the
   snapshot it read that added or deleted data files in the range it read (the range is in its OpenLineage
   input facet; the files' bounds in Iceberg's manifests: no data is scanned), or when that range holds a
   raw month that is stale. A change outside the range read does not make a run stale.
@@ -27,8 +27,10 @@ from nyc_taxi.core import datasets as d
 from nyc_taxi.core.catalog import load_table
 from nyc_taxi.core.intervals import Intervals
 from nyc_taxi.core.jobs import (
+    AS_OF_DATETIME,
     INGEST_WEATHER_DATA,
     INGEST_YELLOW_TAXI_DATA,
+    MODEL,
     TRAIN_FORECAST_MODEL,
     TRAINING_FLOW,
     Pipeline,
@@ -90,6 +92,7 @@ class StaleItem:
     outputs: dict[str, str | None] = field(default_factory=dict)  # a run's outputs: dataset -> version
     run: str | None = None  # a run's label (Metaflow's pathspec) and OpenLineage id
     run_id: str | None = None
+    score: str | None = None  # a flow run's: the score of its forecast, stale with it ("<model> as of <origin>")
 
 
 @dataclass
@@ -239,11 +242,12 @@ def _whole(version: str | None) -> str:
 
 
 def _live_flow_runs(runs: Runs) -> list[JobRun]:
-    """The latest successful flow run of every set of parameters: what the tables' rows come from now."""
+    """The latest successful flow run of every model and origin (the forecast table's key: a run replaces the
+    rows of its model and origin, whatever its lookback and horizon): what the tables' rows come from now."""
     latest: dict[tuple, JobRun] = {}
     for run in runs.of_job(TRAINING_FLOW.name):
         if run.state == "success":
-            latest[tuple(run.parameters.get(p) for p in FLOW_PARAMETERS)] = run
+            latest[(run.parameters.get(MODEL.name, MODEL.default), run.parameters.get(AS_OF_DATETIME.name))] = run
     return sorted(latest.values(), key=lambda r: r.started or "")
 
 
@@ -325,6 +329,7 @@ def check(
             continue
         outputs = {n: v for c in runs.children(flow_run) for n, v in c.outputs.items()}
         parameters = {p: flow_run.parameters[p] for p in FLOW_PARAMETERS if p in flow_run.parameters}
+        model, origin = parameters.get(MODEL.name, MODEL.default), parameters.get(AS_OF_DATETIME.name)
         report.items.append(
             StaleItem(
                 "flow run",
@@ -335,6 +340,7 @@ def check(
                 outputs=outputs,
                 run=flow_run.label,
                 run_id=flow_run.run_id,
+                score=f"{model} as of {origin}" if d.YELLOW_RIDES_FORECAST_SCORES.name in outputs else None,
             )
         )
         conf = {k: FLOW_PARAMETERS[k].check(v) for k, v in parameters.items()}
@@ -355,6 +361,10 @@ def render(report: StaleReport) -> str:
             lines.append(f"  {item.kind:9s} {item.name}")
             if item.outputs:
                 lines.append("            wrote " + ", ".join(f"{n} @ {v}" for n, v in sorted(item.outputs.items())))
+            if item.score:
+                lines.append(
+                    f"            its forecast's score in {d.YELLOW_RIDES_FORECAST_SCORES.name} is stale: {item.score}"
+                )
             lines.append(f"            because {item.reason}")
     if not report.checked_sources:
         lines.append("(a source could not be reached: only what was recorded was compared)")

@@ -444,7 +444,7 @@ def model_records(
     ended, ``ended_ms``, else now: a check's history is ordered by its runs, not by when their records were
     made). A model its checks refused is none (no version of it is written). A model this run measured
     (``report.model_metrics``: its backtest scores) gets its featured measures (``mlModelMetrics``) and the
-    datasets they were measured on (``mlModelEvaluationData``)."""
+    datasets they were measured on, the run's inputs (``mlModelEvaluationData``)."""
     from datahub.emitter.mcp import MetadataChangeProposalWrapper
     from datahub.metadata import schema_classes as dhs
 
@@ -481,7 +481,7 @@ def model_records(
         # its own aspects, not mlModelProperties' metric lists: that aspect is written whole by each training run
         # (its checks are its training metrics), and a later step's write would replace it
         urn = identity(MODELS[name], settings).datahub_urn
-        evaluated_on = [use.dataset for use in [*report.inputs, *report.outputs] if isinstance(use.dataset, Table)]
+        evaluated_on = [use.dataset for use in report.inputs if isinstance(use.dataset, Table)]  # forecasts, actuals
         records += [
             MetadataChangeProposalWrapper(entityUrn=urn, aspect=dhs.MetricsClass(performanceMeasures=measures)),
             MetadataChangeProposalWrapper(

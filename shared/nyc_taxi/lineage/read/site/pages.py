@@ -226,6 +226,8 @@ class Pages:
             what = esc(item.name)
         if item.outputs:
             what += "<br>wrote " + ", ".join(link(root + dataset_path(n), n) for n in sorted(item.outputs))
+        if item.score:
+            what += f"<br>its forecast's score is stale: {esc(item.score)}"
         return what
 
     def _stale_section(self, items, root: str) -> str:

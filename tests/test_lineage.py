@@ -383,8 +383,10 @@ def test_the_republished_month_made_its_readers_stale_the_rerun_cleared_them_and
             for origin, model in DEMO_FORECASTS
         ),
     ], before
-    # the scores the runs wrote are among what is stale
+    # the scores the runs wrote are among what is stale, each run's forecast's named
     assert before.count("yellow_rides_forecast_scores @ ") == len(DEMO_FORECASTS), before
+    for origin, model in DEMO_FORECASTS:
+        assert f"its forecast's score in yellow_rides_forecast_scores is stale: {model} as of {origin}" in before
     rerun = section("bash run lineage --stale --rerun")
     assert "nothing is stale: every output was computed from what its inputs hold now" in rerun, rerun
     (reproduced,) = [text for head, text in sections.items() if "(bash run lineage --reproduce " in head]

@@ -244,6 +244,7 @@ def test_a_month_republished_inside_a_scored_horizon_makes_its_score_stale_and_t
     flows = [i for i in report["stale"] if i["kind"] == "flow run"]
     assert [f["run"] for f in flows] == [_flow_run("A")], report["stale"]
     assert scores.name in flows[0]["outputs"] and "yellow_taxi_raw" in flows[0]["reason"], flows[0]
+    assert flows[0]["score"] == f"seasonal_naive as of {RUNS['A']['as_of_datetime']}", flows[0]
     assert [(p["dag"], p["conf"]) for p in report["plan"]] == [
         ("train_forecast_model", {**RUNS["A"], "predict_horizon_hours": 24})
     ]

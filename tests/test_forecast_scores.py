@@ -254,3 +254,37 @@ def test_backtest_no_run_compares_the_models_only_where_both_were_scored_over_th
     }
     row = backtest("--origins", "1", "--last", "2015-05-08T00:00")["2015-05-08 00:00"]
     assert row.endswith("not comparable") and f"{scores[(WEATHER, eighth)]['wape']:.1%}" in row, row
+
+
+def test_a_score_read_earlier_never_replaces_one_read_later_and_a_forecast_gone_loses_its_score(kept, spark):
+    """A run that read the tables before the score the table holds was read, with other figures, changes
+    nothing: neither its comparison (score_changes.sql) nor its MERGE, should another run have committed in
+    between (merge_scores.sql checks again). A forecast deleted from the forecast table loses its score at
+    the next scoring; the others keep theirs."""
+    from nyc_taxi.core.naming import spark_table
+    from nyc_taxi.forecast import steps
+
+    scores = d.YELLOW_RIDES_FORECAST_SCORES
+    steps.score_forecasts()
+    held = {(r["model_name"], r["as_of_datetime"]): r for r in _rows(scores)}
+    mine = held[(SEASONAL, dt.datetime(2015, 5, 14))]
+    older = {**mine, "mae": mine["mae"] + 1.0, "scored_at": mine["scored_at"] - dt.timedelta(hours=1)}
+    schema = ", ".join(f"{c.name} {c.type}" for c in scores.columns)
+    spark.createDataFrame([tuple(older[c] for c in scores.column_names)], schema).createOrReplaceTempView("older")
+    read_at_us = int(older["scored_at"].timestamp() * 1_000_000)
+    target = spark_table(scores)
+    assert steps.SQL.run(spark, "score_changes", staging="older", raw=target, read_at_us=read_at_us).count() == 0
+    spark.sql(
+        "SELECT *, model_name AS change_model, as_of_datetime AS change_origin, 'changed' AS change FROM older"
+    ).createOrReplaceTempView("older_changes")
+    steps.SQL.run(spark, "merge_scores", changes="older_changes", raw=target, read_at_us=read_at_us)
+    assert {(r["model_name"], r["as_of_datetime"]): r for r in _rows(scores)} == held
+
+    gone = (SEASONAL, dt.datetime(2015, 5, 15))
+    spark.sql(
+        f"DELETE FROM {spark_table(d.YELLOW_RIDES_HOURLY_FORECAST)} "
+        f"WHERE model_name = '{gone[0]}' AND as_of_datetime = TIMESTAMP_NTZ'{gone[1]:%Y-%m-%d %H:%M:%S}'"
+    )
+    steps.score_forecasts()
+    after = {(r["model_name"], r["as_of_datetime"]) for r in _rows(scores)}
+    assert after == set(held) - {gone}

@@ -216,7 +216,7 @@ def test_a_forecast_table_of_the_old_key_is_refused_until_destroy_infra_drops_it
     asked = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     assert asked.returncode == 2 and "--yes" in asked.stderr and files <= set(tmp_path.rglob("*.parquet"))
     done = subprocess.run([*command, "--yes"], env=env, capture_output=True, text=True)
-    assert done.returncode == 0 and f"dropped {forecast.name}" in done.stdout, done.stderr
+    assert done.returncode == 0 and f"dropped {forecast.name}," in done.stdout, done.stderr
     assert not files & set(tmp_path.rglob("*.parquet"))  # its data files went with it
     ensure_tables([forecast], settings)
     table = load_table(forecast, settings)

@@ -41,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
 
         dropped = drop_table(TABLES[args.table], settings)
         print(
-            f"[{settings.profile}] " + (f"dropped {args.table} and its files" if dropped else f"no table {args.table}")
+            f"[{settings.profile}] "
+            + (
+                f"dropped {args.table}, its metadata and the data files its snapshots name"
+                if dropped
+                else f"no table {args.table}"
+            )
         )
         return 0
     done = lake.create() if args.action == "create" else lake.destroy()

@@ -3,8 +3,8 @@
 `bash run backtest` prints and the lineage site's Backtests page shows.
 
 An origin is compared only where every model has a score over its whole horizon (coverage 1), and the
-same horizon (the same first and last hour): a model scored on other hours than the rest would be judged
-on other demand. With one model there is nothing to compare: no winner."""
+same zone-hours (the same first and last hour, as many zone-hours: a model trained on another lookback may
+know other zones): a model scored on other zone-hours than the rest would be judged on other demand. With one model there is nothing to compare: no winner."""
 
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ class Comparison:
         return self.scores.get((model, origin))
 
     def comparable(self, origin: dt.datetime) -> bool:
-        """Two models or more, each with a score of the origin over its whole horizon, the same hours."""
+        """Two models or more, each with a score of the origin over its whole horizon, the same zone-hours."""
         scores = [self.score(m, origin) for m in self.models]
         return (
             len(self.models) > 1
             and all(s is not None and s["coverage"] == 1 and s["wape"] is not None for s in scores)
-            and len({(s["first_hour"], s["last_hour"]) for s in scores}) == 1
+            and len({(s["first_hour"], s["last_hour"], s["forecast_zone_hours"]) for s in scores}) == 1
         )
 
     def winner(self, origin: dt.datetime) -> str | None:

@@ -941,7 +941,7 @@ def score_forecasts(settings: Settings | None = None) -> Scores:
                 makes="changes",
                 values={"read_at_us": 0},
             ),
-            Statement(SQL, "merge_scores", reads={"raw": "target", "changes": "changes"}),
+            Statement(SQL, "merge_scores", reads={"raw": "target", "changes": "changes"}, values={"read_at_us": 0}),
         ],
         {"forecast": FORECAST, "actuals": ACTUALS},
         settings,

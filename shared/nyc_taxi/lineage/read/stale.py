@@ -247,7 +247,8 @@ def _live_flow_runs(runs: Runs) -> list[JobRun]:
     latest: dict[tuple, JobRun] = {}
     for run in runs.of_job(TRAINING_FLOW.name):
         if run.state == "success":
-            latest[(run.parameters.get(MODEL.name, MODEL.default), run.parameters.get(AS_OF_DATETIME.name))] = run
+            origin = run.parameters.get(AS_OF_DATETIME.name)  # as typed: with or without its seconds
+            latest[(run.parameters.get(MODEL.name), dt.datetime.fromisoformat(origin) if origin else None)] = run
     return sorted(latest.values(), key=lambda r: r.started or "")
 
 
@@ -329,7 +330,7 @@ def check(
             continue
         outputs = {n: v for c in runs.children(flow_run) for n, v in c.outputs.items()}
         parameters = {p: flow_run.parameters[p] for p in FLOW_PARAMETERS if p in flow_run.parameters}
-        model, origin = parameters.get(MODEL.name, MODEL.default), parameters.get(AS_OF_DATETIME.name)
+        model, origin = parameters.get(MODEL.name), parameters.get(AS_OF_DATETIME.name)
         report.items.append(
             StaleItem(
                 "flow run",

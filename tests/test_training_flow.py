@@ -339,7 +339,12 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
     for r in rows:
         if r["coverage"] == 1 and r["wape"] is not None:
             whole.setdefault(r["as_of_datetime"], {})[r["model_name"]] = r
-    compared = [o for o, by_model in whole.items() if set(by_model) == {"seasonal_naive", "weather_adjusted"}]
+    compared = [  # both models, over the same zone-hours
+        o
+        for o, by_model in whole.items()
+        if set(by_model) == {"seasonal_naive", "weather_adjusted"}
+        and len({(r["first_hour"], r["last_hour"], r["forecast_zone_hours"]) for r in by_model.values()}) == 1
+    ]
     assert AS_OF in compared
     model = identity(registry.YELLOW_RIDES_FORECAST_MODEL).datahub_urn
     written = [r for r in read_datahub_records(settings, "metaflow") if r["entityUrn"] == model]

@@ -34,16 +34,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     from nyc_taxi.core import spark_server
     from nyc_taxi.deployment import services
+    from nyc_taxi.deployment.hosts import Network
 
     team = (state / "team").is_dir()  # a team deployment of this state directory: its processes and data first
     data = [path for path in _data_directories(settings) if path.exists()]  # its data, even when team/ is gone
     given = [name.upper() for name in ("postgres_url", "redis_url", "s3_endpoint_url") if getattr(settings, name)]
     server = spark_server.running(settings)
+    hosts = Network(settings).namespaces()
     removed = [
         *([f"{state}: {_what_the_state_holds(settings)}"] if state.exists() else []),
         *(["the team deployment of this state directory: every program stopped"] if team else []),
         *(f"{path}: the team deployment's service data" for path in data if not path.is_relative_to(state)),
         *(["the warm Spark server: stopped"] if server else []),
+        *([f"the hosts layout's namespaces ({', '.join(hosts)}): what runs in them killed"] if hosts else []),
     ]
     if not removed:
         print(f"nothing to remove: {state} does not exist")
@@ -66,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     if team or data:
         for line in services.down(settings, delete_data=True):
+            print(f"    {line}")
+    if hosts:
+        for line in Network(settings).down():
             print(f"    {line}")
     if server:
         spark_server.stop(settings)

@@ -3,7 +3,10 @@ PostgreSQL (Airflow's metadata database and the Iceberg catalog), Redis, Seaweed
 storage: master, volume server, filer, S3 gateway), a Spark standalone cluster and Airflow on the
 CeleryExecutor with two workers (``nyc_taxi/deployment/supervisord.conf``), under the state directory,
 on 127.0.0.1 only. supervisord restarts a program that dies. Services the team runs itself are given
-with POSTGRES_URL, REDIS_URL, S3_ENDPOINT_URL and SPARK_MASTER and are not started."""
+with POSTGRES_URL, REDIS_URL, S3_ENDPOINT_URL and SPARK_MASTER and are not started.
+
+`bash run team hosts up | down | status | run HOST -- COMMAND`: the hosts of ``deployment/hosts.toml``
+(control, worker-a, worker-b) as network namespaces of this machine (``nyc_taxi/deployment/hosts.py``)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,11 @@ from nyc_taxi.deployment import services
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["hosts"]:  # the hosts layout: deployment/hosts.toml
+        from nyc_taxi.deployment import hosts
+
+        return hosts.main(argv[1:])
     parser = argparse.ArgumentParser(prog="bash run team", description=__doc__)
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument(

@@ -1,0 +1,285 @@
+"""`bash run team hosts up | down | status | run HOST -- COMMAND`: the hosts of ``hosts.toml`` on one
+machine, each a Linux network namespace, joined by a bridge that belongs to the deployment alone.
+
+- The bridge lives in a namespace of its own (the deployment's "switch"): the machine's own namespace
+  has no link, address or route into the hosts, and the hosts have no default route, so nothing leaves
+  them and nothing reaches them but each other.
+- A host's command runs in its network namespace and a mount namespace of its own, in which the state
+  directory is replaced by a directory holding only that host's (``<state>/hosts/<host>``), and /tmp by
+  the host's ``tmp``: a path of another host's, or of the machine's state, is missing there, so a path
+  shared by accident fails loudly instead of working by luck. The checkout stays visible.
+- Names derive from the state directory, so two deployments on one machine (the suite's) do not meet;
+  ``down`` finds everything it made by those names, even without a record, and removes it: the hosts'
+  processes (SIGKILL), their namespaces and with them every link and address.
+
+Creating namespaces takes root (``CAP_SYS_ADMIN`` and ``CAP_NET_ADMIN``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import ipaddress
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from nyc_taxi.core.processes import ServiceError, alive
+from nyc_taxi.core.settings import Settings
+
+LAYOUT = Path(__file__).with_name("hosts.toml")
+TEST_RANGE = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544: reserved for network tests
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    programs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    hosts: tuple[Host, ...]
+    prefix: int
+
+    def host(self, name: str) -> Host:
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise ServiceError(f"no host {name!r} in {LAYOUT.name}: {', '.join(h.name for h in self.hosts)}")
+
+    def network(self) -> ipaddress.IPv4Network:
+        return ipaddress.ip_interface(f"{self.hosts[0].address}/{self.prefix}").network
+
+
+def layout(path: Path = LAYOUT) -> Layout:
+    """The hosts as the file declares them, checked: addresses unique, in one subnet of the test range."""
+    data = tomllib.loads(path.read_text())
+    prefix = int(data["network"]["prefix"])
+    hosts = tuple(
+        Host(name, str(ipaddress.ip_address(h["address"])), tuple(h["programs"])) for name, h in data["hosts"].items()
+    )
+    declared = Layout(hosts, prefix)
+    network = declared.network()
+    for host in hosts:
+        if ipaddress.ip_address(host.address) not in network or not network.subnet_of(TEST_RANGE):
+            raise ServiceError(
+                f"{path.name}: {host.name}'s address {host.address} is not in {network} within {TEST_RANGE}"
+            )
+    if len({h.address for h in hosts}) != len(hosts):
+        raise ServiceError(f"{path.name}: two hosts share an address")
+    return declared
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise ServiceError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    return done
+
+
+class Network:
+    """The hosts of ``layout`` for the deployment of ``settings.state_dir``, as namespaces of this machine."""
+
+    def __init__(self, settings: Settings, declared: Layout | None = None):
+        self.settings = settings
+        self.layout = declared or layout()
+        self.tag = hashlib.sha256(str(settings.state_dir.resolve()).encode()).hexdigest()[:6]
+
+    # ---- names: all derived from the state directory -----------------------------------------------
+    @property
+    def prefix(self) -> str:
+        return f"nyc-taxi-{self.tag}-"
+
+    @property
+    def switch(self) -> str:
+        return f"{self.prefix}switch"
+
+    def namespace(self, host: str) -> str:
+        return f"{self.prefix}{host}"
+
+    def port(self, index: int) -> str:
+        """The switch's end of a host's link (an interface name: at most 15 characters)."""
+        return f"h{self.tag}-{index}"
+
+    def directory(self, host: str) -> Path:
+        """The host's own state directory: on a machine of its own, its whole state."""
+        return self.settings.state_dir / "hosts" / host
+
+    # ---- what exists now --------------------------------------------------------------------------
+    def namespaces(self) -> list[str]:
+        if shutil.which("ip") is None:  # no iproute2: no namespace was made here
+            return []
+        listed = _ip("netns", "list").stdout.split("\n")
+        return sorted(line.split()[0] for line in listed if line.startswith(self.prefix))
+
+    def pids(self) -> list[int]:
+        """Every process in one of the deployment's namespaces."""
+        found = []
+        for namespace in self.namespaces():
+            found += [int(p) for p in _ip("netns", "pids", namespace, check=False).stdout.split()]
+        return sorted(found)
+
+    # ---- up / down --------------------------------------------------------------------------------
+    def up(self) -> list[str]:
+        """Create what is missing: the switch with its bridge, each host's namespace, link and address,
+        and its state directory. Safe to repeat."""
+        if os.geteuid() != 0 or shutil.which("ip") is None:
+            raise ServiceError("the hosts layout takes root and iproute2's `ip` (network namespaces)")
+        made = set(self.namespaces())
+        if self.switch not in made:
+            _ip("netns", "add", self.switch)
+            _ip("-n", self.switch, "link", "add", "bridge", "type", "bridge")
+            _ip("-n", self.switch, "link", "set", "bridge", "up")
+        said = []
+        for index, host in enumerate(self.layout.hosts):
+            namespace = self.namespace(host.name)
+            if namespace not in made:
+                _ip("netns", "add", namespace)
+                _ip(
+                    "link",
+                    "add",
+                    "eth0",
+                    "netns",
+                    namespace,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    self.port(index),
+                    "netns",
+                    self.switch,
+                )
+                _ip("-n", self.switch, "link", "set", self.port(index), "master", "bridge", "up")
+                _ip("-n", namespace, "addr", "add", f"{host.address}/{self.layout.prefix}", "dev", "eth0")
+                _ip("-n", namespace, "link", "set", "eth0", "up")
+                _ip("-n", namespace, "link", "set", "lo", "up")
+            for part in ("", "tmp"):
+                (self.directory(host.name) / part).mkdir(parents=True, exist_ok=True)
+            self.directory(host.name).chmod(0o700)
+            said.append(f"{host.name}: {host.address} (namespace {namespace}, state {self.directory(host.name)})")
+        return said
+
+    def down(self) -> list[str]:
+        """Kill every process in the deployment's namespaces and remove the namespaces (their links and
+        addresses go with them). The hosts' state directories stay."""
+        pids = self.pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):  # gone meanwhile
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        namespaces = self.namespaces()
+        for namespace in namespaces:
+            _ip("netns", "del", namespace)
+        if left := self.namespaces():
+            raise ServiceError(f"namespaces still there after down: {', '.join(left)}")
+        return [f"removed {n}" for n in namespaces] + ([f"killed {len(pids)} processes"] if pids else [])
+
+    def status(self) -> list[str]:
+        made = set(self.namespaces())
+        return [
+            f"{h.name}: {h.address} {'up' if self.namespace(h.name) in made else 'down'}; "
+            f"programs {', '.join(h.programs)}"
+            for h in self.layout.hosts
+        ]
+
+    # ---- faults of the network: a host cut off, a link that loses packets ----------------------------
+    def _port_of(self, host: str) -> str:
+        return self.port(self.layout.hosts.index(self.layout.host(host)))
+
+    def cut(self, host: str) -> None:
+        """Cut the host's link at the switch: the host runs on, and reaches nothing, as a pulled cable."""
+        _ip("-n", self.switch, "link", "set", self._port_of(host), "down")
+
+    def mend(self, host: str) -> None:
+        """Put the cable back, and return once the host's link has carrier again (the kernel tells of a
+        carrier within about a second; until then the host's own sends fail as unreachable)."""
+        _ip("-n", self.switch, "link", "set", self._port_of(host), "up")
+        deadline = time.monotonic() + 10
+        while "NO-CARRIER" in _ip("-n", self.namespace(host), "link", "show", "eth0").stdout:
+            if time.monotonic() > deadline:
+                raise ServiceError(f"{host}'s link has no carrier 10 s after it was mended")
+            time.sleep(0.05)
+
+    def lose(self, host: str, share: float) -> None:
+        """Drop ``share`` of the packets on the host's link, each way, at random, as a bad cable does:
+        silently, where they arrive (iptables' ``statistic`` match on eth0's INPUT: the host's own for
+        what reaches it, every other host's for what it sends; a drop where a packet leaves would tell
+        its sender). 0 takes it off. This machine's kernel has no ``tc netem``."""
+        source = self.layout.host(host).address
+        for other in self.layout.hosts:
+            namespace = self.namespace(other.name)
+            rule = ["INPUT", "-i", "eth0", *(() if other.name == host else ("-s", source))]
+            rule += ["-m", "statistic", "--mode", "random", "--probability", str(share), "-j", "DROP"]
+            rule += ["-m", "comment", "--comment", "nyc-taxi-loss"]
+            listed = subprocess.run(["ip", "netns", "exec", namespace, "iptables", "-S", "INPUT"],
+                                    capture_output=True, text=True, check=True).stdout  # fmt: skip
+            for line in listed.splitlines():  # the loss set before, whatever its share
+                if "nyc-taxi-loss" in line:
+                    subprocess.run(["ip", "netns", "exec", namespace, "iptables", "-D", *line.split()[1:]],
+                                   check=True, capture_output=True)  # fmt: skip
+            if share > 0:
+                done = subprocess.run(["ip", "netns", "exec", namespace, "iptables", "-A", *rule],
+                                      capture_output=True, text=True)  # fmt: skip
+                if done.returncode != 0:
+                    raise ServiceError(f"loss of {share:.0%} on {host}: {done.stderr.strip()}")
+
+    # ---- running on a host ------------------------------------------------------------------------
+    def command(self, host: str, argv: list[str]) -> list[str]:
+        """``argv`` as it runs on ``host``: in its network namespace and a private mount namespace that
+        shows only the host's own state directory (at ``<state>/hosts/<host>``) and its own /tmp."""
+        self.layout.host(host)
+        state, own = self.settings.state_dir.resolve(), self.directory(host).resolve()
+        if self.namespace(host) not in self.namespaces():
+            raise ServiceError(f"host {host} is not up: run `bash run team hosts up`")
+        # The host's directory is held at a private tmpfs on /mnt while its tmp replaces /tmp and a tmpfs
+        # replaces the state directory (in that order: the state directory may lie under /tmp), then moved
+        # into place. Every mount is private to the namespace.
+        script = (
+            'set -e; state="$1"; own="$2"; shift 2; '
+            "mount -t tmpfs -o size=1m,mode=0700 host-hold /mnt; mkdir /mnt/own; "
+            'mount --bind "$own" /mnt/own; mount --bind "$own/tmp" /tmp; '
+            'mkdir -p "$state"; mount -t tmpfs -o size=1m,mode=0755 host-state "$state"; '
+            'mkdir -p "$state/hosts/${own##*/}"; mount --move /mnt/own "$state/hosts/${own##*/}"; '
+            'umount /mnt; exec "$@"'
+        )
+        return ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",
+                "--", "sh", "-c", script, "host", str(state), str(own), *argv]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from nyc_taxi.core.settings import get_settings
+
+    parser = argparse.ArgumentParser(prog="bash run team hosts", description=__doc__)
+    parser.add_argument("action", choices=["up", "down", "status", "run"])
+    parser.add_argument("host", nargs="?", help="run: the host")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="run: the command, after --")
+    args = parser.parse_args(argv)
+    network = Network(get_settings())
+    try:
+        if args.action == "run":
+            command = args.command[1:] if args.command[:1] == ["--"] else args.command
+            if not args.host or not command:
+                parser.error("run takes a host and a command: run HOST -- COMMAND")
+            return subprocess.run(network.command(args.host, command)).returncode
+        said = {"up": network.up, "down": network.down, "status": network.status}[args.action]()
+    except ServiceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print("\n".join(said))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""The hosts layout on one machine (``deployment/hosts.toml``, ``deployment/hosts.py``): network
+namespaces joined by the deployment's own bridge and nothing else, a mount namespace per host that
+shows only its own state directory, and `down` that leaves nothing behind. Fast: namespaces are made
+and removed in milliseconds; they take root, as the team profile's PostgreSQL does."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from nyc_taxi.core.processes import alive
+from nyc_taxi.core.settings import Settings
+from nyc_taxi.deployment.hosts import TEST_RANGE, Network, layout
+from nyc_taxi.deployment.supervisor import CONFIG
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None,
+    reason="network and mount namespaces take root and iproute2 / util-linux",
+)
+
+
+def _programs_of_supervisord() -> set[str]:
+    """The configuration's programs (a numbered one, airflow-worker-1 and -2, is one)."""
+    import configparser
+
+    parser = configparser.RawConfigParser()
+    parser.read(CONFIG)
+    return {s.split(":", 1)[1] for s in parser.sections() if s.startswith("program:")}
+
+
+def test_every_program_of_supervisord_runs_on_a_host_and_control_and_workers_hold_what_the_layout_needs():
+    declared = layout()
+    placed = {p for h in declared.hosts for p in h.programs}
+    assert placed == _programs_of_supervisord()
+    control = declared.host("control")
+    assert {"postgres", "redis", "spark-master", "seaweedfs-master", "airflow-scheduler"} <= set(control.programs)
+    workers = [h for h in declared.hosts if h.name != "control"]
+    assert len(workers) >= 2
+    for worker in workers:
+        assert {"airflow-worker", "spark-worker", "seaweedfs-volume"} <= set(worker.programs)
+    assert all(ipaddress.ip_address(h.address) in TEST_RANGE for h in declared.hosts)
+
+
+def _links_and_addresses_of_the_machine() -> str:
+    return (
+        subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, check=True).stdout
+        + subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    )
+
+
+@pytest.fixture
+def network(tmp_path):
+    network = Network(Settings(state_dir=tmp_path / "state"))
+    before = _links_and_addresses_of_the_machine()
+    network.up()
+    yield network
+    network.down()
+    # nothing of the deployment's is left: no namespace, no process in one, no link or address
+    assert network.namespaces() == [] and network.pids() == []
+    assert _links_and_addresses_of_the_machine().count("\n") == before.count("\n")
+    assert "198.18." not in _links_and_addresses_of_the_machine()
+
+
+def _python_on(network: Network, host: str, code: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        network.command(host, [sys.executable, "-c", textwrap.dedent(code)]),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_hosts_reach_each_other_by_address_and_nothing_else(network, tmp_path):
+    control, worker = network.layout.host("control"), network.layout.host("worker-a")
+    # a listener on control's address, and one on the machine's own loopback
+    server = subprocess.Popen(
+        network.command(
+            "control",
+            [sys.executable, "-c", f"import socket; s = socket.create_server(('{control.address}', 8765)); "
+             "print('listening', flush=True); c, _ = s.accept(); c.sendall(b'hello from control'); c.close()"],
+        ),
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert server.stdout.readline().strip() == "listening"
+    import socket
+
+    machine = socket.create_server(("127.0.0.1", 0))
+    try:
+        reached = _python_on(
+            network,
+            "worker-a",
+            f"""
+            import errno, socket
+            print(socket.create_connection(('{control.address}', 8765), timeout=5).recv(100).decode())
+            for where in [('127.0.0.1', {machine.getsockname()[1]}), ('192.0.2.1', 53), ('8.8.8.8', 53)]:
+                try:
+                    socket.create_connection(where, timeout=2)
+                    print('reached', where)
+                except OSError as error:
+                    print('refused' if error.errno in (errno.ECONNREFUSED, errno.ENETUNREACH) else repr(error))
+            """,
+        )
+    finally:
+        machine.close()
+    assert server.wait(timeout=10) == 0
+    assert reached.returncode == 0, reached.stderr
+    # control answers from its address; the machine's own loopback is not the host's; no route out
+    assert reached.stdout.split("\n")[:4] == ["hello from control", "refused", "refused", "refused"]
+    routes = subprocess.run(network.command("worker-a", ["ip", "route"]), capture_output=True, text=True)
+    assert "default" not in routes.stdout and f"src {worker.address}" in routes.stdout
+    # the machine's namespace has no address of the hosts' and no way into them
+    assert "198.18." not in _links_and_addresses_of_the_machine()
+
+
+def test_a_host_sees_its_own_state_directory_and_the_checkout_and_no_other_hosts(network):
+    state = network.settings.state_dir.resolve()
+    (network.directory("worker-b") / "secret").write_text("worker-b's")
+    (state / "team").mkdir(parents=True, exist_ok=True)
+    (state / "team" / "services.json").write_text("{}")
+    machines_tmp = Path("/tmp") / f"nyc-taxi-hosts-test-{os.getpid()}"
+    machines_tmp.write_text("the machine's")
+    seen = _python_on(
+        network,
+        "worker-a",
+        f"""
+        import os, pathlib, nyc_taxi
+        state = pathlib.Path({str(state)!r})
+        (state / 'hosts' / 'worker-a' / 'written').write_text('on worker-a')
+        print(sorted(os.listdir(state)), sorted(os.listdir(state / 'hosts')))
+        print((state / 'hosts' / 'worker-b' / 'secret').exists(), (state / 'team' / 'services.json').exists())
+        print(pathlib.Path(nyc_taxi.__file__).is_file(), pathlib.Path({str(machines_tmp)!r}).exists())
+        """,
+    )
+    assert seen.returncode == 0, seen.stderr
+    lines = seen.stdout.split("\n")
+    assert lines[0] == "['hosts'] ['worker-a']"
+    assert lines[1] == "False False"  # another host's file and the machine's record: missing there
+    assert lines[2] == "True False"  # the checkout is there; the machine's /tmp is not the host's
+    assert (network.directory("worker-a") / "written").read_text() == "on worker-a"  # its own is its own
+    machines_tmp.unlink()
+
+
+def test_down_kills_what_runs_on_the_hosts_and_two_deployments_do_not_meet(network, tmp_path):
+    other = Network(Settings(state_dir=tmp_path / "other-state"))
+    assert other.prefix != network.prefix
+    sleeper = subprocess.Popen(network.command("worker-b", ["sleep", "300"]))
+    try:
+        other.up()
+        assert len(other.namespaces()) == len(other.layout.hosts) + 1
+        for _ in range(100):  # the sleeper has entered its namespace
+            if network.pids():
+                break
+            time.sleep(0.05)
+        assert network.pids() and other.pids() == []
+        other.down()
+        assert network.namespaces() and sleeper.poll() is None  # the other's down left this one alone
+    finally:
+        other.down()
+    running = network.pids()
+    said = network.down()
+    sleeper.wait(timeout=10)  # ended long before its 300 s
+    assert running and not any(alive(p) for p in running)
+    assert any("killed" in line for line in said)
+    network.up()  # for the fixture's own down and its checks
+
+
+def test_clean_names_the_hosts_namespaces_and_removes_them(tmp_path):
+    state = tmp_path / "state"
+    network = Network(Settings(state_dir=state))
+    network.up()
+    try:
+        env = {**os.environ, "STATE_DIR": str(state), "PROFILE": "local"}
+        clean = [sys.executable, "-m", "nyc_taxi.cli.clean"]
+        asked = subprocess.run(clean, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        assert asked.returncode == 2 and network.switch in asked.stdout  # named, and nothing removed
+        assert len(network.namespaces()) == len(network.layout.hosts) + 1
+        done = subprocess.run([*clean, "--yes"], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert network.namespaces() == [] and not state.exists()
+    finally:
+        network.down()
+
+
+@pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables (bash run setup installs it)")
+def test_a_cut_link_reaches_nothing_until_mended_and_a_lossy_link_drops_its_share_each_way(network):
+    control = network.layout.host("control")
+    server = subprocess.Popen(
+        network.command(
+            "control",
+            [sys.executable, "-c", f"import socket; s = socket.create_server(('{control.address}', 8765)); "
+             "print('listening', flush=True)\nwhile True: s.accept()[0].close()"],
+        ),
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert server.stdout.readline().strip() == "listening"
+
+    def connects(host: str) -> bool:
+        done = _python_on(
+            network,
+            host,
+            f"""
+            import socket
+            try:
+                socket.create_connection(('{control.address}', 8765), timeout=2).close()
+                print('yes')
+            except OSError as error:
+                print(type(error).__name__)
+            """,
+        )
+        return done.stdout.strip() == "yes"
+
+    def delivered(sender: str, receiver: str, count: int = 1000) -> int:
+        """Datagrams of ``count`` sent that arrive (UDP: nothing resent)."""
+        address = network.layout.host(receiver).address
+        listener = subprocess.Popen(
+            network.command(
+                receiver,
+                [sys.executable, "-c", f"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                 f"s.bind(('{address}', 8766)); s.settimeout(10); print('ready', flush=True)\nn = 0\n"
+                 "try:\n    while True: s.recv(10); n += 1; s.settimeout(1)\nexcept TimeoutError: print(n)"],
+            ),
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert listener.stdout.readline().strip() == "ready"
+        sent = _python_on(
+            network,
+            sender,
+            f"""
+            import socket, time
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            for _ in range({count}):
+                s.sendto(b'x', ('{address}', 8766))
+                time.sleep(0.0005)
+            """,
+        )
+        assert sent.returncode == 0, sent.stderr
+        return int(listener.communicate(timeout=10)[0].strip())
+
+    try:
+        assert connects("worker-a")
+        network.cut("worker-a")
+        assert not connects("worker-a")  # no answer: the cable is out
+        assert connects("worker-b")  # the other worker still reaches control
+        network.mend("worker-a")
+        # back within seconds: the host may first say "no route" for the neighbour it failed to reach
+        deadline = time.monotonic() + 10
+        while not connects("worker-a"):
+            assert time.monotonic() < deadline, "worker-a does not reach control 10 s after its link was mended"
+        assert delivered("worker-a", "control") == 1000
+        network.lose("worker-a", 0.2)
+        # 1,000 datagrams, 20 % lost each: 800 arrive, give or take 13 (a binomial's deviation); 5 of those
+        for sender, receiver in (("worker-a", "control"), ("control", "worker-a")):
+            assert 735 <= delivered(sender, receiver) <= 865
+        assert delivered("worker-b", "control") == 1000  # one link only
+        network.lose("worker-a", 0.2)  # set again: replaced, not added to
+        assert 735 <= delivered("worker-a", "control") <= 865
+        network.lose("worker-a", 0)
+        assert delivered("worker-a", "control") == 1000
+    finally:
+        server.kill()

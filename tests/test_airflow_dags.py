@@ -492,6 +492,26 @@ def test_a_trace_through_a_raw_snapshot_whose_own_check_failed_says_the_data_fai
     assert not verdict.passed and verdict.text().startswith("✗ computed from data that failed its checks")
     assert "month_rows_as_staged" in verdict.text()
 
+    # June's snapshot carries May's failure in the record its readers read, and the flow refuses it: the
+    # doubled May is not counted into the actuals
+    from nyc_taxi.core import quality
+    from nyc_taxi.forecast import steps
+
+    june = snapshot_id(registry.YELLOW_TAXI_RAW)
+    recorded = quality.recorded_results(load_table(registry.YELLOW_TAXI_RAW), june)
+    assert sorted((r.check, r.status, r.version) for r in recorded) == [
+        ("month_rows_as_staged", "fail", str(may)),
+        ("month_rows_as_staged", "pass", str(june)),
+    ]
+    ensure_tables([registry.YELLOW_RIDES_HOURLY_ACTUALS])
+    actuals_before = snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS)
+    with pytest.raises(quality.ChecksFailed) as refused:
+        steps.compute_actuals(dt.datetime(2018, 6, 15), 28, 24, settings)
+    message = str(refused.value)
+    assert message.startswith(f"yellow_taxi_raw snapshot {june} fails its checks, so nothing was committed"), message
+    assert "month_rows_as_staged (error)" in message and f"failed on yellow_taxi_raw snapshot {may}" in message
+    assert snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS) == actuals_before
+
 
 @pytest.mark.guards
 def test_unpublished_month_skips_cleanly(dagbag):

@@ -236,7 +236,9 @@ TAXI_MONTH_CHECKS: tuple[Check, ...] = (
            doc="Flex fares (payment type 0): the TLC leaves passenger_count, ratecode_id, store_and_fwd_flag, "
                "congestion_surcharge and airport_fee null on them, 10-29 % of the rows in 2025 (kept as published)"),
     expect("pickup_zone_known", "pickup_location_id BETWEEN 1 AND 265", on=("pickup_location_id",),
-           doc="A taxi zone of the TLC's lookup (1..265); others are counted in no zone's actuals"),
+           severity="error", tolerance=0.01,
+           doc="A taxi zone of the TLC's lookup (1..265; 264 and 265 are its unknown zones): a trip elsewhere is in no "
+               "zone's actuals; a few are warned of, more than 1 % is a damaged file"),
     accepted_values("vendor_id", "1, 2, 6, 7", name="vendor_known",
                     doc="The TPEP providers the data dictionary lists (1, 2, 6, 7)"),
 )

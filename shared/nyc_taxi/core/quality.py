@@ -424,6 +424,19 @@ def record(table, snapshot_id: int, results: list[CheckResult], settings) -> Non
         logging.getLogger(__name__).warning("could not record %s's check results", table.name, exc_info=True)
 
 
+def still_failing(table, snapshot_id: int, results: list[CheckResult]) -> list[CheckResult]:
+    """The error results that failed on an earlier commit whose batch ``snapshot_id`` of ``table`` (pyiceberg)
+    still holds as that commit left it: those its parent's record carries and ``results`` (the new commit's)
+    did not judge again. A raw table's check judges the batch its commit wrote (a month's files); a later
+    commit of another month leaves those rows as they were. A rollback ends the chain: the record kept is
+    then of a snapshot that is not the new commit's parent."""
+    snapshot = table.snapshot_by_id(snapshot_id)
+    parent = snapshot.parent_snapshot_id if snapshot else None
+    judged = {(r.check, batch_of(r.rule)) for r in results}
+    held = recorded_results(table, parent) if parent is not None else []
+    return [r for r in held if r.stops and (r.check, batch_of(r.rule)) not in judged]
+
+
 def recorded_results(table, snapshot_id) -> list[CheckResult]:
     """The results its writer recorded for ``snapshot_id`` of ``table`` (pyiceberg), as a run that reads
     that version reports them; none when the table's record is of another snapshot."""

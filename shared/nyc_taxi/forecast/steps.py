@@ -248,6 +248,28 @@ def _recorded_checks(table: d.Table, snapshot, settings: Settings) -> list[quali
     return quality.recorded_results(load_table(table, settings), snapshot.snapshot_id) if snapshot else []
 
 
+def _refuse_raw_that_failed(table: d.Table, results: list[quality.CheckResult], read: DatasetUse, output) -> None:
+    """ChecksFailed when ``results``, what raw's writers recorded for the snapshot a step reads, hold a failed
+    error check: a merge's own check fails after its commit, which stands, and the month it judged stays in
+    every later snapshot as it was (``quality.still_failing``). Nothing reads it until it is mended."""
+    versions = ", ".join(sorted({str(r.version) for r in quality.stopping(results)}))
+    quality.refuse(
+        results,
+        subject=f"{table.name} snapshot {read.version}",
+        consequence="nothing was committed"
+        + (f" ({output.name} stays at snapshot {output.version})" if output.version else "")
+        + " and no model is trained",
+        keep=(
+            f"The check failed on {table.name} snapshot {versions}, whose commit stands. Roll {table.name} back to the "
+            "snapshot before it (CALL <catalog>.system.rollback_to_snapshot(...)) and load the months since "
+            "again, or load the month that failed again."
+        ),
+        examples=lambda check: [],
+        checks=table.checks,
+        report=lambda shown: StepReport(inputs=[replace(read, checks=shown)], outputs=[output]),
+    )
+
+
 def _scan(table: d.Table, column: str, start, end, settings: Settings, iceberg=None, snapshot=None):
     """Rows of ``table`` with ``start <= column < end`` at ``snapshot`` (default: its current one), and that
     snapshot."""
@@ -383,6 +405,13 @@ def compute_actuals(
             _day_checks(WindowDays(window, {}), None, before, lookback_days)
             raise
         raw_snapshot = raw_table.current_snapshot()
+        if raw_snapshot is not None:  # a month whose own check failed is not counted: refused, and why
+            _refuse_raw_that_failed(
+                RAW,
+                quality.recorded_results(raw_table, raw_snapshot.snapshot_id),
+                DatasetUse(RAW, version=_version(raw_snapshot), range=Range.of("pickup_datetime", *window.hours)),
+                DatasetUse(ACTUALS, version=_version(before), committed=False),
+            )
         coverage = Coverage.of(actuals_table)
         valid = coverage.still_counted(raw_table, raw_snapshot) if coverage else Intervals()
         counted, kept = hours - valid, hours & valid
@@ -590,6 +619,7 @@ def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings
         range=Range.of("date", first, after),
         checks=_recorded_checks(WEATHER, snapshot, settings),
     )
+    _refuse_raw_that_failed(WEATHER, read.checks, read, DatasetUse(MODEL, version=None, committed=False))
     return {day: sum(v) / len(v) for day, v in per_day.items()}, read
 
 

@@ -83,15 +83,18 @@ def check_published(
 ) -> None:
     """Raw's declared checks and profile on the snapshot a merge wrote (``quality.count_snapshot``: a row
     count its data files' bounds settle from the manifests, the rest in one pruned pass), kept on ``written``
-    and in raw's metadata for the runs that read it. An error is raised after the commit, which stands: the
-    task fails, and says how to roll it back."""
+    and in raw's metadata for the runs that read it, with the failures of earlier commits the snapshot still
+    holds. An error is raised after the commit, which stands: the task fails, and says how to roll it back."""
     iceberg = load_table(raw, settings)
     snapshot = int(written.version)
     rows = functools.partial(pinned_rows, spark, raw, snapshot, settings)  # only if the manifests do not settle it
     counts = quality.count_snapshot(iceberg, snapshot, rows, raw.checks, values)
     written.checks = quality.judge(raw.name, raw.checks, counts, written.version, values)
     written.profile = profile(raw, iceberg, snapshot)
-    quality.record(raw, snapshot, written.checks, settings)
+    # a month whose own check failed on an earlier commit is still in raw as it was: its failure stays in
+    # the record every reader of this snapshot reads (the flow refuses it), until the month is loaded again
+    # or raw rolled back; this commit's own results decide this task
+    quality.record(raw, snapshot, written.checks + quality.still_failing(iceberg, snapshot, written.checks), settings)
     quality.refuse(
         written.checks,
         subject=f"{raw.name} snapshot {written.version}",

@@ -5,6 +5,7 @@ and removed in milliseconds; they take root, as the team profile's PostgreSQL do
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import shutil
@@ -49,6 +50,15 @@ def test_every_program_of_supervisord_runs_on_a_host_and_control_and_workers_hol
     assert all(ipaddress.ip_address(h.address) in TEST_RANGE for h in declared.hosts)
 
 
+def _network_namespaces() -> set[int]:
+    """Every network namespace of the machine: those its processes are in, and those held by a name."""
+    found = set()
+    for link in [*Path("/proc").glob("[0-9]*/ns/net"), *Path("/run/netns").glob("*")]:
+        with contextlib.suppress(OSError):  # a process gone meanwhile
+            found.add(os.stat(link).st_ino)
+    return found
+
+
 def _links_and_addresses_of_the_machine() -> str:
     return (
         subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, check=True).stdout
@@ -59,14 +69,16 @@ def _links_and_addresses_of_the_machine() -> str:
 @pytest.fixture
 def network(tmp_path):
     network = Network(Settings(state_dir=tmp_path / "state"))
-    before = _links_and_addresses_of_the_machine()
+    before, links = _network_namespaces(), _links_and_addresses_of_the_machine()
     network.up()
+    made = _network_namespaces() - before
+    assert len(made) == len(network.layout.hosts) + 1  # a namespace per host and the switch's
     yield network
     network.down()
-    # nothing of the deployment's is left: no namespace, no process in one, no link or address
-    assert network.namespaces() == [] and network.pids() == []
-    assert _links_and_addresses_of_the_machine().count("\n") == before.count("\n")
-    assert "198.18." not in _links_and_addresses_of_the_machine()
+    # nothing of the deployment's is left: none of its namespaces, by name or held by a process (with
+    # them go their links and addresses), and the machine's own links and addresses as they were
+    assert network.namespaces() == [] and not made & _network_namespaces()
+    assert _links_and_addresses_of_the_machine() == links
 
 
 def _python_on(network: Network, host: str, code: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -225,7 +237,8 @@ def test_a_cut_link_reaches_nothing_until_mended_and_a_lossy_link_drops_its_shar
         listener = subprocess.Popen(
             network.command(
                 receiver,
-                [sys.executable, "-c", f"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                [sys.executable, "-c", "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                 "s.setsockopt(socket.SOL_SOCKET, 33, 1 << 23); "  # SO_RCVBUFFORCE: room for every datagram
                  f"s.bind(('{address}', 8766)); s.settimeout(10); print('ready', flush=True)\nn = 0\n"
                  "try:\n    while True: s.recv(10); n += 1; s.settimeout(1)\nexcept TimeoutError: print(n)"],
             ),
@@ -265,7 +278,47 @@ def test_a_cut_link_reaches_nothing_until_mended_and_a_lossy_link_drops_its_shar
         assert delivered("worker-b", "control") == 1000  # one link only
         network.lose("worker-a", 0.2)  # set again: replaced, not added to
         assert 735 <= delivered("worker-a", "control") <= 865
+        network.lose("worker-b", 0.5)  # another link's loss beside it, and taken off: worker-a's stays
+        assert 400 <= delivered("worker-b", "control") <= 600
+        network.lose("worker-b", 0)
+        assert delivered("worker-b", "control") == 1000
+        assert 735 <= delivered("worker-a", "control") <= 865
         network.lose("worker-a", 0)
         assert delivered("worker-a", "control") == 1000
     finally:
         server.kill()
+
+
+def test_a_half_made_host_is_said_so_and_made_again_by_up_and_link_names_follow_the_host(network):
+    ports = [network.port(h.name) for h in network.layout.hosts]
+    assert len(set(ports)) == len(ports) and all(len(p) <= 15 for p in ports)
+    subprocess.run(["ip", "-n", network.switch, "link", "del", network.port("worker-a")], check=True)
+    assert "worker-a: 198.18.0.11 half made" in "\n".join(network.status())
+    network.up()
+    assert all(" up;" in line for line in network.status())
+    control = network.layout.host("control").address
+    reached = _python_on(
+        network, "worker-a", "import socket; s = socket.create_server(('198.18.0.11', 0)); print(s.getsockname()[0])"
+    )
+    assert reached.stdout.strip() == "198.18.0.11"
+    routes = subprocess.run(
+        network.command("worker-a", ["ip", "route", "get", control]), capture_output=True, text=True
+    )
+    assert routes.returncode == 0 and "dev eth0" in routes.stdout
+
+
+def test_a_checkout_under_tmp_stays_visible_on_a_host_every_time(network, tmp_path, monkeypatch):
+    """A host's /tmp is its own, so a checkout under the machine's /tmp (a CI clone's) would vanish with
+    it: it is put back, on the first command and on every later one (whose /tmp then holds the empty
+    directory the first made)."""
+    from nyc_taxi.deployment import hosts
+
+    checkout = tmp_path / "clone"
+    checkout.mkdir()
+    (checkout / "here").write_text("the checkout")
+    monkeypatch.setattr(hosts, "CHECKOUT", checkout)
+    for _ in range(2):
+        seen = subprocess.run(
+            network.command("worker-a", ["cat", str(checkout / "here")]), capture_output=True, text=True
+        )
+        assert (seen.returncode, seen.stdout) == (0, "the checkout"), seen.stderr

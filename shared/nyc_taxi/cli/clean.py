@@ -71,8 +71,14 @@ def main(argv: list[str] | None = None) -> int:
         for line in services.down(settings, delete_data=True):
             print(f"    {line}")
     if hosts:
-        for line in Network(settings).down():
-            print(f"    {line}")
+        from nyc_taxi.core.processes import ServiceError
+
+        try:
+            for line in Network(settings).down():
+                print(f"    {line}")
+        except ServiceError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
     if server:
         spark_server.stop(settings)
         print("    stopped the warm Spark server")

@@ -6,8 +6,9 @@ machine, each a Linux network namespace, joined by a bridge that belongs to the 
   them and nothing reaches them but each other.
 - A host's command runs in its network namespace and a mount namespace of its own, in which the state
   directory is replaced by a directory holding only that host's (``<state>/hosts/<host>``), and /tmp by
-  the host's ``tmp``: a path of another host's, or of the machine's state, is missing there, so a path
-  shared by accident fails loudly instead of working by luck. The checkout stays visible.
+  the host's ``tmp``: a path of another host's there, or of the machine's state, is missing, so a path
+  shared there by accident fails loudly instead of working by luck. The checkout stays visible, and so
+  does the rest of the machine's file system (no other path is replaced).
 - Names derive from the state directory, so two deployments on one machine (the suite's) do not meet;
   ``down`` finds everything it made by those names, even without a record, and removes it: the hosts'
   processes (SIGKILL), their namespaces and with them every link and address.
@@ -21,6 +22,7 @@ import contextlib
 import hashlib
 import ipaddress
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -34,6 +36,7 @@ from nyc_taxi.core.processes import ServiceError, alive
 from nyc_taxi.core.settings import Settings
 
 LAYOUT = Path(__file__).with_name("hosts.toml")
+CHECKOUT = Path(__file__).resolve().parents[3]  # the repository: every host runs its code
 TEST_RANGE = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544: reserved for network tests
 
 
@@ -105,9 +108,10 @@ class Network:
     def namespace(self, host: str) -> str:
         return f"{self.prefix}{host}"
 
-    def port(self, index: int) -> str:
-        """The switch's end of a host's link (an interface name: at most 15 characters)."""
-        return f"h{self.tag}-{index}"
+    def port(self, host: str) -> str:
+        """The switch's end of a host's link, named after the host (an interface name: at most 15
+        characters), so reordering hosts.toml never points a fault at another host."""
+        return f"h{self.tag}{hashlib.sha256(host.encode()).hexdigest()[:6]}"
 
     def directory(self, host: str) -> Path:
         """The host's own state directory: on a machine of its own, its whole state."""
@@ -127,10 +131,17 @@ class Network:
             found += [int(p) for p in _ip("netns", "pids", namespace, check=False).stdout.split()]
         return sorted(found)
 
+    def _linked(self, host: Host) -> bool:
+        """The host's link is there, up, with its address, and its switch end on the bridge."""
+        mine = _ip("-n", self.namespace(host.name), "-o", "addr", "show", "dev", "eth0", check=False).stdout
+        switch = _ip("-n", self.switch, "-o", "link", "show", self.port(host.name), check=False).stdout
+        return f"inet {host.address}/{self.layout.prefix}" in mine and "master bridge" in switch
+
     # ---- up / down --------------------------------------------------------------------------------
     def up(self) -> list[str]:
         """Create what is missing: the switch with its bridge, each host's namespace, link and address,
-        and its state directory. Safe to repeat."""
+        and its state directory. Safe to repeat; a host left half made (an `up` stopped midway, the switch
+        removed) is made again."""
         if os.geteuid() != 0 or shutil.which("ip") is None:
             raise ServiceError("the hosts layout takes root and iproute2's `ip` (network namespaces)")
         made = set(self.namespaces())
@@ -139,8 +150,12 @@ class Network:
             _ip("-n", self.switch, "link", "add", "bridge", "type", "bridge")
             _ip("-n", self.switch, "link", "set", "bridge", "up")
         said = []
-        for index, host in enumerate(self.layout.hosts):
-            namespace = self.namespace(host.name)
+        for host in self.layout.hosts:
+            namespace, port = self.namespace(host.name), self.port(host.name)
+            if namespace in made and not self._linked(host):
+                self._remove(namespace)
+                _ip("-n", self.switch, "link", "del", port, check=False)  # its switch end, if that was left
+                made.discard(namespace)
             if namespace not in made:
                 _ip("netns", "add", namespace)
                 _ip(
@@ -153,48 +168,61 @@ class Network:
                     "veth",
                     "peer",
                     "name",
-                    self.port(index),
+                    port,
                     "netns",
                     self.switch,
                 )
-                _ip("-n", self.switch, "link", "set", self.port(index), "master", "bridge", "up")
+                _ip("-n", self.switch, "link", "set", port, "master", "bridge", "up")
                 _ip("-n", namespace, "addr", "add", f"{host.address}/{self.layout.prefix}", "dev", "eth0")
                 _ip("-n", namespace, "link", "set", "eth0", "up")
                 _ip("-n", namespace, "link", "set", "lo", "up")
-            for part in ("", "tmp"):
-                (self.directory(host.name) / part).mkdir(parents=True, exist_ok=True)
+            self.directory(host.name).mkdir(parents=True, exist_ok=True)
             self.directory(host.name).chmod(0o700)
+            (self.directory(host.name) / "tmp").mkdir(exist_ok=True)
+            (self.directory(host.name) / "tmp").chmod(0o1777)  # a /tmp: every user's, each their own files
             said.append(f"{host.name}: {host.address} (namespace {namespace}, state {self.directory(host.name)})")
         return said
 
-    def down(self) -> list[str]:
-        """Kill every process in the deployment's namespaces and remove the namespaces (their links and
-        addresses go with them). The hosts' state directories stay."""
-        pids = self.pids()
+    def _remove(self, namespace: str) -> list[int]:
+        """Kill what runs in ``namespace`` and delete it; the pids killed."""
+        pids = [int(p) for p in _ip("netns", "pids", namespace, check=False).stdout.split()]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):  # gone meanwhile
                 os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(alive(p) for p in pids):
+            if time.monotonic() > deadline:  # the namespace would outlive its name, with its links
+                raise ServiceError(f"processes {pids} in {namespace} outlived SIGKILL for 10 s")
             time.sleep(0.05)
+        _ip("netns", "del", namespace)
+        return pids
+
+    def down(self) -> list[str]:
+        """Kill every process in the deployment's namespaces and remove the namespaces (their links and
+        addresses go with them). The hosts' state directories stay."""
         namespaces = self.namespaces()
-        for namespace in namespaces:
-            _ip("netns", "del", namespace)
+        if namespaces and os.geteuid() != 0:
+            raise ServiceError(
+                f"the hosts layout's namespaces ({', '.join(namespaces)}) are root's: remove them as root"
+            )
+        killed = [pid for namespace in namespaces for pid in self._remove(namespace)]
         if left := self.namespaces():
             raise ServiceError(f"namespaces still there after down: {', '.join(left)}")
-        return [f"removed {n}" for n in namespaces] + ([f"killed {len(pids)} processes"] if pids else [])
+        return [f"removed {n}" for n in namespaces] + ([f"killed {len(killed)} processes"] if killed else [])
 
     def status(self) -> list[str]:
         made = set(self.namespaces())
-        return [
-            f"{h.name}: {h.address} {'up' if self.namespace(h.name) in made else 'down'}; "
-            f"programs {', '.join(h.programs)}"
-            for h in self.layout.hosts
-        ]
+
+        def state(host: Host) -> str:
+            if self.namespace(host.name) not in made:
+                return "down"
+            return "up" if self._linked(host) else "half made (run `team hosts up` again)"
+
+        return [f"{h.name}: {h.address} {state(h)}; programs {', '.join(h.programs)}" for h in self.layout.hosts]
 
     # ---- faults of the network: a host cut off, a link that loses packets ----------------------------
     def _port_of(self, host: str) -> str:
-        return self.port(self.layout.hosts.index(self.layout.host(host)))
+        return self.port(self.layout.host(host).name)
 
     def cut(self, host: str) -> None:
         """Cut the host's link at the switch: the host runs on, and reaches nothing, as a pulled cable."""
@@ -220,11 +248,11 @@ class Network:
             namespace = self.namespace(other.name)
             rule = ["INPUT", "-i", "eth0", *(() if other.name == host else ("-s", source))]
             rule += ["-m", "statistic", "--mode", "random", "--probability", str(share), "-j", "DROP"]
-            rule += ["-m", "comment", "--comment", "nyc-taxi-loss"]
+            rule += ["-m", "comment", "--comment", f"nyc-taxi-loss-{host}"]
             listed = subprocess.run(["ip", "netns", "exec", namespace, "iptables", "-S", "INPUT"],
                                     capture_output=True, text=True, check=True).stdout  # fmt: skip
-            for line in listed.splitlines():  # the loss set before, whatever its share
-                if "nyc-taxi-loss" in line:
+            for line in listed.splitlines():  # this link's loss set before, whatever its share
+                if f"nyc-taxi-loss-{host}" in line.split():
                     subprocess.run(["ip", "netns", "exec", namespace, "iptables", "-D", *line.split()[1:]],
                                    check=True, capture_output=True)  # fmt: skip
             if share > 0:
@@ -241,13 +269,21 @@ class Network:
         state, own = self.settings.state_dir.resolve(), self.directory(host).resolve()
         if self.namespace(host) not in self.namespaces():
             raise ServiceError(f"host {host} is not up: run `bash run team hosts up`")
-        # The host's directory is held at a private tmpfs on /mnt while its tmp replaces /tmp and a tmpfs
-        # replaces the state directory (in that order: the state directory may lie under /tmp), then moved
-        # into place. Every mount is private to the namespace.
+        # The host's directory and the checkout (with its environment) are held at a private tmpfs on /mnt;
+        # the host's tmp replaces /tmp; whatever of the checkout that hid (a checkout under /tmp: not the
+        # same directory at its path any more) is put back; then a tmpfs replaces the state directory (which may lie in the checkout or under /tmp) and
+        # the host's own directory is moved into it. Every mount is private to the namespace.
+        kept = sorted({str(CHECKOUT), str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve())})
         script = (
             'set -e; state="$1"; own="$2"; shift 2; '
             "mount -t tmpfs -o size=1m,mode=0700 host-hold /mnt; mkdir /mnt/own; "
-            'mount --bind "$own" /mnt/own; mount --bind "$own/tmp" /tmp; '
+            'mount --bind "$own" /mnt/own; i=0; '
+            f"for path in {' '.join(shlex.quote(k) for k in kept)}; do "
+            '  i=$((i+1)); mkdir "/mnt/$i"; mount --bind "$path" "/mnt/$i"; done; '
+            'mount --bind "$own/tmp" /tmp; i=0; '
+            f"for path in {' '.join(shlex.quote(k) for k in kept)}; do "
+            '  i=$((i+1)); if [ "$(stat -c %d:%i "$path" 2>/dev/null)" = "$(stat -c %d:%i "/mnt/$i")" ]; '
+            '  then umount "/mnt/$i"; else mkdir -p "$path"; mount --move "/mnt/$i" "$path"; fi; done; '
             'mkdir -p "$state"; mount -t tmpfs -o size=1m,mode=0755 host-state "$state"; '
             'mkdir -p "$state/hosts/${own##*/}"; mount --move /mnt/own "$state/hosts/${own##*/}"; '
             'umount /mnt; exec "$@"'

@@ -536,6 +536,10 @@ def down(settings: Settings, delete_data: bool = False) -> list[str]:
         for process in alive:
             process.kill()
         said.append(f"stopped {len(left)} processes left outside supervisord's process groups (tasks, flows)")
+    from nyc_taxi.deployment.hosts import Network
+
+    if Network(settings).namespaces():  # the hosts layout's network, with whatever runs on it
+        said += [f"hosts: {line}" for line in Network(settings).down()]
     if delete_data:
         for path in data_directories(settings):
             if path.exists():

@@ -15,8 +15,12 @@ Which session a process gets (this, or one of a warm Spark server's) is ``nyc_ta
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
+import shlex
+import tempfile
 from pathlib import Path
 
 from nyc_taxi.core.lakehouse import lakehouse
@@ -115,6 +119,11 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
     return conf
 
 
+# The keys Spark itself treats as secret (the default of spark.redaction.regex): redacted in its UI and
+# event log, and kept off the JVM's command line here.
+SECRET_KEY = re.compile(r"(?i)secret|password|token|access[.]key")
+
+
 def new_session(settings: Settings, java_options: tuple[str, ...] = (), small: bool = False):
     from pyspark.sql import SparkSession
 
@@ -123,12 +132,54 @@ def new_session(settings: Settings, java_options: tuple[str, ...] = (), small: b
     lakehouse(settings).prepare_catalog()
     if is_local(settings) or "://127.0.0.1:" in (master(settings) or ""):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a driver on this machine listens on it only
+    conf = session_conf(settings, java_options, small)
+    secrets = {key: value for key, value in conf.items() if SECRET_KEY.search(key)}
     builder = SparkSession.builder
-    for key, value in session_conf(settings, java_options, small).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    for key, value in conf.items():
+        if key not in secrets:
+            builder = builder.config(key, value)
+    with _properties_file(secrets):
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+@contextlib.contextmanager
+def _properties_file(properties: dict[str, str]):
+    """``properties`` for the JVM PySpark is about to launch, in a 0600 file spark-submit reads
+    (``--properties-file``, through PYSPARK_SUBMIT_ARGS), removed once the session is up. PySpark passes
+    a session's configuration to spark-submit as ``--conf key=value`` arguments, which every user of the
+    machine can read in the process list: passwords and keys must not be among them."""
+    if not properties:
+        yield
+        return
+    fd, path = tempfile.mkstemp(prefix="nyc-taxi-spark-", suffix=".properties")  # 0600
+    with os.fdopen(fd, "w", encoding="latin-1") as out:
+        out.writelines(f"{_escaped(key)}={_escaped(value)}\n" for key, value in properties.items())
+    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {shlex.quote(path)} {before or 'pyspark-shell'}"
+    try:
+        yield
+    finally:
+        os.unlink(path)
+        if before is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = before
+
+
+def _escaped(text: str) -> str:
+    """A Java properties file's escaping (java.util.Properties.load): backslashes, separators, comment
+    marks and white space, and every character beyond Latin-1's printable ASCII as \\uXXXX."""
+    out = []
+    for char in text:
+        if char in "\\=:#! \t\n\r\f":
+            out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}.get(char, "\\" + char))
+        elif not " " < char < "\x7f":
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 # ---- the class-data-sharing archive ------------------------------------------------------------------

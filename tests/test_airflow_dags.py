@@ -492,25 +492,38 @@ def test_a_trace_through_a_raw_snapshot_whose_own_check_failed_says_the_data_fai
     assert not verdict.passed and verdict.text().startswith("✗ computed from data that failed its checks")
     assert "month_rows_as_staged" in verdict.text()
 
-    # June's snapshot carries May's failure in the record its readers read, and the flow refuses it: the
-    # doubled May is not counted into the actuals
+    # June's snapshot still holds May as it failed, and says so to its readers: the flow refuses a window
+    # over May, naming the snapshot to roll back to; a window of June alone is counted
     from nyc_taxi.core import quality
+    from nyc_taxi.core.naming import iceberg_identifier
+    from nyc_taxi.core.spark import get_spark
     from nyc_taxi.forecast import steps
 
+    raw = load_table(registry.YELLOW_TAXI_RAW)
     june = snapshot_id(registry.YELLOW_TAXI_RAW)
-    recorded = quality.recorded_results(load_table(registry.YELLOW_TAXI_RAW), june)
-    assert sorted((r.check, r.status, r.version) for r in recorded) == [
-        ("month_rows_as_staged", "fail", str(may)),
-        ("month_rows_as_staged", "pass", str(june)),
+    before_may = raw.snapshot_by_id(may).parent_snapshot_id
+    assert [(batch, r.check, r.version) for batch, r in quality.failures_of(raw, june)] == [
+        ("2018-05", "month_rows_as_staged", str(may))
     ]
     ensure_tables([registry.YELLOW_RIDES_HOURLY_ACTUALS])
     actuals_before = snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS)
-    with pytest.raises(quality.ChecksFailed) as refused:
-        steps.compute_actuals(dt.datetime(2018, 6, 15), 28, 24, settings)
-    message = str(refused.value)
+
+    def refused(as_of: dt.datetime) -> str:
+        with pytest.raises(quality.ChecksFailed) as refusal:
+            steps.compute_actuals(as_of, 28, 24, settings)
+        assert snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS) == actuals_before
+        return str(refusal.value)
+
+    message = refused(dt.datetime(2018, 6, 15))
     assert message.startswith(f"yellow_taxi_raw snapshot {june} fails its checks, so nothing was committed"), message
     assert "month_rows_as_staged (error)" in message and f"failed on yellow_taxi_raw snapshot {may}" in message
-    assert snapshot_id(registry.YELLOW_RIDES_HOURLY_ACTUALS) == actuals_before
+    identifier = iceberg_identifier(registry.YELLOW_TAXI_RAW, settings)
+    assert f"rollback_to_snapshot('{identifier}', {before_may}) undoes snapshot {may}" in message, message
+    # rolled back to May itself (June undone), raw still holds May as it failed: still refused
+    catalog_name = spark_table(registry.YELLOW_TAXI_RAW).split(".")[0]
+    get_spark().sql(f"CALL {catalog_name}.system.rollback_to_snapshot('{identifier}', {may})")
+    assert f"yellow_taxi_raw snapshot {may} fails its checks" in refused(dt.datetime(2018, 6, 15))
+    get_spark().sql(f"CALL {catalog_name}.system.set_current_snapshot('{identifier}', {june})")
 
 
 @pytest.mark.guards

@@ -253,10 +253,11 @@ def raw_batches(spark, site, settings):
     # read again (and the module's later cases start from raw without it)
     with pytest.raises(ChecksFailed) as flow_refused:
         steps.compute_actuals(dt.datetime(2011, 3, 20), 14, 24)
+    february = steps.compute_actuals(dt.datetime(2011, 2, 20), 14, 24)  # a window without March: counted
     spark.sql(f"CALL {spark_table(d.YELLOW_TAXI_RAW).split('.')[0]}.system.rollback_to_snapshot("
               f"'{iceberg_identifier(d.YELLOW_TAXI_RAW, settings)}', {good})")  # fmt: skip
     read_again = steps.compute_actuals(dt.datetime(2011, 3, 1), 14, 24)
-    return first, taxi_refused.value, flow_refused.value, read_again
+    return first, taxi_refused.value, flow_refused.value, february, read_again
 
 
 def _window_loaded(site, months, rows=4_000):
@@ -337,7 +338,7 @@ def test_a_weather_month_that_violates_a_check_fails_it_and_an_error_is_refused_
 
 @pytest.mark.spark
 def test_raws_own_check_fails_on_a_month_another_writer_appended_and_the_merge_says_how_to_roll_back(raw_batches):
-    first, refused, flow_refused, read_again = raw_batches
+    first, refused, flow_refused, february, read_again = raw_batches
     [passed] = first.outputs[0].checks
     assert (passed.check, passed.status, passed.rows, passed.expected) == ("month_rows_as_staged", "pass", 2_000, 2_000)
     [failed] = [r for r in refused.results if r.stops]
@@ -349,7 +350,7 @@ def test_raws_own_check_fails_on_a_month_another_writer_appended_and_the_merge_s
     message = str(flow_refused)
     assert message.startswith("yellow_taxi_raw snapshot") and "month_rows_as_staged (error)" in message, message
     assert f"failed on yellow_taxi_raw snapshot {failed.version}" in message and "rollback_to_snapshot" in message
-    assert read_again.outputs[0].committed
+    assert february.outputs[0].committed and read_again.outputs[0].committed
 
 
 @pytest.mark.spark

@@ -424,17 +424,54 @@ def record(table, snapshot_id: int, results: list[CheckResult], settings) -> Non
         logging.getLogger(__name__).warning("could not record %s's check results", table.name, exc_info=True)
 
 
-def still_failing(table, snapshot_id: int, results: list[CheckResult]) -> list[CheckResult]:
-    """The error results that failed on an earlier commit whose batch ``snapshot_id`` of ``table`` (pyiceberg)
-    still holds as that commit left it: those its parent's record carries and ``results`` (the new commit's)
-    did not judge again. A raw table's check judges the batch its commit wrote (a month's files); a later
-    commit of another month leaves those rows as they were. A rollback ends the chain: the record kept is
-    then of a snapshot that is not the new commit's parent."""
-    snapshot = table.snapshot_by_id(snapshot_id)
+FAILURES_PROPERTY = "nyc-taxi.failed-checks"  # {snapshot id: [{"batch": ..., "result": {...}}]}
+
+
+def record_failures(table, snapshot_id: int, failing: list[tuple[str, CheckResult]], settings) -> None:
+    """Keep the failed error checks ``snapshot_id`` of ``table`` (a registry table) holds, each with the
+    batch it judged (a month), in the table's metadata: a map of every snapshot that holds one, so a
+    rollback to any of them, or a reader of an older one, still finds them. Entries of snapshots the table
+    no longer has are dropped. Read and written in one metadata commit, made again on the table's new
+    state when another writer committed first."""
+    import json
+
+    from nyc_taxi.core.catalog import load_table
+    from nyc_taxi.core.commits import retry_on_conflict
+
+    def commit() -> None:
+        iceberg = load_table(table, settings)
+        kept = {k: v for k, v in _failures(iceberg).items() if iceberg.snapshot_by_id(int(k)) is not None}
+        kept[str(snapshot_id)] = [{"batch": batch, "result": r.as_dict()} for batch, r in failing]
+        with iceberg.transaction() as transaction:
+            transaction.set_properties({FAILURES_PROPERTY: json.dumps(kept, sort_keys=True, default=str)})
+
+    retry_on_conflict(f"recording the failed checks of {table.name}", commit)
+
+
+def _failures(iceberg) -> dict:
+    import json
+
+    try:
+        return json.loads(iceberg.properties.get(FAILURES_PROPERTY) or "{}")
+    except ValueError:  # not written by record_failures
+        return {}
+
+
+def failures_of(iceberg, snapshot_id) -> list[tuple[str, CheckResult]]:
+    """The failed error checks ``snapshot_id`` of ``iceberg`` (a pyiceberg table) holds, with their batches:
+    its own commit's and those of earlier commits it still holds as they were."""
+    entries = _failures(iceberg).get(str(snapshot_id), []) if snapshot_id is not None else []
+    return [(e["batch"], CheckResult.from_dict({**e["result"], "here": False})) for e in entries]
+
+
+def still_failing(iceberg, snapshot_id: int, batch: str) -> list[tuple[str, CheckResult]]:
+    """The failures of earlier commits that ``snapshot_id`` of ``iceberg`` (pyiceberg) still holds as they
+    were: its parent's, but for the batch its own commit judged again (``batch``). A raw table's check judges
+    the batch its commit wrote (a month); a later commit of another month leaves those rows as they were.
+    A rollback to before the failed commit ends the chain: the new commit's parent holds no failure."""
+    snapshot = iceberg.snapshot_by_id(snapshot_id)
     parent = snapshot.parent_snapshot_id if snapshot else None
-    judged = {(r.check, batch_of(r.rule)) for r in results}
-    held = recorded_results(table, parent) if parent is not None else []
-    return [r for r in held if r.stops and (r.check, batch_of(r.rule)) not in judged]
+    return [(b, r) for b, r in failures_of(iceberg, parent) if b != batch]
 
 
 def recorded_results(table, snapshot_id) -> list[CheckResult]:

@@ -15,7 +15,7 @@ from nyc_taxi.core import datasets as d
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.intervals import Intervals
-from nyc_taxi.core.naming import spark_table
+from nyc_taxi.core.naming import iceberg_identifier, spark_table
 from nyc_taxi.core.profiles import profile
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.snapshots import commit_properties, data_changes
@@ -248,24 +248,44 @@ def _recorded_checks(table: d.Table, snapshot, settings: Settings) -> list[quali
     return quality.recorded_results(load_table(table, settings), snapshot.snapshot_id) if snapshot else []
 
 
-def _refuse_raw_that_failed(table: d.Table, results: list[quality.CheckResult], read: DatasetUse, output) -> None:
-    """ChecksFailed when ``results``, what raw's writers recorded for the snapshot a step reads, hold a failed
-    error check: a merge's own check fails after its commit, which stands, and the month it judged stays in
-    every later snapshot as it was (``quality.still_failing``). Nothing reads it until it is mended."""
-    versions = ", ".join(sorted({str(r.version) for r in quality.stopping(results)}))
+def _refuse_raw_that_failed(
+    raw_table, window: Window, read: DatasetUse, output: DatasetUse, settings: Settings
+) -> None:
+    """ChecksFailed when the snapshot of raw a step reads holds a month of the window whose own check
+    failed: a merge's check runs after its commit, which stands, and the month it judged stays in every
+    later snapshot as it was (``quality.failures_of``). A month appended twice would be counted twice."""
+    months = {f"{window.start:%Y-%m}", f"{window.end - dt.timedelta(hours=1):%Y-%m}"}
+    day = window.start
+    while day < window.end:
+        months.add(f"{day:%Y-%m}")
+        day += dt.timedelta(days=1)
+    failed = [r for batch, r in quality.failures_of(raw_table, int(read.version)) if batch in months]
+    if not failed:
+        return
+    mends = []
+    for version in sorted({str(r.version) for r in failed}):
+        snapshot = raw_table.snapshot_by_id(int(version))
+        parent = snapshot.parent_snapshot_id if snapshot else None
+        mends.append(
+            f"CALL <catalog>.system.rollback_to_snapshot('{iceberg_identifier(RAW, settings)}', {parent})"
+            f" undoes snapshot {version}"
+            if parent
+            else f"snapshot {version} was raw's first: drop the table and load it again"
+        )
     quality.refuse(
-        results,
-        subject=f"{table.name} snapshot {read.version}",
+        failed,
+        subject=f"{RAW.name} snapshot {read.version}",
         consequence="nothing was committed"
         + (f" ({output.name} stays at snapshot {output.version})" if output.version else "")
         + " and no model is trained",
         keep=(
-            f"The check failed on {table.name} snapshot {versions}, whose commit stands. Roll {table.name} back to the "
-            "snapshot before it (CALL <catalog>.system.rollback_to_snapshot(...)) and load the months since "
-            "again, or load the month that failed again."
+            f"The check failed on {RAW.name} snapshot {', '.join(sorted({str(r.version) for r in failed}))}, whose "
+            f"commit stands. Roll {RAW.name} back to the snapshot before it ({'; '.join(mends)}), then load the "
+            "months merged since then again (loading the failed month again alone changes nothing: its rows are "
+            "already there)."
         ),
         examples=lambda check: [],
-        checks=table.checks,
+        checks=RAW.checks,
         report=lambda shown: StepReport(inputs=[replace(read, checks=shown)], outputs=[output]),
     )
 
@@ -405,12 +425,13 @@ def compute_actuals(
             _day_checks(WindowDays(window, {}), None, before, lookback_days)
             raise
         raw_snapshot = raw_table.current_snapshot()
-        if raw_snapshot is not None:  # a month whose own check failed is not counted: refused, and why
+        if raw_snapshot is not None:  # a month of the window whose own check failed is not counted
             _refuse_raw_that_failed(
-                RAW,
-                quality.recorded_results(raw_table, raw_snapshot.snapshot_id),
+                raw_table,
+                window,
                 DatasetUse(RAW, version=_version(raw_snapshot), range=Range.of("pickup_datetime", *window.hours)),
                 DatasetUse(ACTUALS, version=_version(before), committed=False),
+                settings,
             )
         coverage = Coverage.of(actuals_table)
         valid = coverage.still_counted(raw_table, raw_snapshot) if coverage else Intervals()
@@ -619,7 +640,6 @@ def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings
         range=Range.of("date", first, after),
         checks=_recorded_checks(WEATHER, snapshot, settings),
     )
-    _refuse_raw_that_failed(WEATHER, read.checks, read, DatasetUse(MODEL, version=None, committed=False))
     return {day: sum(v) / len(v) for day, v in per_day.items()}, read
 
 

@@ -80,21 +80,26 @@ def check_published(
     values: dict[str, object],
     report: StepReport,
     settings: Settings,
+    batch: str,
 ) -> None:
     """Raw's declared checks and profile on the snapshot a merge wrote (``quality.count_snapshot``: a row
     count its data files' bounds settle from the manifests, the rest in one pruned pass), kept on ``written``
-    and in raw's metadata for the runs that read it, with the failures of earlier commits the snapshot still
-    holds. An error is raised after the commit, which stands: the task fails, and says how to roll it back."""
+    and in raw's metadata for the runs that read it; an error check's failure with the batch it judged
+    (``batch``, the month), and those of earlier commits the snapshot still holds. An error is raised after
+    the commit, which stands: the task fails, and says how to roll it back."""
     iceberg = load_table(raw, settings)
     snapshot = int(written.version)
     rows = functools.partial(pinned_rows, spark, raw, snapshot, settings)  # only if the manifests do not settle it
     counts = quality.count_snapshot(iceberg, snapshot, rows, raw.checks, values)
     written.checks = quality.judge(raw.name, raw.checks, counts, written.version, values)
     written.profile = profile(raw, iceberg, snapshot)
-    # a month whose own check failed on an earlier commit is still in raw as it was: its failure stays in
-    # the record every reader of this snapshot reads (the flow refuses it), until the month is loaded again
-    # or raw rolled back; this commit's own results decide this task
-    quality.record(raw, snapshot, written.checks + quality.still_failing(iceberg, snapshot, written.checks), settings)
+    quality.record(raw, snapshot, written.checks, settings)
+    # a month whose own check failed here or on an earlier commit is in this snapshot as it was: its
+    # failure is kept for this snapshot too, for the flow (which refuses a window over it) and for a
+    # rollback to it; this commit's own results decide this task
+    failing = [(batch, r) for r in written.checks if r.stops] + quality.still_failing(iceberg, snapshot, batch)
+    if failing:
+        quality.record_failures(raw, snapshot, failing, settings)
     quality.refuse(
         written.checks,
         subject=f"{raw.name} snapshot {written.version}",

@@ -363,7 +363,8 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     )
     (written,) = report.outputs
     if committed:  # raw's own checks and profile, on the snapshot this run holds as its commit
-        check_published(written, RAW, spark, {"staged_rows": row_count, "source_files": source_files}, report, settings)
+        values = {"staged_rows": row_count, "source_files": source_files}
+        check_published(written, RAW, spark, values, report, settings, batch=label)
     return report
 
 

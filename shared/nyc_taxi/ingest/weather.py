@@ -322,7 +322,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     (written,) = report.outputs
     if committed:  # raw's own checks (on the month's few hundred rows) and profile, on the snapshot written
         bounds = {"month_start": str(start), "next_month_start": str(end)}
-        check_published(written, RAW, spark, bounds, report, settings)
+        check_published(written, RAW, spark, bounds, report, settings, batch=label)
     return report
 
 

@@ -332,3 +332,54 @@ def test_profiles_from_the_manifests_equal_duckdb_over_the_snapshots_data_files(
                 assert declared.replaced_on_every_load and column.categorical
                 assert field.distinct == want["distinct"], (profile.dataset, column.name)
     assert profiles[2].field("county_code").distinct == 5 and profiles[0].field("vendor_id").distinct > 1
+
+
+def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_commit_judges_it_again(tmp_path):
+    """What the flow refuses (``quality.failures_of``), on a real Iceberg table's snapshots (pyiceberg on a
+    SQLite catalog, no Spark): January's merge fails its check; February's passes on top; a commit no check
+    judged (a compaction, a merge killed before its check) comes next; January loaded again passes. Each
+    snapshot holds January as the latest commit that judged it left it, and a rollback to before the
+    failure holds none."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("n")
+    rows = pa.table({"k": pa.array([1], pa.int64())})
+    table = catalog.create_table("n.raw", schema=rows.schema)
+    table.append(rows)
+    before = table.current_snapshot().snapshot_id
+
+    def failed(month: str) -> quality.CheckResult:
+        return quality.CheckResult(
+            "raw", "month_rows_as_staged", "row_count", "error", "fail", 2, 4, "1",
+            f"count(*) = 2 WHERE source_file IN ('{month}')", expected=2,
+        )  # fmt: skip
+
+    def merge(batch: str, results: list) -> int:
+        table.append(rows)
+        snapshot = table.current_snapshot().snapshot_id
+        if batch:
+            recorded = quality.judged_with(table, snapshot, batch, results)
+            with table.transaction() as transaction:
+                transaction.set_properties({quality.JUDGED_PROPERTY: recorded})
+        return snapshot
+
+    january = merge("2011-01", [failed("2011-01")])
+    february = merge("2011-02", [])
+    unjudged = merge("", [])
+    again = merge("2011-01", [])
+
+    def months(snapshot) -> list[str]:
+        return [(batch, r.check) for batch, r in quality.failures_of(table, snapshot)]
+
+    assert months(january) == months(february) == months(unjudged) == [("2011-01", "month_rows_as_staged")]
+    assert months(again) == [] and months(before) == []
+    # a stored result of fields this code no longer knows, or without one it now has, still reads
+    stored = quality._judged(table)
+    stored[str(january)]["failed"][0] |= {"a_field_of_later_code": 1}
+    del stored[str(january)]["failed"][0]["tolerance"]
+    import json
+
+    with table.transaction() as transaction:
+        transaction.set_properties({quality.JUDGED_PROPERTY: json.dumps(stored)})
+    assert months(unjudged) == [("2011-01", "month_rows_as_staged")]

@@ -424,54 +424,74 @@ def record(table, snapshot_id: int, results: list[CheckResult], settings) -> Non
         logging.getLogger(__name__).warning("could not record %s's check results", table.name, exc_info=True)
 
 
-FAILURES_PROPERTY = "nyc-taxi.failed-checks"  # {snapshot id: [{"batch": ..., "result": {...}}]}
+JUDGED_PROPERTY = "nyc-taxi.judged-batches"  # {snapshot id: {"batch": ..., "failed": [result, ...]}}
 
 
-def record_failures(table, snapshot_id: int, failing: list[tuple[str, CheckResult]], settings) -> None:
-    """Keep the failed error checks ``snapshot_id`` of ``table`` (a registry table) holds, each with the
-    batch it judged (a month), in the table's metadata: a map of every snapshot that holds one, so a
-    rollback to any of them, or a reader of an older one, still finds them. Entries of snapshots the table
-    no longer has are dropped. Read and written in one metadata commit, made again on the table's new
-    state when another writer committed first."""
-    import json
-
+def record_judgement(table, snapshot_id: int, batch: str, results: list[CheckResult], settings) -> None:
+    """Keep, for ``snapshot_id`` of ``table`` (a registry table), which batch its commit wrote (a month) and
+    the error checks that failed on it, in the table's metadata: one small entry per merge, so a reader of
+    any snapshot finds every failed month it holds by walking its ancestry (``failures_of``). Entries of
+    snapshots the table no longer has are dropped. Read and written in one metadata commit, made again on
+    the table's new state when another writer committed first."""
     from nyc_taxi.core.catalog import load_table
     from nyc_taxi.core.commits import retry_on_conflict
 
     def commit() -> None:
         iceberg = load_table(table, settings)
-        kept = {k: v for k, v in _failures(iceberg).items() if iceberg.snapshot_by_id(int(k)) is not None}
-        kept[str(snapshot_id)] = [{"batch": batch, "result": r.as_dict()} for batch, r in failing]
         with iceberg.transaction() as transaction:
-            transaction.set_properties({FAILURES_PROPERTY: json.dumps(kept, sort_keys=True, default=str)})
+            transaction.set_properties({JUDGED_PROPERTY: judged_with(iceberg, snapshot_id, batch, results)})
 
-    retry_on_conflict(f"recording the failed checks of {table.name}", commit)
+    retry_on_conflict(f"recording what {table.name}'s checks judged", commit)
 
 
-def _failures(iceberg) -> dict:
+def judged_with(iceberg, snapshot_id: int, batch: str, results: list[CheckResult]) -> str:
+    """``iceberg``'s record of judged batches (a pyiceberg table's property) with ``snapshot_id``'s added,
+    without the snapshots it no longer has."""
+    import json
+
+    kept = {k: v for k, v in _judged(iceberg).items() if iceberg.snapshot_by_id(int(k)) is not None}
+    kept[str(snapshot_id)] = {"batch": batch, "failed": [r.as_dict() for r in results if r.stops]}
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
+def _judged(iceberg) -> dict:
     import json
 
     try:
-        return json.loads(iceberg.properties.get(FAILURES_PROPERTY) or "{}")
-    except ValueError:  # not written by record_failures
+        return json.loads(iceberg.properties.get(JUDGED_PROPERTY) or "{}")
+    except ValueError:  # not written by record_judgement
         return {}
 
 
 def failures_of(iceberg, snapshot_id) -> list[tuple[str, CheckResult]]:
-    """The failed error checks ``snapshot_id`` of ``iceberg`` (a pyiceberg table) holds, with their batches:
-    its own commit's and those of earlier commits it still holds as they were."""
-    entries = _failures(iceberg).get(str(snapshot_id), []) if snapshot_id is not None else []
-    return [(e["batch"], CheckResult.from_dict({**e["result"], "here": False})) for e in entries]
+    """The failed error checks of the batches ``snapshot_id`` of ``iceberg`` (a pyiceberg table) holds, with
+    their batches: walking back from it through its ancestors, each batch as the latest commit that judged
+    it left it. A raw table's check judges the batch its commit wrote (a month); a later commit of another
+    month, or one no check judged (a compaction, a merge killed before its check), leaves those rows as they
+    were. A rollback to before the failed commit leaves it out of the ancestry."""
+    judged, seen, failures = _judged(iceberg), set(), []
+    snapshot = iceberg.snapshot_by_id(int(snapshot_id)) if snapshot_id is not None else None
+    while snapshot is not None:
+        entry = judged.get(str(snapshot.snapshot_id))
+        if entry and entry["batch"] not in seen:
+            seen.add(entry["batch"])
+            failures += [(entry["batch"], _stored_result(r)) for r in entry["failed"]]
+        parent = snapshot.parent_snapshot_id
+        snapshot = iceberg.snapshot_by_id(parent) if parent is not None else None
+    return failures
 
 
-def still_failing(iceberg, snapshot_id: int, batch: str) -> list[tuple[str, CheckResult]]:
-    """The failures of earlier commits that ``snapshot_id`` of ``iceberg`` (pyiceberg) still holds as they
-    were: its parent's, but for the batch its own commit judged again (``batch``). A raw table's check judges
-    the batch its commit wrote (a month); a later commit of another month leaves those rows as they were.
-    A rollback to before the failed commit ends the chain: the new commit's parent holds no failure."""
-    snapshot = iceberg.snapshot_by_id(snapshot_id)
-    parent = snapshot.parent_snapshot_id if snapshot else None
-    return [(b, r) for b, r in failures_of(iceberg, parent) if b != batch]
+def _stored_result(data: dict) -> CheckResult:
+    """A result as a table's metadata keeps it, read by this code's CheckResult (fields it does not know
+    dropped, those it lacks defaulted), so a change of the class never makes a stored result unreadable."""
+    import dataclasses
+
+    known = {f.name: f for f in dataclasses.fields(CheckResult)}
+    kept = {k: v for k, v in data.items() if k in known}
+    for name, field in known.items():
+        if name not in kept and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            kept[name] = None
+    return CheckResult.from_dict({**kept, "here": False})
 
 
 def recorded_results(table, snapshot_id) -> list[CheckResult]:

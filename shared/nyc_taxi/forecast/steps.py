@@ -253,7 +253,8 @@ def _refuse_raw_that_failed(
 ) -> None:
     """ChecksFailed when the snapshot of raw a step reads holds a month of the window whose own check
     failed: a merge's check runs after its commit, which stands, and the month it judged stays in every
-    later snapshot as it was (``quality.failures_of``). A month appended twice would be counted twice."""
+    later snapshot as it was (``quality.failures_of``, through the snapshot's ancestry). A month appended
+    twice would be counted twice."""
     months = {f"{window.start:%Y-%m}", f"{window.end - dt.timedelta(hours=1):%Y-%m}"}
     day = window.start
     while day < window.end:
@@ -266,12 +267,15 @@ def _refuse_raw_that_failed(
     for version in sorted({str(r.version) for r in failed}):
         snapshot = raw_table.snapshot_by_id(int(version))
         parent = snapshot.parent_snapshot_id if snapshot else None
-        mends.append(
-            f"CALL <catalog>.system.rollback_to_snapshot('{iceberg_identifier(RAW, settings)}', {parent})"
-            f" undoes snapshot {version}"
-            if parent
-            else f"snapshot {version} was raw's first: drop the table and load it again"
-        )
+        if snapshot is None:  # expired meanwhile: its parent is not known any more
+            mends.append(f"snapshot {version} is no longer in {RAW.name}'s history: roll back to one before it")
+        elif parent is None:
+            mends.append(f"snapshot {version} was {RAW.name}'s first: drop the table and load the months again")
+        else:
+            mends.append(
+                f"CALL <catalog>.system.rollback_to_snapshot('{iceberg_identifier(RAW, settings)}', {parent})"
+                f" undoes snapshot {version}"
+            )
     quality.refuse(
         failed,
         subject=f"{RAW.name} snapshot {read.version}",

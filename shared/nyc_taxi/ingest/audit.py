@@ -12,6 +12,7 @@ the refusal. Raw's checks run after its commit, which stands: an error there fai
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import replace
 
 from nyc_taxi.core import quality
@@ -25,6 +26,8 @@ from nyc_taxi.core.snapshots import LANDED_VERSION
 from nyc_taxi.core.statistics import recorded_counts
 from nyc_taxi.core.tables import pinned_rows
 from nyc_taxi.lineage.write.report import DatasetUse, StepReport
+
+log = logging.getLogger(__name__)
 
 
 def audit_staged(
@@ -84,9 +87,9 @@ def check_published(
 ) -> None:
     """Raw's declared checks and profile on the snapshot a merge wrote (``quality.count_snapshot``: a row
     count its data files' bounds settle from the manifests, the rest in one pruned pass), kept on ``written``
-    and in raw's metadata for the runs that read it; an error check's failure with the batch it judged
-    (``batch``, the month), and those of earlier commits the snapshot still holds. An error is raised after
-    the commit, which stands: the task fails, and says how to roll it back."""
+    and in raw's metadata for the runs that read it, with the batch it judged (``batch``, the month) and the
+    error checks that failed on it. An error is raised after the commit, which stands: the task fails, and
+    says how to roll it back."""
     iceberg = load_table(raw, settings)
     snapshot = int(written.version)
     rows = functools.partial(pinned_rows, spark, raw, snapshot, settings)  # only if the manifests do not settle it
@@ -94,12 +97,13 @@ def check_published(
     written.checks = quality.judge(raw.name, raw.checks, counts, written.version, values)
     written.profile = profile(raw, iceberg, snapshot)
     quality.record(raw, snapshot, written.checks, settings)
-    # a month whose own check failed here or on an earlier commit is in this snapshot as it was: its
-    # failure is kept for this snapshot too, for the flow (which refuses a window over it) and for a
-    # rollback to it; this commit's own results decide this task
-    failing = [(batch, r) for r in written.checks if r.stops] + quality.still_failing(iceberg, snapshot, batch)
-    if failing:
-        quality.record_failures(raw, snapshot, failing, settings)
+    # which month this commit wrote and whether it failed, for every reader of this snapshot or a later
+    # one (the flow refuses a window over a failed month: quality.failures_of). Not recorded, the commit
+    # reads as one no check judged (as a compaction): logged as an error; the task's own result stands
+    try:
+        quality.record_judgement(raw, snapshot, batch, written.checks, settings)
+    except Exception:
+        log.error("could not record what %s's check judged on snapshot %s", raw.name, snapshot, exc_info=True)
     quality.refuse(
         written.checks,
         subject=f"{raw.name} snapshot {written.version}",

@@ -243,34 +243,45 @@ def test_a_sessions_passwords_and_keys_reach_spark_but_not_its_jvms_command_line
     """PySpark hands a session's configuration to spark-submit as command-line arguments, which every
     user of the machine can read: the keys Spark treats as secret go through a 0600 properties file
     instead, removed once the session is up, and arrive intact (Java's escaping of the separators, the
-    comment marks, white space and characters beyond ASCII)."""
-    secret = "p@ss w=rd:#!\\é\t" + "x" * 8
+    comment marks, white space and characters beyond ASCII, one beyond U+FFFF too); spark-defaults.conf's
+    settings still apply; a session started again in the process gets the new secrets."""
+    secret = "p@ss w=rd:#!\\é\t😀" + "x" * 8
     probe = (
         "import json, os, sys, psutil\n"
         "from nyc_taxi.core import spark_jvm\n"
+        "from nyc_taxi.core.spark import get_spark, stop_spark\n"
         "conf = spark_jvm.session_conf\n"
-        "spark_jvm.session_conf = lambda *a, **k: {**conf(*a, **k), 'spark.test.password': sys.argv[1],"
-        " 'spark.hadoop.fs.test.access.key': 'AKIA' + sys.argv[1]}\n"
-        "from nyc_taxi.core.spark import get_spark\n"
+        "def with_secrets(value):\n"
+        "    spark_jvm.session_conf = lambda *a, **k: {**conf(*a, **k), 'spark.test.password': value,"
+        " 'spark.hadoop.fs.test.access.key': 'AKIA' + value}\n"
+        "with_secrets(sys.argv[1])\n"
         "spark = get_spark()\n"
-        "seen = [spark.conf.get('spark.test.password'), spark.sparkContext.getConf().get('spark.hadoop.fs.test.access.key')]\n"
+        "seen = [spark.conf.get('spark.test.password'), spark.sparkContext.getConf().get('spark.hadoop.fs.test.access.key'),"
+        " spark.sparkContext.getConf().get('spark.test.from.defaults', None)]\n"
         "lines = []\n"
         "for p in psutil.Process().children(recursive=True):\n"
         "    try: lines.append(' '.join(p.cmdline()))\n"
         "    except psutil.Error: pass  # exited meanwhile (spark-submit's own launcher)\n"
-        "print(json.dumps({'seen': seen, 'jvm': lines, 'files': [f for f in os.listdir(os.environ.get('TMPDIR', '/tmp'))"
-        " if f.startswith('nyc-taxi-spark-')], 'submit_args': os.environ.get('PYSPARK_SUBMIT_ARGS')}))\n"
+        "files = [f for f in os.listdir(os.environ['TMPDIR']) if f.startswith('nyc-taxi-spark-')]\n"
+        "submit_args = os.environ.get('PYSPARK_SUBMIT_ARGS')\n"
+        "stop_spark(); with_secrets('another')\n"
+        "again = get_spark().conf.get('spark.test.password')\n"
+        "print(json.dumps({'seen': seen, 'jvm': lines, 'files': files, 'submit_args': submit_args, 'again': again}))\n"
     )
     import json
     import os
     import subprocess
     import sys
 
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("spark.test.from.defaults  yes\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path), "SPARK_CONF_DIR": str(conf_dir)}
     result = subprocess.run([sys.executable, "-c", probe, secret], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    assert found["seen"] == [secret, "AKIA" + secret]  # both reached the session, intact
+    assert found["seen"] == [secret, "AKIA" + secret, "yes"]  # both reached the session, intact; defaults too
     assert any("SparkSubmit" in line for line in found["jvm"])  # the driver's JVM, whose command line we read
     assert not any("x" * 8 in line or "spark.test.password" in line for line in found["jvm"])
     assert found["files"] == [] and found["submit_args"] is None  # the file is gone, the environment as it was
+    assert found["again"] == "another"

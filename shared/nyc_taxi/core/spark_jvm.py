@@ -134,11 +134,17 @@ def new_session(settings: Settings, java_options: tuple[str, ...] = (), small: b
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a driver on this machine listens on it only
     conf = session_conf(settings, java_options, small)
     secrets = {key: value for key, value in conf.items() if SECRET_KEY.search(key)}
+    from pyspark import SparkContext
+
+    # PySpark's internals, in this one place (no public API says whether this process's JVM runs): a
+    # session started again in a process whose JVM runs (after stop_spark) gets its configuration through
+    # that JVM, with no command line; the first one launches the JVM, with its secrets in a file.
+    launches = SparkContext._gateway is None
     builder = SparkSession.builder
     for key, value in conf.items():
-        if key not in secrets:
+        if key not in secrets or not launches:
             builder = builder.config(key, value)
-    with _properties_file(secrets):
+    with _properties_file(secrets if launches else {}):
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
@@ -149,34 +155,62 @@ def _properties_file(properties: dict[str, str]):
     """``properties`` for the JVM PySpark is about to launch, in a 0600 file spark-submit reads
     (``--properties-file``, through PYSPARK_SUBMIT_ARGS), removed once the session is up. PySpark passes
     a session's configuration to spark-submit as ``--conf key=value`` arguments, which every user of the
-    machine can read in the process list: passwords and keys must not be among them."""
+    machine can read in the process list: passwords and keys must not be among them. spark-submit reads
+    one properties file and then no spark-defaults.conf: that file's settings, and those of a properties
+    file PYSPARK_SUBMIT_ARGS already names, come first in this one."""
     if not properties:
         yield
         return
+    for key, value in properties.items():
+        if value != value.strip():  # spark-submit trims a file's values: the secret would arrive altered
+            raise ValueError(f"{key} begins or ends with white space, which Spark's properties file loses")
+    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    arguments = shlex.split(before or "pyspark-shell")
+    inherited = []
+    if "--properties-file" in arguments:
+        at = arguments.index("--properties-file")
+        inherited.append(Path(arguments[at + 1]))
+        del arguments[at : at + 2]
+    else:
+        conf_dir = os.environ.get("SPARK_CONF_DIR") or str(
+            Path(os.environ.get("SPARK_HOME") or _pyspark_home()) / "conf"
+        )
+        inherited.append(Path(conf_dir) / "spark-defaults.conf")
     fd, path = tempfile.mkstemp(prefix="nyc-taxi-spark-", suffix=".properties")  # 0600
     with os.fdopen(fd, "w", encoding="latin-1") as out:
+        for file in inherited:
+            if file.is_file():
+                out.write(file.read_text(encoding="latin-1") + "\n")
         out.writelines(f"{_escaped(key)}={_escaped(value)}\n" for key, value in properties.items())
-    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
-    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {shlex.quote(path)} {before or 'pyspark-shell'}"
+    os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(["--properties-file", path, *arguments])
     try:
         yield
     finally:
-        os.unlink(path)
         if before is None:
             os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
         else:
             os.environ["PYSPARK_SUBMIT_ARGS"] = before
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _pyspark_home() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent)
 
 
 def _escaped(text: str) -> str:
     """A Java properties file's escaping (java.util.Properties.load): backslashes, separators, comment
-    marks and white space, and every character beyond Latin-1's printable ASCII as \\uXXXX."""
+    marks and white space, and every character beyond printable ASCII as \\uXXXX (UTF-16: a character
+    beyond U+FFFF as its two surrogates)."""
     out = []
     for char in text:
         if char in "\\=:#! \t\n\r\f":
             out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}.get(char, "\\" + char))
         elif not " " < char < "\x7f":
-            out.append(f"\\u{ord(char):04x}")
+            units = char.encode("utf-16-be")
+            out += [f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2)]
         else:
             out.append(char)
     return "".join(out)

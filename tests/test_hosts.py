@@ -74,11 +74,17 @@ def network(tmp_path):
     made = _network_namespaces() - before
     assert len(made) == len(network.layout.hosts) + 1  # a namespace per host and the switch's
     yield network
+    made |= _held(network)  # and those a test made again
     network.down()
     # nothing of the deployment's is left: none of its namespaces, by name or held by a process (with
     # them go their links and addresses), and the machine's own links and addresses as they were
     assert network.namespaces() == [] and not made & _network_namespaces()
     assert _links_and_addresses_of_the_machine() == links
+
+
+def _held(network: Network) -> set[int]:
+    """The network namespaces the deployment's names hold now."""
+    return {os.stat(f"/run/netns/{name}").st_ino for name in network.namespaces()}
 
 
 def _python_on(network: Network, host: str, code: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -150,6 +156,10 @@ def test_a_host_sees_its_own_state_directory_and_the_checkout_and_no_other_hosts
         print(sorted(os.listdir(state)), sorted(os.listdir(state / 'hosts')))
         print((state / 'hosts' / 'worker-b' / 'secret').exists(), (state / 'team' / 'services.json').exists())
         print(pathlib.Path(nyc_taxi.__file__).is_file(), pathlib.Path({str(machines_tmp)!r}).exists())
+        try:  # a path of the state that is not the host's: refused, not kept until the namespace goes
+            (state / 'lineage').mkdir()
+        except OSError as error:
+            print(error.strerror)
         """,
     )
     assert seen.returncode == 0, seen.stderr
@@ -157,6 +167,7 @@ def test_a_host_sees_its_own_state_directory_and_the_checkout_and_no_other_hosts
     assert lines[0] == "['hosts'] ['worker-a']"
     assert lines[1] == "False False"  # another host's file and the machine's record: missing there
     assert lines[2] == "True False"  # the checkout is there; the machine's /tmp is not the host's
+    assert lines[3] == "Read-only file system"
     assert (network.directory("worker-a") / "written").read_text() == "on worker-a"  # its own is its own
     machines_tmp.unlink()
 
@@ -168,12 +179,14 @@ def test_down_kills_what_runs_on_the_hosts_and_two_deployments_do_not_meet(netwo
     try:
         other.up()
         assert len(other.namespaces()) == len(other.layout.hosts) + 1
+        others = _held(other)
         for _ in range(100):  # the sleeper has entered its namespace
             if network.pids():
                 break
             time.sleep(0.05)
         assert network.pids() and other.pids() == []
         other.down()
+        assert not others & _network_namespaces()
         assert network.namespaces() and sleeper.poll() is None  # the other's down left this one alone
     finally:
         other.down()
@@ -322,3 +335,17 @@ def test_a_checkout_under_tmp_stays_visible_on_a_host_every_time(network, tmp_pa
             network.command("worker-a", ["cat", str(checkout / "here")]), capture_output=True, text=True
         )
         assert (seen.returncode, seen.stdout) == (0, "the checkout"), seen.stderr
+
+
+def test_team_down_removes_the_hosts_layout_too(tmp_path):
+    from nyc_taxi.deployment import services
+
+    network = Network(Settings(state_dir=tmp_path / "state"))
+    network.up()
+    held = _held(network)
+    try:
+        said = services.down(Settings(state_dir=tmp_path / "state", profile="team"))
+        assert any(line.startswith(f"hosts: removed {network.switch}") for line in said), said
+        assert network.namespaces() == [] and not held & _network_namespaces()
+    finally:
+        network.down()

@@ -32,7 +32,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from nyc_taxi.core.processes import ServiceError, alive
+from nyc_taxi.core.processes import ServiceError
 from nyc_taxi.core.settings import Settings
 
 LAYOUT = Path(__file__).with_name("hosts.toml")
@@ -184,18 +184,20 @@ class Network:
         return said
 
     def _remove(self, namespace: str) -> list[int]:
-        """Kill what runs in ``namespace`` and delete it; the pids killed."""
-        pids = [int(p) for p in _ip("netns", "pids", namespace, check=False).stdout.split()]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):  # gone meanwhile
-                os.kill(pid, signal.SIGKILL)
+        """Kill what runs in ``namespace`` until nothing does (a process may fork while it is killed) and
+        delete it; the pids killed. A namespace with a process left would outlive its name, links and all."""
+        killed: list[int] = []
         deadline = time.monotonic() + 10
-        while any(alive(p) for p in pids):
-            if time.monotonic() > deadline:  # the namespace would outlive its name, with its links
+        while pids := [int(p) for p in _ip("netns", "pids", namespace, check=False).stdout.split()]:
+            if time.monotonic() > deadline:
                 raise ServiceError(f"processes {pids} in {namespace} outlived SIGKILL for 10 s")
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):  # gone meanwhile
+                    os.kill(pid, signal.SIGKILL)
+            killed += [p for p in pids if p not in killed]
             time.sleep(0.05)
         _ip("netns", "del", namespace)
-        return pids
+        return killed
 
     def down(self) -> list[str]:
         """Kill every process in the deployment's namespaces and remove the namespaces (their links and
@@ -216,6 +218,8 @@ class Network:
         def state(host: Host) -> str:
             if self.namespace(host.name) not in made:
                 return "down"
+            if os.geteuid() != 0:  # a namespace's links are root's to look into
+                return "up (its link is root's to check)"
             return "up" if self._linked(host) else "half made (run `team hosts up` again)"
 
         return [f"{h.name}: {h.address} {state(h)}; programs {', '.join(h.programs)}" for h in self.layout.hosts]
@@ -269,24 +273,27 @@ class Network:
         state, own = self.settings.state_dir.resolve(), self.directory(host).resolve()
         if self.namespace(host) not in self.namespaces():
             raise ServiceError(f"host {host} is not up: run `bash run team hosts up`")
-        # The host's directory and the checkout (with its environment) are held at a private tmpfs on /mnt;
-        # the host's tmp replaces /tmp; whatever of the checkout that hid (a checkout under /tmp: not the
-        # same directory at its path any more) is put back; then a tmpfs replaces the state directory (which may lie in the checkout or under /tmp) and
-        # the host's own directory is moved into it. Every mount is private to the namespace.
+        # The host's directory and the checkout (with its environment) are held at a private tmpfs (on a
+        # fresh directory of /dev/shm, removed after); the host's tmp replaces /tmp; whatever of the checkout
+        # that hid (a checkout under /tmp: not the same directory at its path any more) is put back; then a
+        # tmpfs replaces the state directory (which may lie in the checkout or under /tmp), the host's own
+        # directory is moved into it, and it is made read-only: a write to another path of the state fails
+        # instead of vanishing with the namespace. Every mount is private to the namespace.
         kept = sorted({str(CHECKOUT), str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve())})
+        paths = " ".join(shlex.quote(k) for k in kept)
         script = (
-            'set -e; state="$1"; own="$2"; shift 2; '
-            "mount -t tmpfs -o size=1m,mode=0700 host-hold /mnt; mkdir /mnt/own; "
-            'mount --bind "$own" /mnt/own; i=0; '
-            f"for path in {' '.join(shlex.quote(k) for k in kept)}; do "
-            '  i=$((i+1)); mkdir "/mnt/$i"; mount --bind "$path" "/mnt/$i"; done; '
+            'set -e; state="$1"; own="$2"; shift 2; hold=$(mktemp -d /dev/shm/nyc-taxi-host.XXXXXX); '
+            'mount -t tmpfs -o size=1m,mode=0700 host-hold "$hold"; mkdir "$hold/own"; '
+            'mount --bind "$own" "$hold/own"; i=0; '
+            f"for path in {paths}; do "
+            '  i=$((i+1)); mkdir "$hold/$i"; mount --bind "$path" "$hold/$i"; done; '
             'mount --bind "$own/tmp" /tmp; i=0; '
-            f"for path in {' '.join(shlex.quote(k) for k in kept)}; do "
-            '  i=$((i+1)); if [ "$(stat -c %d:%i "$path" 2>/dev/null)" = "$(stat -c %d:%i "/mnt/$i")" ]; '
-            '  then umount "/mnt/$i"; else mkdir -p "$path"; mount --move "/mnt/$i" "$path"; fi; done; '
+            f"for path in {paths}; do "
+            '  i=$((i+1)); if [ "$(stat -c %d:%i "$path" 2>/dev/null)" = "$(stat -c %d:%i "$hold/$i")" ]; '
+            '  then umount "$hold/$i"; else mkdir -p "$path"; mount --move "$hold/$i" "$path"; fi; done; '
             'mkdir -p "$state"; mount -t tmpfs -o size=1m,mode=0755 host-state "$state"; '
-            'mkdir -p "$state/hosts/${own##*/}"; mount --move /mnt/own "$state/hosts/${own##*/}"; '
-            'umount /mnt; exec "$@"'
+            'mkdir -p "$state/hosts/${own##*/}"; mount --move "$hold/own" "$state/hosts/${own##*/}"; '
+            'mount -o remount,ro "$state"; umount "$hold"; rmdir "$hold"; exec "$@"'
         )
         return ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",
                 "--", "sh", "-c", script, "host", str(state), str(own), *argv]  # fmt: skip

@@ -337,9 +337,12 @@ def test_profiles_from_the_manifests_equal_duckdb_over_the_snapshots_data_files(
 def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_commit_judges_it_again(tmp_path):
     """What the flow refuses (``quality.failures_of``), on a real Iceberg table's snapshots (pyiceberg on a
     SQLite catalog, no Spark): January's merge fails its check; February's passes on top; a commit no check
-    judged (a compaction, a merge killed before its check) comes next; January loaded again passes. Each
-    snapshot holds January as the latest commit that judged it left it, and a rollback to before the
-    failure holds none."""
+    judged (a compaction) comes next; January loaded again passes. Each snapshot holds January as the
+    latest commit that judged it left it; a rollback to before the failure holds none; January's snapshot
+    expired, February's record still carries its failure; a merge of March killed before its check is
+    unjudged until a retry judges it."""
+    import json
+
     from pyiceberg.catalog.sql import SqlCatalog
 
     catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
@@ -355,31 +358,42 @@ def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_comm
             f"count(*) = 2 WHERE source_file IN ('{month}')", expected=2,
         )  # fmt: skip
 
-    def merge(batch: str, results: list) -> int:
-        table.append(rows)
+    def merge(batch: str, results: list | None) -> int:
+        table.append(rows, snapshot_properties={"nyc-taxi.month": batch})
         snapshot = table.current_snapshot().snapshot_id
-        if batch:
-            recorded = quality.judged_with(table, snapshot, batch, results)
-            with table.transaction() as transaction:
-                transaction.set_properties({quality.JUDGED_PROPERTY: recorded})
+        if results is not None:
+            quality.record_judgement_on(table, snapshot, batch, results)
         return snapshot
+
+    def months(snapshot) -> list[tuple[str, str]]:
+        return [(batch, r.check) for batch, r in quality.failures_of(table, snapshot)]
 
     january = merge("2011-01", [failed("2011-01")])
     february = merge("2011-02", [])
-    unjudged = merge("", [])
+    unjudged = merge("", None)
     again = merge("2011-01", [])
-
-    def months(snapshot) -> list[str]:
-        return [(batch, r.check) for batch, r in quality.failures_of(table, snapshot)]
-
     assert months(january) == months(february) == months(unjudged) == [("2011-01", "month_rows_as_staged")]
     assert months(again) == [] and months(before) == []
-    # a stored result of fields this code no longer knows, or without one it now has, still reads
-    stored = quality._judged(table)
-    stored[str(january)]["failed"][0] |= {"a_field_of_later_code": 1}
-    del stored[str(january)]["failed"][0]["tolerance"]
-    import json
 
+    # a stored failure of fields this code no longer knows, or without one it now has, still reads, as a failure
+    key = f"{quality.JUDGED_PREFIX}{january}"
+    stored = json.loads(table.properties[key])
+    stored["failed"][0][1] |= {"a_field_of_later_code": 1}
+    del stored["failed"][0][1]["tolerance"], stored["failed"][0][1]["status"]
     with table.transaction() as transaction:
-        transaction.set_properties({quality.JUDGED_PROPERTY: json.dumps(stored)})
+        transaction.set_properties({key: json.dumps(stored)})
     assert months(unjudged) == [("2011-01", "month_rows_as_staged")]
+    assert quality.failures_of(table, unjudged)[0][1].stops
+
+    # January's snapshot gone from the history (as expiry does): February's record carries its failure
+    with table.transaction() as transaction:
+        transaction.remove_properties(key)
+    assert months(february) == [("2011-01", "month_rows_as_staged")]
+
+    # March merged, killed before its check: unjudged, until a retry judges it; other months are not
+    march = merge("2011-03", None)
+    month_of = lambda snapshot: snapshot.summary.get("nyc-taxi.month")  # noqa: E731
+    assert quality.unjudged(table, march, "2011-03", month_of)
+    assert not quality.unjudged(table, march, "2011-02", month_of)
+    quality.record_judgement_on(table, march, "2011-03", [])
+    assert not quality.unjudged(table, march, "2011-03", month_of)

@@ -424,66 +424,95 @@ def record(table, snapshot_id: int, results: list[CheckResult], settings) -> Non
         logging.getLogger(__name__).warning("could not record %s's check results", table.name, exc_info=True)
 
 
-JUDGED_PROPERTY = "nyc-taxi.judged-batches"  # {snapshot id: {"batch": ..., "failed": [result, ...]}}
+JUDGED_PREFIX = "nyc-taxi.judged."  # + snapshot id: {"batch": ..., "failed": [[batch, result], ...]}
 
 
 def record_judgement(table, snapshot_id: int, batch: str, results: list[CheckResult], settings) -> None:
     """Keep, for ``snapshot_id`` of ``table`` (a registry table), which batch its commit wrote (a month) and
-    the error checks that failed on it, in the table's metadata: one small entry per merge, so a reader of
-    any snapshot finds every failed month it holds by walking its ancestry (``failures_of``). Entries of
-    snapshots the table no longer has are dropped. Read and written in one metadata commit, made again on
-    the table's new state when another writer committed first."""
+    the failed error checks it holds: its own, and those of earlier months its ancestry still holds
+    (carried, so the expiry of an old snapshot loses none). A property of its own per snapshot: writers
+    recording at once never overwrite each other's. Properties of snapshots the table no longer has are
+    dropped."""
     from nyc_taxi.core.catalog import load_table
     from nyc_taxi.core.commits import retry_on_conflict
 
-    def commit() -> None:
-        iceberg = load_table(table, settings)
-        with iceberg.transaction() as transaction:
-            transaction.set_properties({JUDGED_PROPERTY: judged_with(iceberg, snapshot_id, batch, results)})
-
-    retry_on_conflict(f"recording what {table.name}'s checks judged", commit)
+    retry_on_conflict(
+        f"recording what {table.name}'s checks judged",
+        lambda: record_judgement_on(load_table(table, settings), snapshot_id, batch, results),
+    )
 
 
-def judged_with(iceberg, snapshot_id: int, batch: str, results: list[CheckResult]) -> str:
-    """``iceberg``'s record of judged batches (a pyiceberg table's property) with ``snapshot_id``'s added,
-    without the snapshots it no longer has."""
+def record_judgement_on(iceberg, snapshot_id: int, batch: str, results: list[CheckResult]) -> None:
+    """``record_judgement`` on a pyiceberg table, in one metadata commit."""
     import json
 
-    kept = {k: v for k, v in _judged(iceberg).items() if iceberg.snapshot_by_id(int(k)) is not None}
-    kept[str(snapshot_id)] = {"batch": batch, "failed": [r.as_dict() for r in results if r.stops]}
-    return json.dumps(kept, sort_keys=True, default=str)
+    snapshot = iceberg.snapshot_by_id(snapshot_id)
+    parent = snapshot.parent_snapshot_id if snapshot else None
+    carried = [(b, r) for b, r in failures_of(iceberg, parent) if b != batch]
+    failed = [(batch, r) for r in results if r.stops] + carried
+    entry = {"batch": batch, "failed": [[b, r.as_dict()] for b, r in failed]}
+    gone = [k for k in iceberg.properties if k.startswith(JUDGED_PREFIX) and not _held(iceberg, k)]
+    with iceberg.transaction() as transaction:
+        transaction.set_properties({f"{JUDGED_PREFIX}{snapshot_id}": json.dumps(entry, default=str)})
+        if gone:
+            transaction.remove_properties(*gone)
 
 
-def _judged(iceberg) -> dict:
+def _held(iceberg, key: str) -> bool:
+    return iceberg.snapshot_by_id(int(key.removeprefix(JUDGED_PREFIX))) is not None
+
+
+def _judgement(iceberg, snapshot_id: int) -> dict | None:
     import json
 
     try:
-        return json.loads(iceberg.properties.get(JUDGED_PROPERTY) or "{}")
-    except ValueError:  # not written by record_judgement
-        return {}
+        return json.loads(iceberg.properties[f"{JUDGED_PREFIX}{snapshot_id}"])
+    except (KeyError, ValueError):  # none recorded, or not by record_judgement
+        return None
 
 
 def failures_of(iceberg, snapshot_id) -> list[tuple[str, CheckResult]]:
     """The failed error checks of the batches ``snapshot_id`` of ``iceberg`` (a pyiceberg table) holds, with
     their batches: walking back from it through its ancestors, each batch as the latest commit that judged
-    it left it. A raw table's check judges the batch its commit wrote (a month); a later commit of another
-    month, or one no check judged (a compaction, a merge killed before its check), leaves those rows as they
-    were. A rollback to before the failed commit leaves it out of the ancestry."""
-    judged, seen, failures = _judged(iceberg), set(), []
+    it left it (a commit's own verdict, or the failures it carried). A raw table's check judges the batch
+    its commit wrote (a month); a later commit of another month, or one no check judged (a compaction),
+    leaves those rows as they were. A rollback to before the failed commit leaves it out of the ancestry.
+    Two merges recording at once can carry a failure a later one judged again: refused, not let through."""
+    seen, failures = set(), []
     snapshot = iceberg.snapshot_by_id(int(snapshot_id)) if snapshot_id is not None else None
     while snapshot is not None:
-        entry = judged.get(str(snapshot.snapshot_id))
-        if entry and entry["batch"] not in seen:
-            seen.add(entry["batch"])
-            failures += [(entry["batch"], _stored_result(r)) for r in entry["failed"]]
+        entry = _judgement(iceberg, snapshot.snapshot_id)
+        if entry:
+            mine = [(b, _stored_failure(r)) for b, r in entry["failed"]]
+            for batch in [entry["batch"], *sorted({b for b, _ in mine} - {entry["batch"]})]:
+                if batch not in seen:
+                    seen.add(batch)
+                    failures += [(b, r) for b, r in mine if b == batch]
         parent = snapshot.parent_snapshot_id
         snapshot = iceberg.snapshot_by_id(parent) if parent is not None else None
     return failures
 
 
-def _stored_result(data: dict) -> CheckResult:
-    """A result as a table's metadata keeps it, read by this code's CheckResult (fields it does not know
-    dropped, those it lacks defaulted), so a change of the class never makes a stored result unreadable."""
+def unjudged(iceberg, snapshot_id, batch: str, month_of) -> bool:
+    """Whether the latest commit in ``snapshot_id``'s ancestry that wrote ``batch`` (``month_of(snapshot)``:
+    the batch a commit wrote, from its summary) was never judged: a merge killed between its commit and its
+    check, whose retry then commits nothing. Such a retry judges the month as raw holds it now."""
+    snapshot = iceberg.snapshot_by_id(int(snapshot_id)) if snapshot_id is not None else None
+    while snapshot is not None:
+        entry = _judgement(iceberg, snapshot.snapshot_id)
+        if entry and (entry["batch"] == batch or any(b == batch for b, _ in entry["failed"])):
+            return False
+        if month_of(snapshot) == batch:
+            return entry is None
+        parent = snapshot.parent_snapshot_id
+        snapshot = iceberg.snapshot_by_id(parent) if parent is not None else None
+    return False
+
+
+def _stored_failure(data: dict) -> CheckResult:
+    """A failed result as a table's metadata keeps it, read by this code's CheckResult: fields it does not
+    know dropped, those it lacks defaulted, and a failure whatever its status field says, so a change of
+    the class never makes a stored failure unreadable, or a pass."""
     import dataclasses
 
     known = {f.name: f for f in dataclasses.fields(CheckResult)}
@@ -491,7 +520,7 @@ def _stored_result(data: dict) -> CheckResult:
     for name, field in known.items():
         if name not in kept and field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             kept[name] = None
-    return CheckResult.from_dict({**kept, "here": False})
+    return CheckResult.from_dict({**kept, "status": "fail", "here": False})
 
 
 def recorded_results(table, snapshot_id) -> list[CheckResult]:

@@ -136,9 +136,10 @@ def new_session(settings: Settings, java_options: tuple[str, ...] = (), small: b
     secrets = {key: value for key, value in conf.items() if SECRET_KEY.search(key)}
     from pyspark import SparkContext
 
-    # PySpark's internals, in this one place (no public API says whether this process's JVM runs): a
-    # session started again in a process whose JVM runs (after stop_spark) gets its configuration through
-    # that JVM, with no command line; the first one launches the JVM, with its secrets in a file.
+    # PySpark's internals (no public API says whether this process's JVM runs; core/spark_server.py reads
+    # the same attribute to attach): a session started again in a process whose JVM runs (after
+    # stop_spark) gets its configuration through that JVM, with no command line; the first one launches
+    # the JVM, with its secrets in a file. tests/test_lakehouse.py starts both.
     launches = SparkContext._gateway is None
     builder = SparkSession.builder
     for key, value in conf.items():
@@ -162,16 +163,19 @@ def _properties_file(properties: dict[str, str]):
         yield
         return
     for key, value in properties.items():
-        if value != value.strip():  # spark-submit trims a file's values: the secret would arrive altered
+        if value != value.strip(_JAVA_TRIMMED):  # spark-submit trims a file's values (Java's String.trim)
             raise ValueError(f"{key} begins or ends with white space, which Spark's properties file loses")
     before = os.environ.get("PYSPARK_SUBMIT_ARGS")
     arguments = shlex.split(before or "pyspark-shell")
     inherited = []
-    if "--properties-file" in arguments:
-        at = arguments.index("--properties-file")
-        inherited.append(Path(arguments[at + 1]))
-        del arguments[at : at + 2]
-    else:
+    named = [i for i, a in enumerate(arguments) if a == "--properties-file" or a.startswith("--properties-file=")]
+    for at in reversed(named):  # spark-submit reads the last one named: ours, with theirs in it
+        given = arguments[at].partition("=")[2] or arguments[at + 1]
+        if not Path(given).is_file():
+            raise FileNotFoundError(f"PYSPARK_SUBMIT_ARGS names a properties file that does not exist: {given}")
+        inherited.insert(0, Path(given))
+        del arguments[at : at + (1 if "=" in arguments[at] else 2)]
+    if not named:
         conf_dir = os.environ.get("SPARK_CONF_DIR") or str(
             Path(os.environ.get("SPARK_HOME") or _pyspark_home()) / "conf"
         )
@@ -192,6 +196,9 @@ def _properties_file(properties: dict[str, str]):
             os.environ["PYSPARK_SUBMIT_ARGS"] = before
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+_JAVA_TRIMMED = "".join(map(chr, range(33)))  # what Java's String.trim removes: U+0000 to the space
 
 
 def _pyspark_home() -> str:

@@ -188,7 +188,7 @@ class Network:
         delete it; the pids killed. A namespace with a process left would outlive its name, links and all."""
         killed: list[int] = []
         deadline = time.monotonic() + 10
-        while pids := [int(p) for p in _ip("netns", "pids", namespace, check=False).stdout.split()]:
+        while pids := [int(p) for p in _ip("netns", "pids", namespace).stdout.split()]:
             if time.monotonic() > deadline:
                 raise ServiceError(f"processes {pids} in {namespace} outlived SIGKILL for 10 s")
             for pid in pids:
@@ -283,6 +283,7 @@ class Network:
         paths = " ".join(shlex.quote(k) for k in kept)
         script = (
             'set -e; state="$1"; own="$2"; shift 2; hold=$(mktemp -d /dev/shm/nyc-taxi-host.XXXXXX); '
+            'trap \'umount -R "$hold" 2>/dev/null; rmdir "$hold"\' EXIT; '
             'mount -t tmpfs -o size=1m,mode=0700 host-hold "$hold"; mkdir "$hold/own"; '
             'mount --bind "$own" "$hold/own"; i=0; '
             f"for path in {paths}; do "
@@ -293,7 +294,7 @@ class Network:
             '  then umount "$hold/$i"; else mkdir -p "$path"; mount --move "$hold/$i" "$path"; fi; done; '
             'mkdir -p "$state"; mount -t tmpfs -o size=1m,mode=0755 host-state "$state"; '
             'mkdir -p "$state/hosts/${own##*/}"; mount --move "$hold/own" "$state/hosts/${own##*/}"; '
-            'mount -o remount,ro "$state"; umount "$hold"; rmdir "$hold"; exec "$@"'
+            'mount -o remount,ro "$state"; umount "$hold"; rmdir "$hold"; trap - EXIT; exec "$@"'
         )
         return ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",
                 "--", "sh", "-c", script, "host", str(state), str(own), *argv]  # fmt: skip

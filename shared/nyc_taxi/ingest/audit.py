@@ -101,7 +101,8 @@ def check_published(
     # one (the flow refuses a window over a failed month: quality.failures_of). Not recorded, the commit
     # reads as one no check judged (as a compaction): logged as an error; the task's own result stands
     try:
-        quality.record_judgement(raw, snapshot, batch, written.checks, settings)
+        if raw.checks:  # a table that declares none has nothing to judge
+            quality.record_judgement(raw, snapshot, batch, written.checks, settings)
     except Exception:
         log.error("could not record what %s's check judged on snapshot %s", raw.name, snapshot, exc_info=True)
     quality.refuse(

@@ -96,19 +96,27 @@ def _python_on(network: Network, host: str, code: str, timeout: float = 30) -> s
     )
 
 
-def test_hosts_reach_each_other_by_address_and_nothing_else(network, tmp_path):
-    control, worker = network.layout.host("control"), network.layout.host("worker-a")
-    # a listener on control's address, and one on the machine's own loopback
+def _listening_on_control(network: Network, then: str) -> subprocess.Popen:
+    """A Python server on control's address, port 8765, once it listens (``then``: what it does next with
+    its socket ``s``)."""
+    address = network.layout.host("control").address
     server = subprocess.Popen(
         network.command(
             "control",
-            [sys.executable, "-c", f"import socket; s = socket.create_server(('{control.address}', 8765)); "
-             "print('listening', flush=True); c, _ = s.accept(); c.sendall(b'hello from control'); c.close()"],
+            [sys.executable, "-c", f"import socket; s = socket.create_server(('{address}', 8765)); "
+             f"print('listening', flush=True); {then}"],
         ),
         stdout=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     assert server.stdout.readline().strip() == "listening"
+    return server
+
+
+def test_hosts_reach_each_other_by_address_and_nothing_else(network, tmp_path):
+    control, worker = network.layout.host("control"), network.layout.host("worker-a")
+    # a listener on control's address, and one on the machine's own loopback
+    server = _listening_on_control(network, "c, _ = s.accept(); c.sendall(b'hello from control'); c.close()")
     import socket
 
     machine = socket.create_server(("127.0.0.1", 0))
@@ -218,16 +226,7 @@ def test_clean_names_the_hosts_namespaces_and_removes_them(tmp_path):
 @pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables (bash run setup installs it)")
 def test_a_cut_link_reaches_nothing_until_mended_and_a_lossy_link_drops_its_share_each_way(network):
     control = network.layout.host("control")
-    server = subprocess.Popen(
-        network.command(
-            "control",
-            [sys.executable, "-c", f"import socket; s = socket.create_server(('{control.address}', 8765)); "
-             "print('listening', flush=True)\nwhile True: s.accept()[0].close()"],
-        ),
-        stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert server.stdout.readline().strip() == "listening"
+    server = _listening_on_control(network, "\nwhile True: s.accept()[0].close()")
 
     def connects(host: str) -> bool:
         done = _python_on(

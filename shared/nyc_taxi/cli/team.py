@@ -21,9 +21,7 @@ from nyc_taxi.deployment import services
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["hosts"]:  # the hosts layout: deployment/hosts.toml
-        from nyc_taxi.deployment import hosts
-
-        return hosts.main(argv[1:])
+        return _hosts(argv[1:])
     parser = argparse.ArgumentParser(prog="bash run team", description=__doc__)
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument(
@@ -33,16 +31,45 @@ def main(argv: list[str] | None = None) -> int:
     settings = get_settings()
     if settings.profile != "team":
         print(f"note: PROFILE is {settings.profile!r}; the pipeline uses these services with PROFILE=team")
+    return _said(
+        lambda: {
+            "up": lambda: services.up(settings),
+            "down": lambda: services.down(settings, delete_data=args.delete_data),
+            "status": lambda: services.status(settings),
+        }[args.action]()
+    )
+
+
+def _hosts(argv: list[str]) -> int:
+    """`bash run team hosts up | down | status | run HOST -- COMMAND`."""
+    import subprocess
+
+    from nyc_taxi.deployment import hosts
+    from nyc_taxi.deployment.hosts import Network
+
+    parser = argparse.ArgumentParser(prog="bash run team hosts", description=hosts.__doc__)
+    parser.add_argument("action", choices=["up", "down", "status", "run"])
+    parser.add_argument("host", nargs="?", help="run: the host")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="run: the command, after --")
+    args = parser.parse_args(argv)
+    network = Network(get_settings())
+    if args.action != "run":
+        return _said({"up": network.up, "down": network.down, "status": network.status}[args.action])
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not args.host or not command:
+        parser.error("run takes a host and a command: run HOST -- COMMAND")
+    return _said(lambda: subprocess.run(network.command(args.host, command)).returncode)
+
+
+def _said(action) -> int:
+    """Run ``action``: print what it said (or pass on a command's exit code), or its ServiceError."""
     try:
-        if args.action == "up":
-            said = services.up(settings)
-        elif args.action == "down":
-            said = services.down(settings, delete_data=args.delete_data)
-        else:
-            said = services.status(settings)
+        said = action()
     except ServiceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    if isinstance(said, int):
+        return said
     print("\n".join(said))
     return 0
 

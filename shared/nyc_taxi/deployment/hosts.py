@@ -1,4 +1,4 @@
-"""`bash run team hosts up | down | status | run HOST -- COMMAND`: the hosts of ``hosts.toml`` on one
+"""The hosts of ``hosts.toml`` on one
 machine, each a Linux network namespace, joined by a bridge that belongs to the deployment alone.
 
 - The bridge lives in a namespace of its own (the deployment's "switch"): the machine's own namespace
@@ -111,7 +111,7 @@ class Network:
     def port(self, host: str) -> str:
         """The switch's end of a host's link, named after the host (an interface name: at most 15
         characters), so reordering hosts.toml never points a fault at another host."""
-        return f"h{self.tag}{hashlib.sha256(host.encode()).hexdigest()[:6]}"
+        return f"h{self.tag}{hashlib.sha256(self.layout.host(host).name.encode()).hexdigest()[:6]}"
 
     def directory(self, host: str) -> Path:
         """The host's own state directory: on a machine of its own, its whole state."""
@@ -225,17 +225,14 @@ class Network:
         return [f"{h.name}: {h.address} {state(h)}; programs {', '.join(h.programs)}" for h in self.layout.hosts]
 
     # ---- faults of the network: a host cut off, a link that loses packets ----------------------------
-    def _port_of(self, host: str) -> str:
-        return self.port(self.layout.host(host).name)
-
     def cut(self, host: str) -> None:
         """Cut the host's link at the switch: the host runs on, and reaches nothing, as a pulled cable."""
-        _ip("-n", self.switch, "link", "set", self._port_of(host), "down")
+        _ip("-n", self.switch, "link", "set", self.port(host), "down")
 
     def mend(self, host: str) -> None:
         """Put the cable back, and return once the host's link has carrier again (the kernel tells of a
         carrier within about a second; until then the host's own sends fail as unreachable)."""
-        _ip("-n", self.switch, "link", "set", self._port_of(host), "up")
+        _ip("-n", self.switch, "link", "set", self.port(host), "up")
         deadline = time.monotonic() + 10
         while "NO-CARRIER" in _ip("-n", self.namespace(host), "link", "show", "eth0").stdout:
             if time.monotonic() > deadline:
@@ -298,32 +295,3 @@ class Network:
         )
         return ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",
                 "--", "sh", "-c", script, "host", str(state), str(own), *argv]  # fmt: skip
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from nyc_taxi.core.settings import get_settings
-
-    parser = argparse.ArgumentParser(prog="bash run team hosts", description=__doc__)
-    parser.add_argument("action", choices=["up", "down", "status", "run"])
-    parser.add_argument("host", nargs="?", help="run: the host")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="run: the command, after --")
-    args = parser.parse_args(argv)
-    network = Network(get_settings())
-    try:
-        if args.action == "run":
-            command = args.command[1:] if args.command[:1] == ["--"] else args.command
-            if not args.host or not command:
-                parser.error("run takes a host and a command: run HOST -- COMMAND")
-            return subprocess.run(network.command(args.host, command)).returncode
-        said = {"up": network.up, "down": network.down, "status": network.status}[args.action]()
-    except ServiceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print("\n".join(said))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -376,7 +376,7 @@ def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_comm
     assert months(again) == [] and months(before) == []
 
     # a stored failure of fields this code no longer knows, or without one it now has, still reads, as a failure
-    key = f"{quality.JUDGED_PREFIX}{january}"
+    key = f"{quality.JUDGED_PREFIX}{january}.2011-01"
     stored = json.loads(table.properties[key])
     stored["failed"][0][1] |= {"a_field_of_later_code": 1}
     del stored["failed"][0][1]["tolerance"], stored["failed"][0][1]["status"]
@@ -395,5 +395,12 @@ def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_comm
     month_of = lambda snapshot: snapshot.summary.get("nyc-taxi.month")  # noqa: E731
     assert quality.unjudged(table, march, "2011-03", month_of)
     assert not quality.unjudged(table, march, "2011-02", month_of)
-    quality.record_judgement_on(table, march, "2011-03", [])
-    assert not quality.unjudged(table, march, "2011-03", month_of)
+    # April merges on top and fails before March's retry judges March on April's snapshot (the retry
+    # commits nothing): both judgements stand, April's failure with them
+    april = merge("2011-04", [failed("2011-04")])
+    assert quality.unjudged(table, april, "2011-03", month_of)
+    quality.record_judgement_on(table, april, "2011-03", [])
+    assert not quality.unjudged(table, april, "2011-03", month_of)
+    assert months(april) == [("2011-04", "month_rows_as_staged")]
+    # judged at last for every month it wrote, an unchanged month's re-run judges nothing again
+    assert not any(quality.unjudged(table, april, m, month_of) for m in ("2011-01", "2011-02", "2011-03", "2011-04"))

@@ -424,15 +424,15 @@ def record(table, snapshot_id: int, results: list[CheckResult], settings) -> Non
         logging.getLogger(__name__).warning("could not record %s's check results", table.name, exc_info=True)
 
 
-JUDGED_PREFIX = "nyc-taxi.judged."  # + snapshot id: {"batch": ..., "failed": [[batch, result], ...]}
+JUDGED_PREFIX = "nyc-taxi.judged."  # + "<snapshot id>.<batch>": {"batch": ..., "failed": [[batch, result], ...]}
 
 
 def record_judgement(table, snapshot_id: int, batch: str, results: list[CheckResult], settings) -> None:
-    """Keep, for ``snapshot_id`` of ``table`` (a registry table), which batch its commit wrote (a month) and
-    the failed error checks it holds: its own, and those of earlier months its ancestry still holds
-    (carried, so the expiry of an old snapshot loses none). A property of its own per snapshot: writers
-    recording at once never overwrite each other's. Properties of snapshots the table no longer has are
-    dropped."""
+    """Keep, for ``snapshot_id`` of ``table`` (a registry table) and ``batch`` (the month its commit wrote, or
+    that a retry judged on it), the failed error checks it holds: its own, and those of earlier months its
+    ancestry still holds (carried, so the expiry of an old snapshot loses none). A property of its own per
+    snapshot and batch: writers recording at once, or a retry judging its month on another month's
+    snapshot, never overwrite each other's. Properties of snapshots the table no longer has are dropped."""
     from nyc_taxi.core.catalog import load_table
     from nyc_taxi.core.commits import retry_on_conflict
 
@@ -453,59 +453,69 @@ def record_judgement_on(iceberg, snapshot_id: int, batch: str, results: list[Che
     entry = {"batch": batch, "failed": [[b, r.as_dict()] for b, r in failed]}
     gone = [k for k in iceberg.properties if k.startswith(JUDGED_PREFIX) and not _held(iceberg, k)]
     with iceberg.transaction() as transaction:
-        transaction.set_properties({f"{JUDGED_PREFIX}{snapshot_id}": json.dumps(entry, default=str)})
+        transaction.set_properties({f"{JUDGED_PREFIX}{snapshot_id}.{batch}": json.dumps(entry, default=str)})
         if gone:
             transaction.remove_properties(*gone)
 
 
 def _held(iceberg, key: str) -> bool:
-    return iceberg.snapshot_by_id(int(key.removeprefix(JUDGED_PREFIX))) is not None
+    return iceberg.snapshot_by_id(int(key.removeprefix(JUDGED_PREFIX).split(".")[0])) is not None
 
 
-def _judgement(iceberg, snapshot_id: int) -> dict | None:
+def _judgements(iceberg) -> dict[int, list[dict]]:
+    """Every recorded judgement, by snapshot id."""
     import json
 
-    try:
-        return json.loads(iceberg.properties[f"{JUDGED_PREFIX}{snapshot_id}"])
-    except (KeyError, ValueError):  # none recorded, or not by record_judgement
-        return None
+    found: dict[int, list[dict]] = {}
+    for key, value in iceberg.properties.items():
+        if key.startswith(JUDGED_PREFIX):
+            try:
+                found.setdefault(int(key.removeprefix(JUDGED_PREFIX).split(".")[0]), []).append(json.loads(value))
+            except ValueError:  # not written by record_judgement
+                continue
+    return found
+
+
+def _ancestry(iceberg, snapshot_id):
+    snapshot = iceberg.snapshot_by_id(int(snapshot_id)) if snapshot_id is not None else None
+    while snapshot is not None:
+        yield snapshot
+        parent = snapshot.parent_snapshot_id
+        snapshot = iceberg.snapshot_by_id(parent) if parent is not None else None
 
 
 def failures_of(iceberg, snapshot_id) -> list[tuple[str, CheckResult]]:
     """The failed error checks of the batches ``snapshot_id`` of ``iceberg`` (a pyiceberg table) holds, with
     their batches: walking back from it through its ancestors, each batch as the latest commit that judged
-    it left it (a commit's own verdict, or the failures it carried). A raw table's check judges the batch
-    its commit wrote (a month); a later commit of another month, or one no check judged (a compaction),
-    leaves those rows as they were. A rollback to before the failed commit leaves it out of the ancestry.
-    Two merges recording at once can carry a failure a later one judged again: refused, not let through."""
-    seen, failures = set(), []
-    snapshot = iceberg.snapshot_by_id(int(snapshot_id)) if snapshot_id is not None else None
-    while snapshot is not None:
-        entry = _judgement(iceberg, snapshot.snapshot_id)
-        if entry:
-            mine = [(b, _stored_failure(r)) for b, r in entry["failed"]]
-            for batch in [entry["batch"], *sorted({b for b, _ in mine} - {entry["batch"]})]:
-                if batch not in seen:
-                    seen.add(batch)
-                    failures += [(b, r) for b, r in mine if b == batch]
-        parent = snapshot.parent_snapshot_id
-        snapshot = iceberg.snapshot_by_id(parent) if parent is not None else None
+    it left it (a judgement's own verdict first, then the failures it carried). A raw table's check judges
+    the batch its commit wrote (a month); a later commit of another month, or one no check judged (a
+    compaction), leaves those rows as they were. A rollback to before the failed commit leaves it out of
+    the ancestry. Two merges recording at once can carry a failure a later one judged again: refused, not
+    let through."""
+    judged, seen, failures = _judgements(iceberg), set(), []
+    for snapshot in _ancestry(iceberg, snapshot_id):
+        entries = judged.get(snapshot.snapshot_id, [])
+        mine = [(b, _stored_failure(r)) for e in entries for b, r in e["failed"]]
+        own = sorted({e["batch"] for e in entries})
+        for batch in [*own, *sorted({b for b, _ in mine} - set(own))]:
+            if batch not in seen:
+                seen.add(batch)
+                failures += [(b, r) for b, r in mine if b == batch]
     return failures
 
 
 def unjudged(iceberg, snapshot_id, batch: str, month_of) -> bool:
     """Whether the latest commit in ``snapshot_id``'s ancestry that wrote ``batch`` (``month_of(snapshot)``:
     the batch a commit wrote, from its summary) was never judged: a merge killed between its commit and its
-    check, whose retry then commits nothing. Such a retry judges the month as raw holds it now."""
-    snapshot = iceberg.snapshot_by_id(int(snapshot_id)) if snapshot_id is not None else None
-    while snapshot is not None:
-        entry = _judgement(iceberg, snapshot.snapshot_id)
-        if entry and (entry["batch"] == batch or any(b == batch for b, _ in entry["failed"])):
+    check, or whose record failed, and whose retry then commits nothing. Such a retry judges the month as
+    raw holds it now."""
+    judged = _judgements(iceberg)
+    for snapshot in _ancestry(iceberg, snapshot_id):
+        entries = judged.get(snapshot.snapshot_id, [])
+        if any(e["batch"] == batch or any(b == batch for b, _ in e["failed"]) for e in entries):
             return False
         if month_of(snapshot) == batch:
-            return entry is None
-        parent = snapshot.parent_snapshot_id
-        snapshot = iceberg.snapshot_by_id(parent) if parent is not None else None
+            return True
     return False
 
 

@@ -128,7 +128,7 @@ class Network:
         """Every process in one of the deployment's namespaces."""
         found = []
         for namespace in self.namespaces():
-            found += [int(p) for p in _ip("netns", "pids", namespace, check=False).stdout.split()]
+            found += [int(p) for p in _ip("netns", "pids", namespace).stdout.split()]
         return sorted(found)
 
     def _linked(self, host: Host) -> bool:

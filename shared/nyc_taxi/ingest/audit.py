@@ -12,7 +12,6 @@ the refusal. Raw's checks run after its commit, which stands: an error there fai
 from __future__ import annotations
 
 import functools
-import logging
 from dataclasses import replace
 
 from nyc_taxi.core import quality
@@ -26,8 +25,6 @@ from nyc_taxi.core.snapshots import LANDED_VERSION
 from nyc_taxi.core.statistics import recorded_counts
 from nyc_taxi.core.tables import pinned_rows
 from nyc_taxi.lineage.write.report import DatasetUse, StepReport
-
-log = logging.getLogger(__name__)
 
 
 def audit_staged(
@@ -98,13 +95,10 @@ def check_published(
     written.profile = profile(raw, iceberg, snapshot)
     quality.record(raw, snapshot, written.checks, settings)
     # which month this commit wrote and whether it failed, for every reader of this snapshot or a later
-    # one (the flow refuses a window over a failed month: quality.failures_of). Not recorded, the commit
-    # reads as one no check judged (as a compaction): logged as an error; the task's own result stands
-    try:
-        if raw.checks:  # a table that declares none has nothing to judge
-            quality.record_judgement(raw, snapshot, batch, written.checks, settings)
-    except Exception:
-        log.error("could not record what %s's check judged on snapshot %s", raw.name, snapshot, exc_info=True)
+    # one (the flow refuses a window over a failed month: quality.failures_of). If it cannot be recorded
+    # the task fails, and its retry, which commits nothing, judges the month again (quality.unjudged)
+    if raw.checks:  # a table that declares none has nothing to judge
+        quality.record_judgement(raw, snapshot, batch, written.checks, settings)
     quality.refuse(
         written.checks,
         subject=f"{raw.name} snapshot {written.version}",

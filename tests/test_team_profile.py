@@ -16,6 +16,7 @@ nothing, and `team status` says which program answers (a frozen or just-killed o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import os
@@ -256,7 +257,10 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
     assert len(listeners) >= 14 and {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
 
     record = read_record(services.services_record(settings))
+    from nyc_taxi.deployment.services import JWT_KEYS
+
     secrets = [record["postgres"]["password"], record["redis"]["password"], record["seaweedfs"]["secret_key"]]
+    secrets += [record["spark"]["secret"], *(record["seaweedfs"][key] for key in JWT_KEYS)]
     config = subprocess.run(
         [sys.executable, "-m", "airflow", "config", "list"],
         env={**env, **airflow_environment(settings)},
@@ -264,7 +268,14 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
         text=True,
     )
     assert config.returncode == 0 and "sql_alchemy_conn" in config.stdout
+    import psutil
+
     places = {"airflow config list": config.stdout + config.stderr}
+    command_lines = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            command_lines.append(" ".join(process.cmdline()))
+    places["every process's command line"] = "\n".join(command_lines)
     team_dir = services.team_dir(settings)
     secret_files = {
         services.services_record(settings),
@@ -273,8 +284,14 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
         services.Redis(settings).broker_url_file,
         team_dir / "redis" / "redis.conf",
         team_dir / "seaweedfs" / "s3-identities.json",
+        team_dir / "seaweedfs" / "security.toml",
+        team_dir / "spark" / "cluster.conf",
         services.ObjectStore(settings).credentials_file,
     }
+    private_keys = set((team_dir / "seaweedfs" / "tls").glob("*.key"))
+    assert {key.name for key in private_keys} == {"ca.key", "seaweedfs.key"}
+    secrets += [key.read_text().splitlines()[1] for key in private_keys]  # a line of each PEM key's body
+    secret_files |= private_keys
     for path in Path(settings.state_dir).rglob("*"):
         if path.is_file() and path not in secret_files and path.stat().st_size < 50_000_000:
             places[str(path)] = path.read_bytes().decode(errors="replace")
@@ -286,6 +303,175 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
         assert not [place for place, text in places.items() if secret in text]
     for path in secret_files:
         assert path.stat().st_mode & 0o077 == 0, path
+
+
+# ---- who may connect: each listener, without the deployment's credentials and with them --------------
+
+
+def _spark_rpc_refusal(port: int) -> str:
+    """An RPC request to a Spark daemon from a client that skipped Spark's authentication handshake (the
+    frame Spark's transport reads: its length, type 3 = RpcRequest, the request id, the body's size, the
+    body): the error of the RpcFailure (type 5) it answers with."""
+    import socket
+    import struct
+
+    body = b"\0" * 16
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(struct.pack(">qbqi", 8 + 1 + 8 + 4 + len(body), 3, 42, len(body)) + body)
+        answer = b""
+        while len(answer) < 8 or len(answer) < struct.unpack(">q", answer[:8])[0]:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer[8:9] == b"\x05", answer[:200]  # RpcFailure
+    return answer[8 + 1 + 8 + 4 :].decode(errors="replace")
+
+
+def _tls_handshake(port: int, context) -> str:
+    """A TLS handshake (offering HTTP/2, as gRPC does) and the server's first bytes, or why it failed."""
+    import socket
+    import ssl
+
+    context.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        try:
+            with context.wrap_socket(connection, server_hostname="127.0.0.1") as tls:
+                tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                return f"spoke {tls.selected_alpn_protocol()}: {len(tls.recv(9))} bytes"
+        except (ssl.SSLError, ConnectionResetError) as error:
+            return f"refused: {error}"
+
+
+def _https(port: int, path: str, context, method: str = "GET", data: bytes | None = None) -> int | str:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", method=method, data=data)
+    try:
+        return urllib.request.urlopen(request, timeout=10, context=context).status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except urllib.error.URLError as error:
+        return f"refused: {error.reason}"
+    except (ssl.SSLError, ConnectionResetError) as error:  # TLS 1.3: refused after the client's handshake
+        return f"refused: {error}"
+
+
+SEAWEEDFS_HTTPS = {"master": "/cluster/status", "volume": "/status", "filer": "/healthz"}
+LISTENERS = (
+    "postgres", "redis", "airflow-api-server", "spark-master", "spark-worker",
+    *(f"seaweedfs-{part} https" for part in SEAWEEDFS_HTTPS),
+    *(f"seaweedfs-{part} grpc" for part in ("master", "volume", "filer", "s3")),
+    "seaweedfs-s3",
+)  # fmt: skip
+
+
+def _listener_port(record: dict, settings, listener: str) -> int:
+    program, _, kind = listener.partition(" ")
+    service, _, part = program.partition("-")
+    if program == "airflow-api-server":
+        return settings.airflow_port
+    if service == "spark":
+        return record["spark"]["port" if part == "master" else "worker_port"]
+    if service == "seaweedfs":
+        return record["seaweedfs"][f"{part}_{'grpc_' if kind == 'grpc' else ''}port"]
+    return record[service]["port"]
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+def test_a_client_without_the_deployments_credentials_is_refused_and_one_with_them_is_let_in(team, listener):
+    """Each listener, asked without the deployment's credentials, refuses; asked with them, answers.
+    PostgreSQL and Redis: a password; the Airflow API: a token; Spark's master and worker: the cluster's
+    shared secret (the handshake a client without it skips); SeaweedFS's master, volume server and filer
+    (HTTPS) and all four gRPC ports: a certificate of the deployment's authority, and on top of it a JWT
+    for a write to a volume and any request to the filer's files; the S3 gateway: the S3 key pair."""
+    import ssl
+
+    from nyc_taxi.core import team as services
+    from nyc_taxi.core.processes import read_record
+    from nyc_taxi.deployment.services import SEAWEEDFS_CERTIFICATE, ObjectStorage
+
+    settings, _ = team
+    record = read_record(services.services_record(settings))
+    port = _listener_port(record, settings, listener)
+    authority = ObjectStorage(settings, record).authority
+    program, _, kind = listener.partition(" ")
+    if program == "postgres":
+        import psycopg2
+
+        with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+            psycopg2.connect(host="127.0.0.1", port=port, user="nyc_taxi", password="guessed", dbname="postgres")
+        services.Postgres(settings).connect().close()
+    elif program == "redis":
+        import socket
+
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+            connection.sendall(b"PING\r\n")
+            assert connection.recv(100).startswith(b"-NOAUTH")
+            connection.sendall(f"AUTH {record['redis']['password']}\r\nPING\r\n".encode())
+            assert wait_for(lambda: connection.recv(100), lambda said: b"+PONG" in said, 10)
+    elif program == "airflow-api-server":
+        import urllib.error
+        import urllib.request
+
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/dags", timeout=10)
+        assert refused.value.code == 401
+        assert api(settings).call("/api/v2/dags")["total_entries"] >= 3
+    elif program.startswith("spark-"):
+        refusal = _spark_rpc_refusal(port)
+        assert "Expected SaslMessage" in refusal, refusal  # Spark's authentication, not its RPC, answered
+        # drivers with the secret ran on the cluster: test_both_workers_ran_tasks…
+    elif kind == "https":
+        part = program.removeprefix("seaweedfs-")
+        without = ssl.create_default_context(cafile=str(authority.certificate))
+        assert "CERTIFICATE_REQUIRED" in str(_https(port, SEAWEEDFS_HTTPS[part], without))
+        with_certificate = authority.client_context(SEAWEEDFS_CERTIFICATE)
+        assert _https(port, SEAWEEDFS_HTTPS[part], with_certificate) == 200
+        # the certificate alone writes no file to a volume, and reads or writes none on the filer: a JWT must
+        # sign it (the master's for a volume, the S3 gateway's for the filer)
+        if part == "volume":
+            assert _https(port, "/3,01637037d6", with_certificate, "PUT", b"x") == 401
+        if part == "filer":
+            assert _https(port, "/buckets/", with_certificate) == 401
+            assert _https(port, "/buckets/nyc-taxi-lakehouse/x", with_certificate, "PUT", b"x") == 401
+    elif kind == "grpc":
+        refused = _tls_handshake(port, ssl.create_default_context(cafile=str(authority.certificate)))
+        assert refused.startswith("refused:") and "CERTIFICATE_REQUIRED" in refused, refused
+        assert _tls_handshake(port, authority.client_context(SEAWEEDFS_CERTIFICATE)).startswith("spoke h2")
+    else:  # the S3 gateway
+        import boto3
+        from botocore.exceptions import ClientError
+
+        guessed = boto3.client(
+            "s3", endpoint_url=f"http://127.0.0.1:{port}", region_name=settings.aws_region,
+            aws_access_key_id=record["seaweedfs"]["access_key"], aws_secret_access_key="guessed",
+        )  # fmt: skip
+        with pytest.raises(ClientError, match="SignatureDoesNotMatch|AccessDenied"):
+            guessed.list_buckets()
+        assert services.ObjectStore(settings).bucket in [
+            b["Name"] for b in services.ObjectStore(settings).client().list_buckets()["Buckets"]
+        ]
+
+
+def test_every_listener_of_the_deployment_is_one_a_refusal_is_tested_on_or_a_spark_web_ui_on_loopback(
+    team, listening_sockets
+):
+    """No port listens that the test above does not ask: a new listener comes with its refusal. Spark's
+    web UIs (no authentication of Spark's own) listen on 127.0.0.1 only, also where the daemons' RPC ports
+    face a network (SPARK_LOCAL_IP)."""
+    from nyc_taxi.core import team as services
+    from nyc_taxi.core.processes import read_record
+
+    settings, _ = team
+    record = read_record(services.services_record(settings))
+    tested = {_listener_port(record, settings, listener) for listener in LISTENERS}
+    web_uis = {record["spark"]["web_port"], record["spark"]["worker_web_port"]}
+    listeners = listening_sockets(*component_pids(settings).values())
+    assert {port for _, _, port in listeners} == tested | web_uis, listeners
+    assert {address for _, address, port in listeners if port in web_uis} == {"127.0.0.1"}
 
 
 @pytest.mark.guards

@@ -15,6 +15,8 @@ import os
 import shlex
 from pathlib import Path
 
+from nyc_taxi.airflow_adapter.rest_api import base_url
+from nyc_taxi.core import team
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
 from nyc_taxi.lineage.write.destinations import datahub_file, openlineage_file
@@ -58,9 +60,9 @@ def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
         "AIRFLOW__CORE__DEFAULT_TASK_RETRIES": str(settings.task_retries),
         **lakehouse(settings).airflow_services(),
         # the UI and the execution API that task processes report to, on this machine only
-        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__HOST": team.address(settings, "airflow-api-server"),
         "AIRFLOW__API__PORT": str(settings.airflow_port),
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{settings.airflow_port}/execution/",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url(settings)}/execution/",
         # Simple auth manager: user admin; Airflow generates its password into
         # $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated (never a fixed one).
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",

@@ -10,11 +10,12 @@ import time
 import urllib.request
 from urllib.parse import quote
 
+from nyc_taxi.core import team
 from nyc_taxi.core.settings import Settings
 
 
 def base_url(settings: Settings) -> str:
-    return f"http://127.0.0.1:{settings.airflow_port}"
+    return f"http://{team.address(settings, 'airflow-api-server')}:{settings.airflow_port}"
 
 
 def passwords_file(settings: Settings):

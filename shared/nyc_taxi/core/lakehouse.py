@@ -164,6 +164,10 @@ class Lakehouse(ABC):
         """The Spark cluster the profile's sessions run on when SPARK_MASTER does not say (None: local)."""
         return None
 
+    def spark_cluster_conf(self) -> dict[str, str]:
+        """What a driver needs to be let in to the profile's own cluster (its secret)."""
+        return {}
+
     def airflow_services(self) -> dict[str, str]:
         """Airflow's settings for its metadata database and executor: SQLite under Airflow's home
         (development only, as Airflow says), writers waiting a minute for its lock, and the LocalExecutor."""
@@ -479,6 +483,10 @@ class TeamLakehouse(S3Objects, LocalLakehouse):
 
     def spark_master(self) -> str | None:
         return team.SparkCluster(self.settings).master()
+
+    def spark_cluster_conf(self) -> dict[str, str]:
+        cluster = team.SparkCluster(self.settings)
+        return cluster.authentication() if cluster.master() else {}  # a given cluster's: its spark-defaults.conf
 
     def airflow_services(self) -> dict[str, str]:
         # URLs with passwords are read from 0600 files when Airflow needs them: no password is in an

@@ -116,6 +116,7 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
         conf["spark.jars.packages"] = settings.spark_extra_packages
     if url := master(settings):
         conf["spark.master"] = url
+        conf |= lake.spark_cluster_conf()
     return conf
 
 

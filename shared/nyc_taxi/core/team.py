@@ -31,6 +31,26 @@ def services_record(settings: Settings) -> Path:
     return team_dir(settings) / "services.json"
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def address(settings: Settings, program: str) -> str:
+    """Where a program of the deployment `team up` runs is reached: its host's address when it runs across
+    hosts (the record's ``addresses``), else 127.0.0.1."""
+    if settings.profile != "team":
+        return LOOPBACK
+    return ((read_record(services_record(settings)) or {}).get("addresses") or {}).get(program, LOOPBACK)
+
+
+def this_host(settings: Settings) -> tuple[str, str]:
+    """The name and address of the host this state directory is (the record a host is given says), or of
+    this machine (its name, 127.0.0.1)."""
+    import socket
+
+    given = ((read_record(services_record(settings)) or {}) if settings.profile == "team" else {}).get("host") or {}
+    return given.get("name") or socket.gethostname(), given.get("address") or LOOPBACK
+
+
 def _recorded(settings: Settings, service: str) -> dict:
     record = (read_record(services_record(settings)) or {}).get(service)
     if record is None:
@@ -51,7 +71,7 @@ class Postgres:
         if self.given:
             url = urlsplit(self.settings.postgres_url.get_secret_value())
             return {"host": url.hostname, "port": url.port or 5432, "user": url.username, "password": url.password}
-        return {"host": "127.0.0.1", **_recorded(self.settings, "postgres")}
+        return {"host": address(self.settings, "postgres"), **_recorded(self.settings, "postgres")}
 
     @property
     def airflow_url_file(self) -> Path:
@@ -108,7 +128,7 @@ class Redis:
         if self.given:
             return self.settings.redis_url.get_secret_value()
         record = _recorded(self.settings, "redis")
-        return f"redis://:{quote(record['password'])}@127.0.0.1:{record['port']}/0"
+        return f"redis://:{quote(record['password'])}@{address(self.settings, 'redis')}:{record['port']}/0"
 
 
 @dataclass(frozen=True)
@@ -135,7 +155,7 @@ class ObjectStore:
     def endpoint(self) -> str:
         if self.given:
             return self.settings.s3_endpoint_url
-        return f"http://127.0.0.1:{_recorded(self.settings, 'seaweedfs')['s3_port']}"
+        return f"http://{address(self.settings, 'seaweedfs-s3')}:{_recorded(self.settings, 'seaweedfs')['s3_port']}"
 
     def keys(self) -> tuple[str, str] | None:
         """(access key id, secret key) of the gateway `team up` runs; None for a given endpoint (the chain's)."""
@@ -172,10 +192,24 @@ class SparkCluster:
         if self.given:
             return self.settings.spark_master
         record = (read_record(services_record(self.settings)) or {}).get("spark")
-        return f"spark://127.0.0.1:{record['port']}" if record else None
+        return f"spark://{address(self.settings, 'spark-master')}:{record['port']}" if record else None
+
+    def authentication(self) -> dict[str, str]:
+        """What a driver, the master and the worker need to be let in to the cluster `team up` runs: its
+        shared secret (Spark's own authentication), and its messages and blocks encrypted with keys
+        derived from it. A given cluster's (SPARK_MASTER) come from its spark-defaults.conf."""
+        if self.given:
+            return {}
+        record = _recorded(self.settings, "spark")
+        return {
+            "spark.authenticate": "true",
+            "spark.authenticate.secret": record["secret"],
+            "spark.network.crypto.enabled": "true",
+        }
 
     def _state(self) -> dict:
-        """The master's own account of its workers and applications (its web UI's JSON endpoint)."""
+        """The master's own account of its workers and applications (its web UI's JSON endpoint, which
+        Spark does not authenticate: on 127.0.0.1 of the master's host)."""
         port = _recorded(self.settings, "spark")["web_port"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/", timeout=5) as answer:
             return json.load(answer)

@@ -40,6 +40,7 @@ from nyc_taxi.core.processes import (
 )
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment import process_states
+from nyc_taxi.deployment.certificates import Authority
 from nyc_taxi.deployment.supervisor import MARKER, Supervisor, logs_dir, own_processes, program_names, run_dir
 
 POSTGRES_USER = "nyc_taxi"
@@ -213,7 +214,7 @@ class Postgres(Service):
             ) from None
 
     def address(self) -> str:
-        return f"127.0.0.1:{self.record['postgres']['port']} (data {self.directory / 'data'})"
+        return f"{team.address(self.settings, 'postgres')}:{self.record['postgres']['port']} (data {self.directory / 'data'})"
 
     def orphaned_data(self) -> bool:
         """PostgreSQL's data outlived the record of its password (the state directory was removed)."""
@@ -241,7 +242,7 @@ class Redis(Service):
         self.directory.mkdir(parents=True, exist_ok=True)
         write_private_text(
             self.directory / "redis.conf",
-            f"bind 127.0.0.1\nport {record['port']}\nrequirepass {record['password']}\ndir {self.directory}\n"
+            f"bind {team.address(self.settings, 'redis')}\nport {record['port']}\nrequirepass {record['password']}\ndir {self.directory}\n"
             'protected-mode yes\nsave ""\nappendonly yes\nappendfsync everysec\ndaemonize no\n',
         )
 
@@ -256,7 +257,16 @@ class Redis(Service):
     given_up = after
 
     def address(self) -> str:
-        return f"127.0.0.1:{self.record['redis']['port']}"
+        return f"{team.address(self.settings, 'redis')}:{self.record['redis']['port']}"
+
+
+# SeaweedFS's JWT signing keys, each the record's and security.toml's name for it
+JWT_KEYS = {
+    "jwt_volume_write_key": "jwt.signing",  # the master signs a write to a volume, the volume server checks
+    "jwt_filer_write_key": "jwt.filer_signing",  # the S3 gateway signs its writes to the filer
+    "jwt_filer_read_key": "jwt.filer_signing.read",  # and its reads
+}
+SEAWEEDFS_CERTIFICATE = "seaweedfs"  # every SeaweedFS program's, as server and as client
 
 
 class ObjectStorage(Service):
@@ -279,15 +289,21 @@ class ObjectStorage(Service):
             for part in ("master", "volume", "filer", "s3")
             for kind in ("port", "grpc_port")
         }
-        return ports | {"access_key": secrets.token_hex(10).upper(), "secret_key": secrets.token_urlsafe(30)}
+        keys = {"access_key": secrets.token_hex(10).upper(), "secret_key": secrets.token_urlsafe(30)}
+        return ports | keys | {key: secrets.token_urlsafe(30) for key in JWT_KEYS}
 
     @property
     def directory(self) -> Path:
         return team.team_dir(self.settings) / "seaweedfs"
 
+    @property
+    def authority(self) -> Authority:
+        return Authority(self.directory / "tls", "nyc-taxi SeaweedFS")
+
     def prepare(self) -> None:
         for part in ("master", "volume", "filer"):
             (self.directory / part).mkdir(parents=True, exist_ok=True)
+        self._write_security()
         access, secret = self.store.keys()
         identity = {"name": "nyc-taxi", "credentials": [{"accessKey": access, "secretKey": secret}]}
         identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
@@ -295,6 +311,23 @@ class ObjectStorage(Service):
         write_private_text(
             self.store.credentials_file, f"[default]\naws_access_key_id = {access}\naws_secret_access_key = {secret}\n"
         )
+
+    def _write_security(self) -> None:
+        """``security.toml``, which every SeaweedFS program reads from its working directory (supervisord
+        runs them in this one): mutual TLS on every gRPC and HTTP port but the S3 gateway's (which checks
+        S3 signatures), a JWT the master signs for each write to a volume, and JWTs the S3 gateway signs
+        for the filer's HTTP reads and writes."""
+        cert, key = self.authority.issue(
+            SEAWEEDFS_CERTIFICATE, sorted({team.LOOPBACK, team.this_host(self.settings)[1]})
+        )
+        record, ca = self.record["seaweedfs"], self.authority.certificate
+        pair = f'cert = "{cert}"\nkey = "{key}"\n'
+        sections = [f'[{section}]\nkey = "{record[name]}"\n' for name, section in JWT_KEYS.items()]
+        sections += [f'[grpc]\nca = "{ca}"\n']
+        sections += [f"[grpc.{part}]\n{pair}" for part in ("master", "volume", "filer", "s3", "client")]
+        sections += [f'[https.client]\nenabled = true\n{pair}ca = "{ca}"\n']
+        sections += [f'[https.{part}]\n{pair}ca = "{ca}"\n' for part in ("master", "volume", "filer")]
+        write_private_text(self.directory / "security.toml", "\n".join(sections))
 
     def ready(self) -> bool:
         self.store.client(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}).list_buckets()
@@ -308,11 +341,12 @@ class ObjectStorage(Service):
         part, path = {
             "seaweedfs-master": ("master", "/cluster/status"),
             "seaweedfs-volume": ("volume", "/status"),
-            "seaweedfs-filer": ("filer", "/"),
+            "seaweedfs-filer": ("filer", "/healthz"),  # its other paths want the filer's JWT
         }[program]
-        url = f"http://127.0.0.1:{self.record['seaweedfs'][f'{part}_port']}{path}"
+        url = f"https://{team.address(self.settings, program)}:{self.record['seaweedfs'][f'{part}_port']}{path}"
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
-        return _answers(lambda: urllib.request.urlopen(request, timeout=3).status == 200)
+        context = self.authority.client_context(SEAWEEDFS_CERTIFICATE)
+        return _answers(lambda: urllib.request.urlopen(request, timeout=3, context=context).status == 200)
 
     def after(self) -> None:
         s3 = self.store.client()
@@ -333,7 +367,19 @@ class SparkCluster(Service):
         return self.settings.spark_master is not None
 
     def ports(self) -> dict:
-        return {"port": free_port(), "web_port": free_port(), "worker_web_port": free_port()}
+        ports = {
+            "port": free_port(),
+            "web_port": free_port(),
+            "worker_port": free_port(),
+            "worker_web_port": free_port(),
+        }
+        return ports | {"secret": secrets.token_urlsafe(32)}
+
+    def prepare(self) -> None:
+        """The master's and the worker's properties: the cluster's secret, the same one every driver of the
+        deployment gets (``team.SparkCluster.authentication``) and the worker hands its executors."""
+        lines = [f"{key}={value}" for key, value in team.SparkCluster(self.settings).authentication().items()]
+        write_private_text(team.team_dir(self.settings) / "spark" / "cluster.conf", "\n".join(lines) + "\n")
 
     def ready(self) -> bool:
         return team.SparkCluster(self.settings).workers_alive() > 0
@@ -413,17 +459,22 @@ def _beats(settings: Settings, program: str) -> bool:
 
 
 def _worker_replies(settings: Settings, program: str) -> bool:
-    """A Celery worker of the deployment (airflow-worker-N, named worker-N@<host>) answers Celery's ping."""
-    import socket
-
+    """A Celery worker of the deployment (airflow-worker-N, named worker-N@<its host's name>) answers
+    Celery's ping."""
     from celery import Celery
 
     app = Celery(broker=team.Redis(settings).url())
     try:
-        name = f"worker-{program.rsplit('-', 1)[1]}@{socket.gethostname()}"
+        name = f"worker-{program.rsplit('-', 1)[1]}@{host_name(settings, program)}"
         return bool(app.control.ping(destination=[name], timeout=1.5))
     finally:
         app.close()
+
+
+def host_name(settings: Settings, program: str) -> str:
+    """The name of the host a program runs on: its host's across hosts, this machine's on one."""
+    record = read_record(team.services_record(settings)) or {}
+    return (record.get("hosts") or {}).get(program) or team.this_host(settings)[0]
 
 
 SERVICES: tuple[type[Service], ...] = (Postgres, Redis, ObjectStorage, SparkCluster, Airflow)
@@ -472,7 +523,10 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
         "PROFILE": "team",
         "STATE_DIR": str(settings.state_dir),
         "AIRFLOW_PORT": str(settings.airflow_port),
-        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOCAL_IP": team.LOOPBACK,  # where Spark's web UIs listen, which Spark does not authenticate
+        "HOST_NAME": team.this_host(settings)[0],
+        "HOST_ADDRESS": team.this_host(settings)[1],
+        **{f"ADDRESS_{p.upper().replace('-', '_')}": team.address(settings, p) for p in program_names()},
         MARKER: str(team.team_dir(settings)),
         "PYTHON": sys.executable,
         "TEAM_DIR": str(team.team_dir(settings)),
@@ -488,6 +542,7 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
         "SPARK_HOME": str(Path(pyspark.__file__).parent),
         "SPARK_MASTER_PORT": str(spark["port"]),
         "SPARK_MASTER_WEB_PORT": str(spark["web_port"]),
+        "SPARK_WORKER_PORT": str(spark["worker_port"]),
         "SPARK_WORKER_WEB_PORT": str(spark["worker_web_port"]),
     }
 

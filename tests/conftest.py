@@ -126,11 +126,12 @@ def pytest_unconfigure(config):
 
 # Test modules that read the session's one demo run (the `demo` fixture): on one worker, so it runs once.
 DEMO_READERS = ("tests/test_lineage.py", "tests/test_site.py")
-# The two test modules that bring the team deployment up under a chaos mission: on one worker, one
-# deployment at a time (the lanes run one of them each; --all-lanes both). `PROFILE=team bash run demo`'s
+# The test modules that bring the team deployment up (two under a chaos mission, one across hosts): on one
+# worker, one deployment at a time (the lanes run one of them each; --all-lanes both). `PROFILE=team bash run demo`'s
 # test brings its own deployment up on the other worker (after the README's path: LONGEST_FIRST), so it
 # runs beside the mission, not after it; two `team up`s take turns (a lock in `team up`, per user and temporary directory).
-TEAM_DEPLOYMENTS = ("tests/test_team_profile.py", "tests/test_team_system.py")
+TEAM_DEPLOYMENTS = ("tests/test_team_profile.py", "tests/test_team_system.py", "tests/test_team_hosts.py")
+TEAM_DEPLOYMENTS += ("tests/test_hosts.py",)  # it counts the machine's namespaces: none made beside it
 
 
 @pytest.hookimpl(optionalhook=True)

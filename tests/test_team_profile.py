@@ -34,6 +34,7 @@ from expected_loads import (
     expected_taxi_rows,
     seasonal_naive,
 )
+from listener_probes import SEAWEEDFS_HTTPS, https, spark_rpc_refusal, tls_handshake
 from team_deployment import (
     TAXI,
     TAXI_MERGE,
@@ -308,58 +309,6 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
 # ---- who may connect: each listener, without the deployment's credentials and with them --------------
 
 
-def _spark_rpc_refusal(port: int) -> str:
-    """An RPC request to a Spark daemon from a client that skipped Spark's authentication handshake (the
-    frame Spark's transport reads: its length, type 3 = RpcRequest, the request id, the body's size, the
-    body): the error of the RpcFailure (type 5) it answers with."""
-    import socket
-    import struct
-
-    body = b"\0" * 16
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
-        connection.sendall(struct.pack(">qbqi", 8 + 1 + 8 + 4 + len(body), 3, 42, len(body)) + body)
-        answer = b""
-        while len(answer) < 8 or len(answer) < struct.unpack(">q", answer[:8])[0]:
-            chunk = connection.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
-    assert answer[8:9] == b"\x05", answer[:200]  # RpcFailure
-    return answer[8 + 1 + 8 + 4 :].decode(errors="replace")
-
-
-def _tls_handshake(port: int, context) -> str:
-    """A TLS handshake (offering HTTP/2, as gRPC does) and the server's first bytes, or why it failed."""
-    import socket
-    import ssl
-
-    context.set_alpn_protocols(["h2"])
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
-        try:
-            with context.wrap_socket(connection, server_hostname="127.0.0.1") as tls:
-                tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-                return f"spoke {tls.selected_alpn_protocol()}: {len(tls.recv(9))} bytes"
-        except (ssl.SSLError, ConnectionResetError) as error:
-            return f"refused: {error}"
-
-
-def _https(port: int, path: str, context, method: str = "GET", data: bytes | None = None) -> int | str:
-    import ssl
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}", method=method, data=data)
-    try:
-        return urllib.request.urlopen(request, timeout=10, context=context).status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except urllib.error.URLError as error:
-        return f"refused: {error.reason}"
-    except (ssl.SSLError, ConnectionResetError) as error:  # TLS 1.3: refused after the client's handshake
-        return f"refused: {error}"
-
-
-SEAWEEDFS_HTTPS = {"master": "/cluster/status", "volume": "/status", "filer": "/healthz"}
 LISTENERS = (
     "postgres", "redis", "airflow-api-server", "spark-master", "spark-worker",
     *(f"seaweedfs-{part} https" for part in SEAWEEDFS_HTTPS),
@@ -421,26 +370,26 @@ def test_a_client_without_the_deployments_credentials_is_refused_and_one_with_th
         assert refused.value.code == 401
         assert api(settings).call("/api/v2/dags")["total_entries"] >= 3
     elif program.startswith("spark-"):
-        refusal = _spark_rpc_refusal(port)
+        refusal = spark_rpc_refusal("127.0.0.1", port)
         assert "Expected SaslMessage" in refusal, refusal  # Spark's authentication, not its RPC, answered
         # drivers with the secret ran on the cluster: test_both_workers_ran_tasks…
     elif kind == "https":
         part = program.removeprefix("seaweedfs-")
         without = ssl.create_default_context(cafile=str(authority.certificate))
-        assert "CERTIFICATE_REQUIRED" in str(_https(port, SEAWEEDFS_HTTPS[part], without))
+        assert "CERTIFICATE_REQUIRED" in str(https("127.0.0.1", port, SEAWEEDFS_HTTPS[part], without))
         with_certificate = authority.client_context(SEAWEEDFS_CERTIFICATE)
-        assert _https(port, SEAWEEDFS_HTTPS[part], with_certificate) == 200
+        assert https("127.0.0.1", port, SEAWEEDFS_HTTPS[part], with_certificate) == 200
         # the certificate alone writes no file to a volume, and reads or writes none on the filer: a JWT must
         # sign it (the master's for a volume, the S3 gateway's for the filer)
         if part == "volume":
-            assert _https(port, "/3,01637037d6", with_certificate, "PUT", b"x") == 401
+            assert https("127.0.0.1", port, "/3,01637037d6", with_certificate, "PUT", b"x") == 401
         if part == "filer":
-            assert _https(port, "/buckets/", with_certificate) == 401
-            assert _https(port, "/buckets/nyc-taxi-lakehouse/x", with_certificate, "PUT", b"x") == 401
+            assert https("127.0.0.1", port, "/buckets/", with_certificate) == 401
+            assert https("127.0.0.1", port, "/buckets/nyc-taxi-lakehouse/x", with_certificate, "PUT", b"x") == 401
     elif kind == "grpc":
-        refused = _tls_handshake(port, ssl.create_default_context(cafile=str(authority.certificate)))
+        refused = tls_handshake("127.0.0.1", port, ssl.create_default_context(cafile=str(authority.certificate)))
         assert refused.startswith("refused:") and "CERTIFICATE_REQUIRED" in refused, refused
-        assert _tls_handshake(port, authority.client_context(SEAWEEDFS_CERTIFICATE)).startswith("spoke h2")
+        assert tls_handshake("127.0.0.1", port, authority.client_context(SEAWEEDFS_CERTIFICATE)).startswith("spoke h2")
     else:  # the S3 gateway
         import boto3
         from botocore.exceptions import ClientError
@@ -556,7 +505,7 @@ def test_postgres_data_left_by_a_removed_state_directory_is_named_with_its_remed
     from nyc_taxi.deployment.supervisor import Supervisor
 
     settings = Settings(profile="team", state_dir=tmp_path / "state")
-    record = deployment._record(settings, Supervisor(settings))
+    record = deployment._record(settings, Supervisor(settings).running())
     postgres = deployment.Postgres(settings, record)
     try:
         postgres.prepare()  # initdb: the cluster's data, under PostgreSQL's user's home when root
@@ -566,7 +515,7 @@ def test_postgres_data_left_by_a_removed_state_directory_is_named_with_its_remed
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
         removed = team_cli(env | {"PROFILE": "team", "STATE_DIR": str(settings.state_dir)}, "down", "--delete-data")
         assert removed.returncode == 0 and not postgres.directory.exists(), removed.stdout + removed.stderr
-        assert deployment._record(settings, Supervisor(settings))["postgres"]["password"]
+        assert deployment._record(settings, Supervisor(settings).running())["postgres"]["password"]
     finally:
         deployment.down(settings, delete_data=True)
 

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     from nyc_taxi.core import spark_server
-    from nyc_taxi.deployment import services
+    from nyc_taxi.deployment import across_hosts
     from nyc_taxi.deployment.hosts import Network
 
     team = (state / "team").is_dir()  # a team deployment of this state directory: its processes and data first
@@ -67,14 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         if answer != "yes":
             print("nothing removed")
             return 1
-    if team or data:
-        for line in services.down(settings, delete_data=True):
-            print(f"    {line}")
-    if hosts:
+    if team or data or hosts:
         from nyc_taxi.core.processes import ServiceError
 
         try:
-            for line in Network(settings).down():
+            for line in across_hosts.down(settings, delete_data=True):
                 print(f"    {line}")
         except ServiceError as error:
             print(f"error: {error}", file=sys.stderr)
@@ -97,10 +94,10 @@ def _what_the_state_holds(settings) -> str:
 
 
 def _data_directories(settings) -> list:
-    from nyc_taxi.deployment import services
+    from nyc_taxi.deployment import across_hosts
 
     try:
-        return services.data_directories(settings)
+        return across_hosts.data_directories(settings)
     except KeyError:  # as root, with no postgres user: no team deployment ever ran its PostgreSQL here
         return []
 

@@ -5,8 +5,10 @@ CeleryExecutor with two workers (``nyc_taxi/deployment/supervisord.conf``), unde
 on 127.0.0.1 only. supervisord restarts a program that dies. Services the team runs itself are given
 with POSTGRES_URL, REDIS_URL, S3_ENDPOINT_URL and SPARK_MASTER and are not started.
 
-`bash run team hosts up | down | status | run HOST -- COMMAND`: the hosts of ``deployment/hosts.toml``
-(control, worker-a, worker-b) as network namespaces of this machine (``nyc_taxi/deployment/hosts.py``)."""
+`bash run team up --hosts`, `team status --hosts`: the same programs across the hosts of
+``deployment/hosts.toml`` (control, worker-a, worker-b), each host a network namespace of this machine
+with its own supervisord (``nyc_taxi/deployment/across_hosts.py``); `team down` stops them too.
+`bash run team hosts up | down | status | run HOST -- COMMAND`: the hosts alone (``deployment/hosts.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import sys
 
 from nyc_taxi.core.processes import ServiceError
 from nyc_taxi.core.settings import get_settings
-from nyc_taxi.deployment import services
+from nyc_taxi.deployment import across_hosts, services
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,14 +29,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--delete-data", action="store_true", help="down: also remove the services' data (PostgreSQL, SeaweedFS, Redis)"
     )
+    parser.add_argument(
+        "--hosts", action="store_true", help="up, status: across the hosts of deployment/hosts.toml (as root)"
+    )
     args = parser.parse_args(argv)
     settings = get_settings()
     if settings.profile != "team":
         print(f"note: PROFILE is {settings.profile!r}; the pipeline uses these services with PROFILE=team")
+    if args.action == "status" and not args.hosts:
+        from nyc_taxi.deployment.hosts import Network
+
+        args.hosts = bool(Network(services.team_settings(settings)).namespaces())  # the hosts layout runs
+    if args.hosts and args.action != "down":
+        settings = services.team_settings(settings)
+
+        def across():  # run as the operator, from control's network, where every host answers
+            operator = across_hosts.in_control(settings, argv)
+            if operator is not None:
+                return operator
+            return {"up": across_hosts.up, "status": across_hosts.status}[args.action](settings)
+
+        return _said(across)
     return _said(
         lambda: {
             "up": lambda: services.up(settings),
-            "down": lambda: services.down(settings, delete_data=args.delete_data),
+            "down": lambda: across_hosts.down(settings, delete_data=args.delete_data),
             "status": lambda: services.status(settings),
         }[args.action]()
     )

@@ -221,6 +221,13 @@ class SparkCluster:
         except OSError:  # its web UI is not up
             return False
 
+    def workers(self) -> list[str]:
+        """The addresses of the workers registered and alive."""
+        try:
+            return [w["host"] for w in self._state().get("workers", []) if w.get("state") == "ALIVE"]
+        except OSError:  # its web UI is not up
+            return []
+
     def workers_alive(self) -> int:
         try:
             return int(self._state().get("aliveworkers", 0))

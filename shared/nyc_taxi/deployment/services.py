@@ -87,6 +87,11 @@ class Service:
     def prepare(self) -> None:
         """What must exist before its programs start."""
 
+    def prepare_on(self, first_host: bool, first: Settings) -> None:
+        """What must exist on a host before its programs of this service start (across hosts: ``first``
+        is the settings of the first host that runs them)."""
+        self.prepare()
+
     def ready(self) -> bool:
         return True
 
@@ -166,8 +171,15 @@ class Postgres(Service):
         raise ServiceError("PostgreSQL is missing: install Debian's postgresql (bash run setup does)")
 
     def prepare(self) -> None:
-        if (self.directory / "data" / "PG_VERSION").is_file():
-            return
+        if not (self.directory / "data" / "PG_VERSION").is_file():
+            self._initdb()
+        if network := self.record.get("network"):  # across hosts: the other hosts connect by address
+            rules = self.directory / "data" / "pg_hba.conf"
+            rule = f"host all {POSTGRES_USER} {network} scram-sha-256"
+            if rule not in rules.read_text().splitlines():
+                rules.write_text(rules.read_text() + rule + "\n")
+
+    def _initdb(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         if self.as_postgres:
             shutil.chown(self.directory, "postgres", "postgres")
@@ -308,9 +320,6 @@ class ObjectStorage(Service):
         identity = {"name": "nyc-taxi", "credentials": [{"accessKey": access, "secretKey": secret}]}
         identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
         write_private(self.directory / "s3-identities.json", {"identities": [identity]})
-        write_private_text(
-            self.store.credentials_file, f"[default]\naws_access_key_id = {access}\naws_secret_access_key = {secret}\n"
-        )
 
     def _write_security(self) -> None:
         """``security.toml``, which every SeaweedFS program reads from its working directory (supervisord
@@ -349,9 +358,16 @@ class ObjectStorage(Service):
         return _answers(lambda: urllib.request.urlopen(request, timeout=3, context=context).status == 200)
 
     def after(self) -> None:
+        """The bucket, and the key pair as a credentials file for what finds its keys through the AWS SDK's
+        chain (Metaflow's datastore)."""
         s3 = self.store.client()
         if self.store.bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
             s3.create_bucket(Bucket=self.store.bucket)
+        if keys := self.store.keys():
+            write_private_text(
+                self.store.credentials_file,
+                f"[default]\naws_access_key_id = {keys[0]}\naws_secret_access_key = {keys[1]}\n",
+            )
 
     given_up = after
 
@@ -388,7 +404,7 @@ class SparkCluster(Service):
         """The master: its web UI's account of the cluster; the worker: registered with the master."""
         if program == "spark-master":
             return _answers(team.SparkCluster(self.settings).master_alive)
-        return _answers(self.ready)
+        return _answers(lambda: team.this_host(self.settings)[1] in team.SparkCluster(self.settings).workers())
 
     def address(self) -> str:
         return f"{team.SparkCluster(self.settings).master()}, one worker"
@@ -410,6 +426,16 @@ class Airflow(Service):
         )
         if migrated.returncode != 0:
             raise ServiceError(f"airflow db migrate failed: {migrated.stderr.strip()[-2000:]}")
+
+    def prepare_on(self, first_host: bool, first: Settings) -> None:
+        """Across hosts: the database migrated once, from the first host; the others get its generated
+        airflow.cfg (the secrets that sign tasks' tokens and log requests must be one across hosts)."""
+        if first_host:
+            self.prepare()
+            return
+        prepare_directories(self.settings)
+        cfg = "airflow.cfg"
+        write_private_text(self.settings.airflow_home / cfg, (first.airflow_home / cfg).read_text())
 
     def ready(self) -> bool:
         return healthy(base_url(self.settings))
@@ -487,7 +513,7 @@ def team_settings(settings: Settings) -> Settings:
     return settings if settings.profile == "team" else settings.model_copy(update={"profile": "team"})
 
 
-def _record(settings: Settings, supervisor: Supervisor) -> dict:
+def _record(settings: Settings, running: bool) -> dict:
     """Ports and secrets, chosen at the first `up` and kept; a port someone else took meanwhile is chosen
     again while nothing of the deployment runs."""
     path = team.services_record(settings)
@@ -502,7 +528,7 @@ def _record(settings: Settings, supervisor: Supervisor) -> dict:
         if not service.key:
             continue
         kept = record.get(service.key, {})
-        if not supervisor.running():
+        if not running:
             kept = {k: v for k, v in kept.items() if not (k.endswith("port") and listening(v))}
         record[service.key] = service(settings, record).ports() | kept
     write_private(path, record)
@@ -553,7 +579,7 @@ def up(settings: Settings) -> list[str]:
     settings = team_settings(settings)
     supervisor = Supervisor(settings)
     with machine_lock("team-up", "waiting for another deployment's `team up` on this machine to finish"):
-        record = _record(settings, supervisor)
+        record = _record(settings, supervisor.running())
         if not supervisor.running():
             if listening(settings.airflow_port):
                 raise ServiceError(
@@ -593,7 +619,7 @@ def down(settings: Settings, delete_data: bool = False) -> list[str]:
         said.append(f"stopped {len(left)} processes left outside supervisord's process groups (tasks, flows)")
     from nyc_taxi.deployment.hosts import Network
 
-    if Network(settings).namespaces():  # the hosts layout's network, with whatever runs on it
+    if Network(settings).namespaces():  # the hosts layout's network, with whatever still runs on it
         said += [f"hosts: {line}" for line in Network(settings).down()]
     if delete_data:
         for path in data_directories(settings):

@@ -55,13 +55,15 @@ class Supervisor:
         except (OSError, xmlrpc.client.Fault):
             return False
 
-    def start(self, environment: dict[str, str]) -> None:
-        """supervisord itself (it daemonizes); the programs stay stopped until asked for."""
+    def start(self, environment: dict[str, str], wrap=None) -> None:
+        """supervisord itself (it daemonizes); the programs stay stopped until asked for. ``wrap``: its
+        command as it runs elsewhere (on a host: in the host's namespaces)."""
         for directory in (run_dir(self.settings), logs_dir(self.settings)):
             directory.mkdir(parents=True, exist_ok=True)
         run_dir(self.settings).chmod(0o700)
+        command = [sys.executable, "-m", "supervisor.supervisord", "-c", str(CONFIG)]
         started = subprocess.run(
-            [sys.executable, "-m", "supervisor.supervisord", "-c", str(CONFIG)],
+            wrap(command) if wrap else command,
             env=environment,
             capture_output=True,
             text=True,
@@ -122,14 +124,15 @@ class Supervisor:
             time.sleep(0.2)
 
 
-def program_names(settings: Settings | None = None) -> list[str]:
-    """The programs the configuration declares, in its order (numbered ones expanded), without the
-    event listener: read from the file, so a program added there is known everywhere."""
+def program_sections() -> dict[str, str]:
+    """Each process the configuration declares (numbered ones expanded), in its order, and the program it
+    is one of; without the event listener: read from the file, so a program added there is known
+    everywhere."""
     import configparser
 
     parser = configparser.RawConfigParser()
     parser.read(CONFIG)
-    names = []
+    names = {}
     for section in parser.sections():
         if not section.startswith("program:"):
             continue
@@ -137,8 +140,13 @@ def program_names(settings: Settings | None = None) -> list[str]:
         count = int(parser.get(section, "numprocs", fallback="1"))
         first = int(parser.get(section, "numprocs_start", fallback="0"))
         pattern = parser.get(section, "process_name", fallback=name)
-        names += [pattern.replace("%(process_num)d", str(n)) for n in range(first, first + count)]
+        names |= {pattern.replace("%(process_num)d", str(n)): name for n in range(first, first + count)}
     return names
+
+
+def program_names(settings: Settings | None = None) -> list[str]:
+    """The processes the configuration declares, in its order (numbered ones expanded)."""
+    return list(program_sections())
 
 
 def own_processes(settings: Settings) -> list:

@@ -1,0 +1,176 @@
+"""`bash run team up --hosts`, `team status --hosts`, `team down`: the programs of ``supervisord.conf`` on
+the hosts of ``hosts.toml`` (``hosts.py`` makes them network namespaces of this machine), each host with
+its own supervisord, its own state directory and the configuration it is given.
+
+- **What a host is given** (the deployment's operator writes it into ``<state>/hosts/<host>/``, 0600):
+  the record of ports and secrets, with the address of every program (a program on several hosts: this
+  host's own where it runs here) and the host's own name and address; its SeaweedFS certificate and
+  key (the authority's key stays with the operator, in ``<state>/team/``); its programs' files
+  (``security.toml``, Spark's ``cluster.conf``, Redis's configuration) and the URL files Airflow reads;
+  a copy of Airflow's generated ``airflow.cfg`` (its JWT and session secrets must be one across hosts).
+  A host reads nothing of another host's directory, nor of the operator's.
+- **Its supervisord** runs in the host's namespaces (``Network.command``) with ``supervisord.conf`` and
+  the host's values: every program listens on the host's address (``HOST_ADDRESS``) and reaches the
+  others at theirs (``ADDRESS_<PROGRAM>``). Spark's web UIs stay on the host's 127.0.0.1.
+- **The operator** (`team up --hosts` itself) runs in control's network namespace, with the machine's
+  files: from there it reaches every host by address, as a machine of the team's network would, and
+  drives each supervisord through its Unix socket. Services start in order as on one machine, each
+  once every program of the one before answers, on every host that runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from nyc_taxi.core import team
+from nyc_taxi.core.processes import ServiceError, machine_lock, read_record, write_private
+from nyc_taxi.core.settings import Settings
+from nyc_taxi.deployment.hosts import Host, Network
+from nyc_taxi.deployment.supervisor import Supervisor, program_sections
+
+OPERATOR = "NYC_TAXI_HOSTS_OPERATOR"  # set in the operator's process once it runs in control's network namespace
+
+
+def processes(host: Host) -> list[str]:
+    """supervisord's names of the host's programs (a numbered program: each of its processes)."""
+    return [name for name, section in program_sections().items() if section in host.programs]
+
+
+def host_settings(settings: Settings, network: Network, host: str) -> Settings:
+    """A host's own settings: its state directory is its whole state."""
+    return settings.model_copy(update={"state_dir": network.directory(host)})
+
+
+def given_record(record: dict, network: Network, host: Host) -> dict:
+    """What ``host`` is given of the deployment's record: the ports and secrets, where each program runs
+    (its own programs on itself), and the host's own name and address."""
+    addresses, names = {}, {}
+    for other in sorted(network.layout.hosts, key=lambda h: h.name == host.name):  # its own last: they win
+        for name in processes(other):
+            addresses[name], names[name] = other.address, other.name
+    kept = {k: v for k, v in record.items() if k not in ("addresses", "hosts", "host", "network")}
+    itself = {"name": host.name, "address": host.address}
+    return kept | {"addresses": addresses, "hosts": names, "host": itself, "network": str(network.layout.network())}
+
+
+def in_control(settings: Settings, argv: list[str]) -> int | None:
+    """Run this command again as the operator, in control's network namespace (with the machine's files),
+    after making the hosts; None when this process already is the operator."""
+    if os.environ.get(OPERATOR):
+        return None
+    network = Network(settings)
+    network.up()
+    control = network.namespace(network.layout.hosts[0].name)
+    command = ["ip", "netns", "exec", control, sys.executable, "-m", "nyc_taxi.cli.team", *argv]
+    return subprocess.run(command, env={**os.environ, OPERATOR: "1"}).returncode
+
+
+def up(settings: Settings) -> list[str]:
+    """Every service, in order, on every host that runs one of its programs, each once all answer."""
+    from nyc_taxi.deployment import services
+
+    network = Network(settings)
+    said = [f"hosts: {line}" for line in network.up()]
+    with machine_lock("team-up", "waiting for another deployment's `team up` on this machine to finish"):
+        running = any(Supervisor(host_settings(settings, network, h.name)).running() for h in network.layout.hosts)
+        record = services._record(settings, running)
+        hosts = [(host, host_settings(settings, network, host.name)) for host in network.layout.hosts]
+        authority = services.ObjectStorage(settings, record).authority
+        for host, own in hosts:
+            write_private(team.services_record(own), given_record(record, network, host))
+            if any(p.startswith("seaweedfs-") for p in host.programs):
+                tls = services.ObjectStorage(own, record).authority.directory
+                authority.issue(services.SEAWEEDFS_CERTIFICATE, sorted({team.LOOPBACK, host.address}), into=tls)
+        for host, own in hosts:
+            supervisor = Supervisor(own)
+            if not supervisor.running():
+                supervisor.start(
+                    services.environment(own, read_record(team.services_record(own))),
+                    wrap=lambda argv, name=host.name: network.command(name, argv),
+                )
+        for service in services.SERVICES:
+            placed = [(h, own, [p for p in processes(h) if p in service.programs]) for h, own in hosts]
+            placed = [(h, own, names) for h, own, names in placed if names]
+            first = service(hosts[0][1], read_record(team.services_record(hosts[0][1])))
+            if first.given:
+                raise ServiceError(f"{service.name} given ({service.given_by}): the hosts layout runs every service")
+            for h, own, names in placed:
+                on_host = service(own, read_record(team.services_record(own)))
+                on_host.prepare_on(first_host=h is placed[0][0], first=placed[0][1])
+                Supervisor(own).start_programs(names)
+            for h, own, names in placed:
+                on_host = service(own, read_record(team.services_record(own)))
+                services._wait(
+                    lambda s=on_host, n=names: all(s.answers(p) for p in n),
+                    180,
+                    f"{service.name} on {h.name}",
+                    services.logs_dir(own) / f"{names[-1]}.log",
+                )
+            for _, own in hosts:  # what every host's clients read: URL files, credentials
+                service(own, read_record(team.services_record(own))).after()
+            said.append(
+                f"{service.name}: " + "; ".join(f"{', '.join(n)} on {h.name} ({h.address})" for h, _, n in placed)
+            )
+    return said
+
+
+def status(settings: Settings) -> list[str]:
+    """Each host's programs: state, whether it answers (asked from control's network), pid, uptime."""
+    from nyc_taxi.deployment import services
+
+    network = Network(settings)
+    lines = [f"{'host':<10}{'program':<24}{'state':<10}{'answers':<9}{'pid':>8}{'uptime':>10}"]
+    for host in network.layout.hosts:
+        own = host_settings(settings, network, host.name)
+        supervisor = Supervisor(own)
+        if not supervisor.running():
+            lines.append(f"{host.name:<10}{'(supervisord)':<24}{'down':<10}")
+            continue
+        infos = {p["name"]: p for p in supervisor.programs()}
+        for name in processes(host):
+            info = infos.get(name, {})
+            running = info.get("statename") == "RUNNING"
+            answers = ("yes" if services.answering(own, name) else "no") if running else "-"
+            uptime = info["now"] - info["start"] if running else 0
+            clock = f"{uptime // 3600}:{uptime % 3600 // 60:02d}:{uptime % 60:02d}" if uptime else "-"
+            lines.append(
+                f"{host.name:<10}{name:<24}{info.get('statename', '?'):<10}{answers:<9}{info.get('pid') or '-':>8}{clock:>10}"
+            )
+    return lines
+
+
+def down(settings: Settings, delete_data: bool = False) -> list[str]:
+    """The whole deployment down, on the hosts and on this machine: each host's supervisord stopped (its
+    programs in reverse order, PostgreSQL with its fast shutdown), then this machine's deployment and
+    whatever still runs in the hosts (killed, their namespaces removed); with ``delete_data``, every
+    host's data and directory too."""
+    from nyc_taxi.deployment import services
+
+    network, said = Network(settings), []
+    for host in network.layout.hosts:
+        supervisor = Supervisor(host_settings(settings, network, host.name))
+        if supervisor.running():
+            supervisor.stop()
+            said.append(f"{host.name}: stopped (every program, then supervisord)")
+    said += services.down(settings, delete_data)
+    if delete_data:
+        for path in data_directories(settings):
+            if path.exists():
+                shutil.rmtree(path)
+                said.append(f"removed {path}")
+        for host in network.layout.hosts:
+            shutil.rmtree(network.directory(host.name), ignore_errors=True)
+    return said
+
+
+def data_directories(settings: Settings) -> list:
+    """Where the deployment's services keep their data, on this machine and on every host (PostgreSQL's,
+    as root, outside the state directory)."""
+    from nyc_taxi.deployment import services
+
+    network = Network(settings)
+    own = [host_settings(settings, network, host.name) for host in network.layout.hosts]
+    return [path for each in (settings, *own) for path in services.data_directories(each)]

@@ -85,11 +85,11 @@ def without_credentials(kind: str, address: str, port: int, ca: str | None = Non
         except psycopg2.OperationalError as error:
             return str(error).strip()
         return "let in"
-    if kind in ("airflow", "s3"):
+    if kind in ("airflow", "log-server", "s3"):
         import urllib.error
         import urllib.request
 
-        path = "/api/v2/dags" if kind == "airflow" else "/"
+        path = {"airflow": "/api/v2/dags", "log-server": "/log/dag_id=any/attempt=1.log", "s3": "/"}[kind]
         try:
             return str(urllib.request.urlopen(f"http://{address}:{port}{path}", timeout=10).status)
         except urllib.error.HTTPError as error:

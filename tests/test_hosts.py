@@ -20,7 +20,6 @@ import pytest
 from nyc_taxi.core.processes import alive
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment.hosts import TEST_RANGE, Network, layout
-from nyc_taxi.deployment.supervisor import CONFIG
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None,
@@ -28,25 +27,24 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _programs_of_supervisord() -> set[str]:
-    """The configuration's programs (a numbered one, airflow-worker-1 and -2, is one)."""
-    import configparser
+def test_every_process_of_supervisord_runs_on_one_host_and_control_and_workers_hold_what_the_layout_needs():
+    """Each process of supervisord.conf on exactly one host, but a program named on several hosts (runs
+    once on each); a Celery worker, a Spark worker and a volume server on each worker host."""
+    from nyc_taxi.deployment.across_hosts import processes
+    from nyc_taxi.deployment.supervisor import program_sections
 
-    parser = configparser.RawConfigParser()
-    parser.read(CONFIG)
-    return {s.split(":", 1)[1] for s in parser.sections() if s.startswith("program:")}
-
-
-def test_every_program_of_supervisord_runs_on_a_host_and_control_and_workers_hold_what_the_layout_needs():
     declared = layout()
-    placed = {p for h in declared.hosts for p in h.programs}
-    assert placed == _programs_of_supervisord()
+    placed = [name for h in declared.hosts for name in processes(h)]
+    assert set(placed) == set(program_sections())
+    once = [name for name in placed if name not in ("spark-worker", "seaweedfs-volume")]
+    assert len(once) == len(set(once)), placed
     control = declared.host("control")
     assert {"postgres", "redis", "spark-master", "seaweedfs-master", "airflow-scheduler"} <= set(control.programs)
     workers = [h for h in declared.hosts if h.name != "control"]
     assert len(workers) >= 2
     for worker in workers:
-        assert {"airflow-worker", "spark-worker", "seaweedfs-volume"} <= set(worker.programs)
+        sections = {program_sections()[name] for name in processes(worker)}
+        assert {"airflow-worker", "spark-worker", "seaweedfs-volume"} <= sections
     assert all(ipaddress.ip_address(h.address) in TEST_RANGE for h in declared.hosts)
 
 

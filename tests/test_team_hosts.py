@@ -3,17 +3,25 @@
 programs under its own supervisord, listening on its address; `team status --hosts` asks each program
 from control's network; `team down --delete-data` leaves nothing behind.
 
-The suite's lane holds this short check that the layout comes up and answers; what runs on it (DAG runs,
-faults across hosts) is not yet built (docs/operations.md#across-hosts)."""
+The suite's lane holds the short checks that the layout comes up and answers; the system lane runs a
+month's two ingestion DAGs on it, and the training the merge's asset event starts: every task on a worker
+host, its Spark driver there, its log read through the API server from the worker's log server, and the
+tables equal to an independent reading of the published files (faults across hosts are not yet built:
+docs/operations.md#across-hosts)."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import datetime as dt
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from team_deployment import team_cli
@@ -50,7 +58,9 @@ def hosts(tmp_path_factory):
     from nyc_taxi.deployment.hosts import Network
 
     state = tmp_path_factory.mktemp("hosts-state")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    # the session's local-profile Airflow settings stay out, and so do the sources' URLs on this machine's
+    # loopback, which no host reaches: each host is given its own (settings.env in its state directory)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
     env |= {"PROFILE": "team", "STATE_DIR": str(state), "AIRFLOW_PORT": str(free_port()), "SPARK_SERVER": "false"}
     settings = Settings(profile="team", state_dir=state, airflow_port=int(env["AIRFLOW_PORT"]))
     network = Network(settings)
@@ -96,7 +106,7 @@ def test_every_program_runs_on_its_host_under_the_hosts_own_supervisord_and_answ
     status = _status(env, "--hosts")
     assert _status(env) == status  # `team status` finds the hosts layout running by itself
     expected = {(h.name, name) for h in network.layout.hosts for name in processes(h)}
-    assert set(status) == expected and len(expected) >= 18, status
+    assert set(status) == expected and len(expected) >= 16, status
     assert all(p["state"] == "RUNNING" and p["answers"] == "yes" for p in status.values()), status
     # each process is in its host's network namespace, a child of that host's supervisord
     for (host, _), program in status.items():
@@ -122,16 +132,31 @@ def _listeners(network, host: str) -> set[tuple[str, int, str]]:
 
 
 def test_each_program_listens_on_its_hosts_address_or_its_loopback_and_nowhere_else(hosts):
+    """Every listener on its host's address or its loopback; but a worker's task-log server, which Airflow
+    opens on every interface (it has no setting for an address): on a host whose only interfaces are its
+    link and its loopback, that is the same two addresses, and it answers only requests the API server
+    signed (the refusal test below)."""
+    from nyc_taxi.airflow_adapter.environment import WORKER_LOG_SERVER_PORT
+
     _, _, network, _ = hosts
     for host in network.layout.hosts:
         listeners = _listeners(network, host.name)
-        assert {address for address, _, _ in listeners} <= {host.address, "127.0.0.1"}, (host, listeners)
+        log_server = {(a, p, c) for a, p, c in listeners if p == WORKER_LOG_SERVER_PORT}
+        assert {address for address, _, _ in listeners - log_server} <= {host.address, "127.0.0.1"}, (host, listeners)
         facing = {command for address, _, command in listeners if address == host.address}
         if host.name == "control":
             assert {"postgres", "redis-server", "weed", "java"} <= facing, listeners
-            assert any(c.startswith("airflow") for c in facing), listeners
+            assert any(c.startswith("airflow") for c in facing) and not log_server, listeners
         else:
             assert {"weed", "java"} <= facing, listeners
+            assert {a for a, _, _ in log_server} <= {"0.0.0.0", "::"} and log_server, listeners
+            interfaces = subprocess.run(
+                ["ip", "-n", network.namespace(host.name), "-o", "addr"], capture_output=True, text=True, check=True
+            ).stdout
+            found = {line.split()[3].split("/")[0] for line in interfaces.splitlines()}
+            # IPv4: its address and loopback; IPv6: loopback, and the link's own (fe80::/10, the bridge only)
+            assert {a for a in found if ":" not in a} == {host.address, "127.0.0.1"}, interfaces
+            assert all(a == "::1" or a.startswith("fe80:") for a in found if ":" in a), interfaces
 
 
 def _probe(network, host: str, kind: str, address: str, port: int, *more: str) -> str:
@@ -150,8 +175,9 @@ def _probe(network, host: str, kind: str, address: str, port: int, *more: str) -
 
 def test_a_client_on_a_worker_host_without_the_credentials_is_refused_by_control_and_the_other_worker(hosts):
     """From worker-b's network, with nothing of the deployment's credentials: control's PostgreSQL, Redis,
-    Airflow API, Spark master, SeaweedFS master (gRPC and HTTPS) and S3 gateway, and worker-a's volume
-    server and Spark worker, each refuse."""
+    Airflow API, Spark master, SeaweedFS master (gRPC and HTTPS), filer (gRPC) and S3 gateway, and
+    worker-a's volume server, Spark worker and task-log server, each refuse."""
+    from nyc_taxi.airflow_adapter.environment import WORKER_LOG_SERVER_PORT
     from nyc_taxi.core import team
     from nyc_taxi.core.processes import read_record
     from nyc_taxi.deployment.across_hosts import host_settings
@@ -173,6 +199,7 @@ def test_a_client_on_a_worker_host_without_the_credentials_is_refused_by_control
         "seaweedfs volume https": _probe(network, "worker-b", "https-volume", worker, weed["volume_port"], ca),
         "seaweedfs filer grpc": _probe(network, "worker-b", "grpc", control, weed["filer_grpc_port"], ca),
         "s3": _probe(network, "worker-b", "s3", control, weed["s3_port"]),
+        "worker-a's log server": _probe(network, "worker-b", "log-server", worker, WORKER_LOG_SERVER_PORT),
     }
     assert "password authentication failed" in said["postgres"], said
     assert said["redis"].startswith("-NOAUTH"), said
@@ -180,6 +207,7 @@ def test_a_client_on_a_worker_host_without_the_credentials_is_refused_by_control
     assert "Expected SaslMessage" in said["spark master"] and "Expected SaslMessage" in said["spark worker"], said
     assert all("CERTIFICATE_REQUIRED" in said[k] for k in said if k.startswith("seaweedfs")), said
     assert said["s3"].startswith("403") and "AccessDenied" in said["s3"], said
+    assert said["worker-a's log server"].startswith("403"), said  # no token the API server signed
 
 
 def test_a_program_on_a_host_sees_only_its_own_state_directory_by_construction(hosts):
@@ -207,4 +235,106 @@ def test_a_program_on_a_host_sees_only_its_own_state_directory_by_construction(h
             own = network.directory(host.name).resolve()
             assert not [p for p in paths if p.is_relative_to(state) and not p.is_relative_to(own)], (host, paths)
             seen += 1
-    assert seen >= 18
+    assert seen >= 16
+
+
+@contextlib.contextmanager
+def network_of(namespace: str):
+    """This thread in ``namespace``'s network (Linux's setns: a thread's network namespace is its own), as
+    a machine of the hosts' network: what it connects to or serves meanwhile is there, and so is every
+    thread it starts."""
+    libc, new_network = ctypes.CDLL(None, use_errno=True), 0x40000000  # CLONE_NEWNET
+    here = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    there = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+    try:
+        if libc.setns(there, new_network) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
+        yield
+    finally:
+        libc.setns(here, new_network)
+        os.close(here)
+        os.close(there)
+
+
+def _errors(network) -> list[str]:
+    """The errors of every task log on the hosts (what a failed run's assertion shows)."""
+    found = []
+    for host in network.layout.hosts:
+        for path in (network.directory(host.name) / "airflow" / "logs").glob("dag_id=*/**/*.log"):
+            for line in path.read_text().splitlines():
+                if '"level":"error"' in line:
+                    event = json.loads(line)
+                    said = event.get("error_detail") or event.get("event")
+                    found.append(f"{host.name} {path.parent.parent.name} {path.parent.name}: {said}"[:1500])
+    return found
+
+
+MONTHS = ((2024, 7),)
+ROWS = 20_000
+
+
+@pytest.mark.system
+def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_equal_the_published_files(
+    hosts, tmp_path
+):
+    from expected_loads import expected_actuals, seasonal_naive
+    from team_deployment import check_weather, forecasts_of, raw_holds_exactly
+
+    from nyc_taxi.airflow_adapter.environment import WORKER_LOG_SERVER_PORT
+    from nyc_taxi.airflow_adapter.rest_api import RestApi
+    from nyc_taxi.chaos import mission
+    from nyc_taxi.core.settings import state_settings_file
+    from nyc_taxi.deployment.across_hosts import host_settings
+    from nyc_taxi.fixtures.server import FixtureServer
+
+    settings, _, network, _ = hosts
+    control = host_settings(settings, network, "control")
+    workers = {h.address: h.name for h in network.layout.hosts if h.name != "control"}
+    site = tmp_path / "site"
+    files = mission.publish(site, ROWS, MONTHS)
+    with network_of(network.namespace("control")):
+        # the sources' site on control's address; every worker host is given its URL in its own settings
+        server = FixtureServer(site, host=network.layout.host("control").address)
+        url = server.start()
+        try:
+            for name in workers.values():
+                state_settings_file(network.directory(name)).write_text(f"TLC_BASE_URL={url}\nNOAA_BASE_URL={url}\n")
+            api = RestApi(control)
+            started = dt.datetime.now(dt.UTC)
+            runs = [(dag, api.trigger(dag, conf)) for step in mission.steps(MONTHS)[:1] for dag, conf in step.runs]
+            done = {dag: api.finished(dag, run, 1800) for dag, run in runs}
+            assert {dag: r["state"] for dag, r in done.items()} == dict.fromkeys(done, "success"), _errors(network)
+
+            def trainings():  # those the merge's asset event started (not a scheduled run's, from before)
+                ours = [
+                    r for r in api.runs("train_forecast_model") if dt.datetime.fromisoformat(r["run_after"]) >= started
+                ]
+                return ours if ours and all(r["state"] in ("success", "failed") for r in ours) else None
+
+            training = api.wait(trainings, 1800)
+            assert [(r["run_type"], r["state"]) for r in training] == [("asset_triggered", "success")], training
+            ran = [(dag, ti) for dag, run in [*runs, ("train_forecast_model", training[0]["dag_run_id"])]
+                   for ti in api.task_instances(dag, run)]  # fmt: skip
+            assert {ti["hostname"] for _, ti in ran} <= set(workers) and all(
+                ti["state"] == "success" for _, ti in ran
+            ), ran
+            # a task's log, read through the API server from the log server of the worker that ran it
+            dag, ti = next((dag, ti) for dag, ti in ran if ti["task_id"] == "download_published_files")
+            run = next(r for d, r in runs if d == dag)
+            log = api.call(
+                f"/api/v2/dags/{dag}/dagRuns/{quote(run, safe='')}/taskInstances/{ti['task_id']}/logs/1?full_content=true"
+            )
+            events = [e.get("event", "") for e in log["content"]]
+            assert f"http://{ti['hostname']}:{WORKER_LOG_SERVER_PORT}/log/dag_id={dag}/" in " ".join(events), events[:5]
+            assert len(events) > 10, events
+            # the lake, read from control's network: each month's trips and weather as published, and the
+            # training's forecast the same zone's count a week earlier
+            for taxi_file in files:
+                raw_holds_exactly(control, taxi_file)
+            for year, month in MONTHS:
+                check_weather(control, site, year, month)
+                as_of = dt.datetime(year + month // 12, month % 12 + 1, 1)
+                counted = expected_actuals(files, as_of - dt.timedelta(days=28), as_of)
+                assert forecasts_of(control, as_of) == seasonal_naive(counted, as_of, 24), as_of
+        finally:
+            server.stop()

@@ -23,6 +23,7 @@ from nyc_taxi.lineage.write.destinations import datahub_file, openlineage_file
 
 DAGS_FOLDER = REPO_ROOT / "airflow" / "dags"
 LOCAL_SETTINGS = REPO_ROOT / "airflow" / "config"  # airflow_local_settings.py: what every Airflow process loads
+WORKER_LOG_SERVER_PORT = 8793  # Airflow's default: a Celery worker's task-log server, across hosts
 
 
 def standalone_record(settings: Settings) -> Path:
@@ -47,8 +48,19 @@ def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
         else {}
     )
     paths = [str(LOCAL_SETTINGS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    across_hosts = (
+        # a task's host as the API server reaches it for the task's log (Airflow names it by the machine's
+        # name, which every host of one machine shares)
+        {
+            "AIRFLOW__CORE__HOSTNAME_CALLABLE": f"{__name__}.host_address",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(WORKER_LOG_SERVER_PORT),
+        }
+        if team.this_host(settings)[1] != team.LOOPBACK
+        else {}
+    )
     return {
         **instance,
+        **across_hosts,
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
@@ -80,6 +92,13 @@ def airflow_environment(settings: Settings | None = None) -> dict[str, str]:
             {"type": "file", "log_file_path": str(openlineage_file(settings, "airflow")), "append": True}
         ),
     }
+
+
+def host_address() -> str:
+    """This host's address (Airflow's ``hostname_callable`` across hosts). Read afresh, not through the
+    process's settings: a Celery worker asks it before it forks a task, which would inherit them read
+    before the host was given its settings file."""
+    return team.this_host(Settings())[1]
 
 
 def prepare_directories(settings: Settings | None = None) -> None:

@@ -486,7 +486,13 @@ class TeamLakehouse(S3Objects, LocalLakehouse):
 
     def spark_cluster_conf(self) -> dict[str, str]:
         cluster = team.SparkCluster(self.settings)
-        return cluster.authentication() if cluster.master() else {}  # a given cluster's: its spark-defaults.conf
+        if not cluster.master():
+            return {}
+        conf = cluster.authentication()  # a given cluster's: its spark-defaults.conf
+        if (address := team.this_host(self.settings)[1]) != team.LOOPBACK:
+            # across hosts: the executors on other hosts connect back to this driver at its host's address
+            conf |= {"spark.driver.host": address, "spark.driver.bindAddress": address}
+        return conf
 
     def airflow_services(self) -> dict[str, str]:
         # URLs with passwords are read from 0600 files when Airflow needs them: no password is in an
@@ -497,6 +503,12 @@ class TeamLakehouse(S3Objects, LocalLakehouse):
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
             "AIRFLOW__CELERY__BROKER_URL_CMD": f"cat {redis.broker_url_file}",
             "AIRFLOW__CELERY__RESULT_BACKEND_CMD": f"cat {postgres.celery_results_url_file}",
+            # the secrets this host is given (a host of Celery workers: only the one its log server checks
+            # requests with), one on every host: none is left for Airflow to generate per host
+            **{
+                team.AIRFLOW_SECRETS[name]: f"cat {team.airflow_secret_file(self.settings, name)}"
+                for name in team.airflow_secrets_here(self.settings)
+            },
             # A task whose worker was lost is failed after 45 s without a heartbeat, one whose message never
             # reached a worker after 180 s in the queue (Airflow's defaults: 300 s and 600 s), and retried 5 s
             # later: what `bash run chaos` proves the deployment survives with (docs/reliability.md).

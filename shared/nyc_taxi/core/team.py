@@ -111,6 +111,37 @@ class Postgres:
             db.close()
 
 
+# Airflow's secrets that must be one on every host, each as its file and the option whose command reads it:
+# the key the scheduler signs tasks' tokens with and the API server checks them with; the one the API server
+# signs its requests for a worker's task log with and the worker's log server checks them with; the key of
+# connections and variables in the metadata database.
+AIRFLOW_SECRETS = {
+    "jwt_secret": "AIRFLOW__API_AUTH__JWT_SECRET_CMD",
+    "secret_key": "AIRFLOW__API__SECRET_KEY_CMD",
+    "fernet_key": "AIRFLOW__CORE__FERNET_KEY_CMD",
+}
+
+
+AIRFLOW_WORKER = "airflow-worker"  # its processes' names begin so
+
+
+def airflow_secret_file(settings: Settings, name: str) -> Path:
+    """A secret of Airflow's on this host (mode 0600), for its option's ``_cmd``."""
+    return team_dir(settings) / "airflow" / name
+
+
+def airflow_secrets_here(settings: Settings) -> list[str]:
+    """The secrets Airflow's programs on this host use: all three where a program beside the Celery workers
+    runs (one machine: all of them); on a host of Celery workers only, the key its log server checks
+    requests with."""
+    record = read_record(services_record(settings)) or {}
+    here, placed = this_host(settings)[0], record.get("hosts") or {}
+    hosted = [program for program, host in placed.items() if host == here and program.startswith("airflow-")]
+    if placed and all(program.startswith(AIRFLOW_WORKER) for program in hosted):
+        return ["secret_key"]
+    return list(AIRFLOW_SECRETS)
+
+
 @dataclass(frozen=True)
 class Redis:
     settings: Settings

@@ -7,7 +7,7 @@ its own supervisord, its own state directory and the configuration it is given.
   host's own where it runs here) and the host's own name and address; its SeaweedFS certificate and
   key (the authority's key stays with the operator, in ``<state>/team/``); its programs' files
   (``security.toml``, Spark's ``cluster.conf``, Redis's configuration) and the URL files Airflow reads;
-  a copy of Airflow's generated ``airflow.cfg`` (its JWT and session secrets must be one across hosts).
+  Airflow's secrets its programs there use, the same on every host.
   A host reads nothing of another host's directory, nor of the operator's.
 - **Its supervisord** runs in the host's namespaces (``Network.command``) with ``supervisord.conf`` and
   the host's values: every program listens on the host's address (``HOST_ADDRESS``) and reaches the
@@ -35,8 +35,8 @@ OPERATOR = "NYC_TAXI_HOSTS_OPERATOR"  # set in the operator's process once it ru
 
 
 def processes(host: Host) -> list[str]:
-    """supervisord's names of the host's programs (a numbered program: each of its processes)."""
-    return [name for name, section in program_sections().items() if section in host.programs]
+    """supervisord's names of the host's programs (a program: each of its processes; or a process by name)."""
+    return [name for name, section in program_sections().items() if section in host.programs or name in host.programs]
 
 
 def host_settings(settings: Settings, network: Network, host: str) -> Settings:
@@ -99,7 +99,7 @@ def up(settings: Settings) -> list[str]:
                 raise ServiceError(f"{service.name} given ({service.given_by}): the hosts layout runs every service")
             for h, own, names in placed:
                 on_host = service(own, read_record(team.services_record(own)))
-                on_host.prepare_on(first_host=h is placed[0][0], first=placed[0][1])
+                on_host.prepare_on(first_host=h is placed[0][0])
                 Supervisor(own).start_programs(names)
             for h, own, names in placed:
                 on_host = service(own, read_record(team.services_record(own)))

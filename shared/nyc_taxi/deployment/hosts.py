@@ -265,7 +265,8 @@ class Network:
     # ---- running on a host ------------------------------------------------------------------------
     def command(self, host: str, argv: list[str]) -> list[str]:
         """``argv`` as it runs on ``host``: in its network namespace and a private mount namespace that
-        shows only the host's own state directory (at ``<state>/hosts/<host>``) and its own /tmp."""
+        shows only the host's own state directory (at ``<state>/hosts/<host>``, its STATE_DIR) and its own
+        /tmp."""
         self.layout.host(host)
         state, own = self.settings.state_dir.resolve(), self.directory(host).resolve()
         if self.namespace(host) not in self.namespaces():
@@ -291,7 +292,8 @@ class Network:
             '  then umount "$hold/$i"; else mkdir -p "$path"; mount --move "$hold/$i" "$path"; fi; done; '
             'mkdir -p "$state"; mount -t tmpfs -o size=1m,mode=0755 host-state "$state"; '
             'mkdir -p "$state/hosts/${own##*/}"; mount --move "$hold/own" "$state/hosts/${own##*/}"; '
-            'mount -o remount,ro "$state"; umount "$hold"; rmdir "$hold"; trap - EXIT; exec "$@"'
+            'mount -o remount,ro "$state"; umount "$hold"; rmdir "$hold"; trap - EXIT; '
+            'export STATE_DIR="$state/hosts/${own##*/}"; exec "$@"'
         )
         return ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",
                 "--", "sh", "-c", script, "host", str(state), str(own), *argv]  # fmt: skip

@@ -87,9 +87,9 @@ class Service:
     def prepare(self) -> None:
         """What must exist before its programs start."""
 
-    def prepare_on(self, first_host: bool, first: Settings) -> None:
-        """What must exist on a host before its programs of this service start (across hosts: ``first``
-        is the settings of the first host that runs them)."""
+    def prepare_on(self, first_host: bool) -> None:
+        """What must exist on a host before its programs of this service start (across hosts:
+        ``first_host``, whether it is the first host that runs them)."""
         self.prepare()
 
     def ready(self) -> bool:
@@ -411,12 +411,29 @@ class SparkCluster(Service):
 
 
 class Airflow(Service):
-    name = "Airflow"
+    name, key = "Airflow", "airflow"
     programs = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
     programs += ("airflow-worker-1", "airflow-worker-2")
 
+    def ports(self) -> dict:
+        from cryptography.fernet import Fernet
+
+        keys = {"jwt_secret": secrets.token_urlsafe(48), "secret_key": secrets.token_urlsafe(48)}
+        return keys | {"fernet_key": Fernet.generate_key().decode()}
+
+    def _write_secrets(self) -> None:
+        """The secrets Airflow's programs on this host use (``team.airflow_secrets_here``), and no other."""
+        needed = team.airflow_secrets_here(self.settings)
+        for name in team.AIRFLOW_SECRETS:
+            path = team.airflow_secret_file(self.settings, name)
+            if name in needed:
+                write_private_text(path, self.record["airflow"][name])
+            else:
+                path.unlink(missing_ok=True)
+
     def prepare(self) -> None:
         prepare_directories(self.settings)
+        self._write_secrets()
         migrated = subprocess.run(
             [sys.executable, "-m", "airflow", "db", "migrate"],
             env=environment(self.settings, self.record),
@@ -427,15 +444,14 @@ class Airflow(Service):
         if migrated.returncode != 0:
             raise ServiceError(f"airflow db migrate failed: {migrated.stderr.strip()[-2000:]}")
 
-    def prepare_on(self, first_host: bool, first: Settings) -> None:
-        """Across hosts: the database migrated once, from the first host; the others get its generated
-        airflow.cfg (the secrets that sign tasks' tokens and log requests must be one across hosts)."""
+    def prepare_on(self, first_host: bool) -> None:
+        """Across hosts: the database migrated once, from the first host; every host gets the secrets its
+        programs use, the same on every host."""
         if first_host:
             self.prepare()
             return
         prepare_directories(self.settings)
-        cfg = "airflow.cfg"
-        write_private_text(self.settings.airflow_home / cfg, (first.airflow_home / cfg).read_text())
+        self._write_secrets()
 
     def ready(self) -> bool:
         return healthy(base_url(self.settings))
@@ -552,6 +568,7 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
         "SPARK_LOCAL_IP": team.LOOPBACK,  # where Spark's web UIs listen, which Spark does not authenticate
         "HOST_NAME": team.this_host(settings)[0],
         "HOST_ADDRESS": team.this_host(settings)[1],
+        "AIRFLOW_WORKER_LOG_SERVER": "--skip-serve-logs" if team.this_host(settings)[1] == team.LOOPBACK else "",
         **{f"ADDRESS_{p.upper().replace('-', '_')}": team.address(settings, p) for p in program_names()},
         MARKER: str(team.team_dir(settings)),
         "PYTHON": sys.executable,

@@ -67,7 +67,7 @@ def without_credentials(kind: str, address: str, port: int, ca: str | None = Non
     import ssl
 
     if kind == "spark":
-        return spark_rpc_refusal(address, port)[:200]
+        return spark_rpc_refusal(address, port)[:400]
     if kind in ("grpc", "https-master", "https-volume", "https-filer"):
         context = ssl.create_default_context(cafile=ca)
         if kind == "grpc":

@@ -204,10 +204,45 @@ def test_a_client_on_a_worker_host_without_the_credentials_is_refused_by_control
     assert "password authentication failed" in said["postgres"], said
     assert said["redis"].startswith("-NOAUTH"), said
     assert said["airflow"].startswith("401"), said
-    assert "Expected SaslMessage" in said["spark master"] and "Expected SaslMessage" in said["spark worker"], said
+    assert all("network.crypto.AuthRpcHandler" in said[f"spark {d}"] for d in ("master", "worker")), said
     assert all("CERTIFICATE_REQUIRED" in said[k] for k in said if k.startswith("seaweedfs")), said
     assert said["s3"].startswith("403") and "AccessDenied" in said["s3"], said
     assert said["worker-a's log server"].startswith("403"), said  # no token the API server signed
+
+
+def test_a_host_is_given_only_the_secrets_its_programs_use_and_the_authoritys_key_stays_with_the_operator(hosts):
+    """A worker host holds no JWT secret or Fernet key of Airflow's (only the key its log server checks
+    requests with), no filer JWT key, no S3 identities file and no key of the certificate authority; control
+    holds what its programs use. Every secret file is 0600."""
+    from nyc_taxi.core import team
+    from nyc_taxi.core.processes import read_record
+
+    settings, _, network, _ = hosts
+    vault = read_record(team.services_record(settings))
+    for host in network.layout.hosts:
+        own = network.directory(host.name)
+        given = read_record(own / "team" / "services.json")
+        airflow_files = sorted(p.name for p in (own / "team" / "airflow").iterdir())
+        security = (own / "team" / "seaweedfs" / "security.toml").read_text()
+        assert not list(own.rglob("ca.key")), host
+        if host.name == "control":
+            assert given["airflow"] == vault["airflow"] and airflow_files == ["fernet_key", "jwt_secret", "secret_key"]
+            assert "jwt.filer_signing" in security and (own / "team" / "seaweedfs" / "s3-identities.json").is_file()
+        else:
+            assert set(given["airflow"]) == {"secret_key"} and airflow_files == ["secret_key"], given["airflow"]
+            assert "jwt_filer_write_key" not in given["seaweedfs"] and "jwt.filer_signing" not in security
+            assert given["seaweedfs"]["jwt_volume_write_key"] == vault["seaweedfs"]["jwt_volume_write_key"]
+            assert not (own / "team" / "seaweedfs" / "s3-identities.json").exists()
+            leaked = [
+                vault["airflow"]["jwt_secret"],
+                vault["airflow"]["fernet_key"],
+                vault["seaweedfs"]["jwt_filer_read_key"],
+            ]
+            texts = [p.read_bytes().decode(errors="replace") for p in own.rglob("*") if p.is_file()]
+            assert not [secret for secret in leaked for text in texts if secret in text], host
+        private = [own / "team" / "services.json", own / "team" / "seaweedfs" / "security.toml"]
+        private += [*(own / "team" / "airflow").iterdir(), *(own / "team" / "seaweedfs" / "tls").glob("*.key")]
+        assert all(p.stat().st_mode & 0o077 == 0 for p in private), host
 
 
 def test_a_program_on_a_host_sees_only_its_own_state_directory_by_construction(hosts):

@@ -262,6 +262,7 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
 
     secrets = [record["postgres"]["password"], record["redis"]["password"], record["seaweedfs"]["secret_key"]]
     secrets += [record["spark"]["secret"], *(record["seaweedfs"][key] for key in JWT_KEYS)]
+    secrets += [record["airflow"][name] for name in services.AIRFLOW_SECRETS]
     config = subprocess.run(
         [sys.executable, "-m", "airflow", "config", "list"],
         env={**env, **airflow_environment(settings)},
@@ -287,6 +288,7 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
         team_dir / "seaweedfs" / "s3-identities.json",
         team_dir / "seaweedfs" / "security.toml",
         team_dir / "spark" / "cluster.conf",
+        *(services.airflow_secret_file(settings, name) for name in services.AIRFLOW_SECRETS),
         services.ObjectStore(settings).credentials_file,
     }
     private_keys = set((team_dir / "seaweedfs" / "tls").glob("*.key"))
@@ -371,7 +373,8 @@ def test_a_client_without_the_deployments_credentials_is_refused_and_one_with_th
         assert api(settings).call("/api/v2/dags")["total_entries"] >= 3
     elif program.startswith("spark-"):
         refusal = spark_rpc_refusal("127.0.0.1", port)
-        assert "Expected SaslMessage" in refusal, refusal  # Spark's authentication, not its RPC, answered
+        # Spark's encrypting authentication answered (its AES handshake, no fallback to plain SASL), not its RPC
+        assert "network.crypto.AuthRpcHandler" in refusal and "Sasl" not in refusal, refusal
         # drivers with the secret ran on the cluster: test_both_workers_ran_tasks…
     elif kind == "https":
         part = program.removeprefix("seaweedfs-")

@@ -36,15 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     settings = get_settings()
     if settings.profile != "team":
         print(f"note: PROFILE is {settings.profile!r}; the pipeline uses these services with PROFILE=team")
-    if args.action == "status" and not args.hosts:
-        from nyc_taxi.deployment.hosts import Network
-
-        args.hosts = bool(Network(services.team_settings(settings)).namespaces())  # the hosts layout runs
+    if args.action == "status" and not args.hosts:  # the hosts layout runs, and no deployment on this machine
+        args.hosts = (
+            across_hosts.running(services.team_settings(settings))
+            and not services.Supervisor(services.team_settings(settings)).running()
+        )
     if args.hosts and args.action != "down":
         settings = services.team_settings(settings)
 
         def across():  # run as the operator, from control's network, where every host answers
-            operator = across_hosts.in_control(settings, argv)
+            operator = across_hosts.in_control(settings, argv, make=args.action == "up")
             if operator is not None:
                 return operator
             return {"up": across_hosts.up, "status": across_hosts.status}[args.action](settings)

@@ -136,10 +136,12 @@ def airflow_secrets_here(settings: Settings) -> list[str]:
     requests with."""
     record = read_record(services_record(settings)) or {}
     here, placed = this_host(settings)[0], record.get("hosts") or {}
+    if not placed:  # one machine
+        return list(AIRFLOW_SECRETS)
     hosted = [program for program, host in placed.items() if host == here and program.startswith("airflow-")]
-    if placed and all(program.startswith(AIRFLOW_WORKER) for program in hosted):
-        return ["secret_key"]
-    return list(AIRFLOW_SECRETS)
+    if not hosted:
+        return []
+    return ["secret_key"] if all(program.startswith(AIRFLOW_WORKER) for program in hosted) else list(AIRFLOW_SECRETS)
 
 
 @dataclass(frozen=True)
@@ -232,10 +234,13 @@ class SparkCluster:
         if self.given:
             return {}
         record = _recorded(self.settings, "spark")
+        if "secret" not in record:  # a cluster started before it asked for one (`team up` says so)
+            return {}
         return {
             "spark.authenticate": "true",
             "spark.authenticate.secret": record["secret"],
             "spark.network.crypto.enabled": "true",
+            "spark.network.crypto.saslFallback": "false",  # encrypted, or refused: no plain SASL
         }
 
     def _state(self) -> dict:

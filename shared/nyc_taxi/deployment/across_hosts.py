@@ -3,12 +3,14 @@ the hosts of ``hosts.toml`` (``hosts.py`` makes them network namespaces of this 
 its own supervisord, its own state directory and the configuration it is given.
 
 - **What a host is given** (the deployment's operator writes it into ``<state>/hosts/<host>/``, 0600):
-  the record of ports and secrets, with the address of every program (a program on several hosts: this
-  host's own where it runs here) and the host's own name and address; its SeaweedFS certificate and
+  the record of ports and of the secrets its programs use (``SECRETS_OF``), with the address of every
+  program (a program on several hosts: this host's own where it runs here) and the host's own name and
+  address; its SeaweedFS certificate and
   key (the authority's key stays with the operator, in ``<state>/team/``); its programs' files
   (``security.toml``, Spark's ``cluster.conf``, Redis's configuration) and the URL files Airflow reads;
   Airflow's secrets its programs there use, the same on every host.
-  A host reads nothing of another host's directory, nor of the operator's.
+  A host's programs find nothing of another host's directory, nor of the operator's, at its path (a
+  root process that goes looking through /proc still can: there is no PID namespace).
 - **Its supervisord** runs in the host's namespaces (``Network.command``) with ``supervisord.conf`` and
   the host's values: every program listens on the host's address (``HOST_ADDRESS``) and reaches the
   others at theirs (``ADDRESS_<PROGRAM>``). Spark's web UIs stay on the host's 127.0.0.1.
@@ -44,25 +46,58 @@ def host_settings(settings: Settings, network: Network, host: str) -> Settings:
     return settings.model_copy(update={"state_dir": network.directory(host)})
 
 
+# The secrets only some programs use, and those programs: a host running none of them is not given it.
+# The rest (PostgreSQL's and Redis's passwords, the S3 key pair, Spark's secret) every host's tasks or
+# programs use: Celery's results and the Iceberg catalog are in PostgreSQL, its broker is Redis, tasks
+# write the lake and run Spark drivers.
+SECRETS_OF = {
+    ("airflow", "jwt_secret"): (
+        "airflow-api-server",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+    ),
+    ("airflow", "fernet_key"): (
+        "airflow-api-server",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+    ),
+    ("seaweedfs", "jwt_volume_write_key"): ("seaweedfs-master", "seaweedfs-volume", "seaweedfs-filer"),
+    ("seaweedfs", "jwt_filer_write_key"): ("seaweedfs-filer", "seaweedfs-s3"),
+    ("seaweedfs", "jwt_filer_read_key"): ("seaweedfs-filer", "seaweedfs-s3"),
+}
+
+
 def given_record(record: dict, network: Network, host: Host) -> dict:
-    """What ``host`` is given of the deployment's record: the ports and secrets, where each program runs
-    (its own programs on itself), and the host's own name and address."""
+    """What ``host`` is given of the deployment's record: the ports, the secrets its programs use (not
+    those only others use: ``SECRETS_OF``), where each program runs (its own programs on itself), and
+    the host's own name and address."""
     addresses, names = {}, {}
     for other in sorted(network.layout.hosts, key=lambda h: h.name == host.name):  # its own last: they win
         for name in processes(other):
             addresses[name], names[name] = other.address, other.name
-    kept = {k: v for k, v in record.items() if k not in ("addresses", "hosts", "host", "network")}
+    kept = {k: dict(v) for k, v in record.items() if k not in ("addresses", "hosts", "host", "network")}
+    own = set(processes(host))
+    for (part, secret), users in SECRETS_OF.items():
+        if not own & set(users):
+            kept.get(part, {}).pop(secret, None)
     itself = {"name": host.name, "address": host.address}
     return kept | {"addresses": addresses, "hosts": names, "host": itself, "network": str(network.layout.network())}
 
 
-def in_control(settings: Settings, argv: list[str]) -> int | None:
+def in_control(settings: Settings, argv: list[str], make: bool = True) -> int | None:
     """Run this command again as the operator, in control's network namespace (with the machine's files),
-    after making the hosts; None when this process already is the operator."""
+    after making the hosts (``make``; else they must be there); None when this process already is the
+    operator."""
     if os.environ.get(OPERATOR):
         return None
     network = Network(settings)
-    network.up()
+    if make:
+        with machine_lock("team-up", "waiting for another deployment's `team up` on this machine to finish"):
+            network.up()
+    elif network.namespace(network.layout.hosts[0].name) not in network.namespaces():
+        raise ServiceError("the hosts layout is not up: bash run team up --hosts")
     control = network.namespace(network.layout.hosts[0].name)
     command = ["ip", "netns", "exec", control, sys.executable, "-m", "nyc_taxi.cli.team", *argv]
     return subprocess.run(command, env={**os.environ, OPERATOR: "1"}).returncode
@@ -73,10 +108,21 @@ def up(settings: Settings) -> list[str]:
     from nyc_taxi.deployment import services
 
     network = Network(settings)
-    said = [f"hosts: {line}" for line in network.up()]
     with machine_lock("team-up", "waiting for another deployment's `team up` on this machine to finish"):
-        running = any(Supervisor(host_settings(settings, network, h.name)).running() for h in network.layout.hosts)
-        record = services._record(settings, running)
+        said = [f"hosts: {line}" for line in network.up()]
+        started = running(settings)
+        orphaned = [
+            h.name
+            for h in network.layout.hosts
+            if services.Postgres(host_settings(settings, network, h.name), {}).orphaned_data()
+        ]
+        if orphaned and not team.services_record(settings).is_file():
+            raise ServiceError(
+                f"{', '.join(orphaned)} holds a PostgreSQL cluster but {team.services_record(settings)} is gone (the "
+                f"state directory was removed, its PostgreSQL data was not): STATE_DIR={settings.state_dir} bash run "
+                "team down --delete-data removes that data"
+            )
+        record = services._record(settings, started)
         hosts = [(host, host_settings(settings, network, host.name)) for host in network.layout.hosts]
         authority = services.ObjectStorage(settings, record).authority
         for host, own in hosts:
@@ -117,6 +163,12 @@ def up(settings: Settings) -> list[str]:
     return said
 
 
+def running(settings: Settings) -> bool:
+    """Whether a host's supervisord runs (by its socket: no namespace is entered or made)."""
+    network = Network(settings)
+    return any(Supervisor(host_settings(settings, network, h.name)).running() for h in network.layout.hosts)
+
+
 def status(settings: Settings) -> list[str]:
     """Each host's programs: state, whether it answers (asked from control's network), pid, uptime."""
     from nyc_taxi.deployment import services
@@ -150,7 +202,7 @@ def down(settings: Settings, delete_data: bool = False) -> list[str]:
     from nyc_taxi.deployment import services
 
     network, said = Network(settings), []
-    for host in network.layout.hosts:
+    for host in reversed(network.layout.hosts):  # the workers' tasks first, control's services last
         supervisor = Supervisor(host_settings(settings, network, host.name))
         if supervisor.running():
             supervisor.stop()

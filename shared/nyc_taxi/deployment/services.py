@@ -319,7 +319,11 @@ class ObjectStorage(Service):
         access, secret = self.store.keys()
         identity = {"name": "nyc-taxi", "credentials": [{"accessKey": access, "secretKey": secret}]}
         identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
-        write_private(self.directory / "s3-identities.json", {"identities": [identity]})
+        identities = self.directory / "s3-identities.json"
+        if team.address(self.settings, "seaweedfs-s3") == team.this_host(self.settings)[1]:  # the gateway runs here
+            write_private(identities, {"identities": [identity]})
+        else:
+            identities.unlink(missing_ok=True)
 
     def _write_security(self) -> None:
         """``security.toml``, which every SeaweedFS program reads from its working directory (supervisord
@@ -331,7 +335,8 @@ class ObjectStorage(Service):
         )
         record, ca = self.record["seaweedfs"], self.authority.certificate
         pair = f'cert = "{cert}"\nkey = "{key}"\n'
-        sections = [f'[{section}]\nkey = "{record[name]}"\n' for name, section in JWT_KEYS.items()]
+        # across hosts, a host holds the keys its programs check or sign with (across_hosts.SECRETS_OF)
+        sections = [f'[{section}]\nkey = "{record[name]}"\n' for name, section in JWT_KEYS.items() if name in record]
         sections += [f'[grpc]\nca = "{ca}"\n']
         sections += [f"[grpc.{part}]\n{pair}" for part in ("master", "volume", "filer", "s3", "client")]
         sections += [f'[https.client]\nenabled = true\n{pair}ca = "{ca}"\n']
@@ -466,7 +471,7 @@ class Airflow(Service):
         return _answers(lambda: _worker_replies(self.settings, program))
 
     def address(self) -> str:
-        return f"the UI on {base_url(self.settings)}; scheduler, DAG processor, triggerer, 2 Celery workers"
+        return f"the UI on {base_url(self.settings)}; scheduler, DAG processor, triggerer, Celery workers"
 
 
 # The components Airflow knows alive by their heartbeat (every 5 s), as its health answer names them
@@ -596,6 +601,12 @@ def up(settings: Settings) -> list[str]:
     settings = team_settings(settings)
     supervisor = Supervisor(settings)
     with machine_lock("team-up", "waiting for another deployment's `team up` on this machine to finish"):
+        before = read_record(team.services_record(settings)) or {}
+        if supervisor.running() and "secret" not in before.get("spark", {"secret": ""}):
+            raise ServiceError(
+                "this deployment runs as it was started before its listeners asked for credentials (Spark's "
+                "secret, SeaweedFS's certificates): `bash run team down`, then `bash run team up` (the data stays)"
+            )
         record = _record(settings, supervisor.running())
         if not supervisor.running():
             if listening(settings.airflow_port):

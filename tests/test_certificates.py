@@ -82,8 +82,10 @@ def test_a_server_of_the_authority_lets_in_its_clients_only_and_certificates_are
 
 def test_a_certificate_an_earlier_authority_signed_is_issued_again_by_the_new_one(tmp_path):
     Authority(tmp_path / "tls", "first").issue("server", ["127.0.0.1"])
-    (tmp_path / "tls" / "ca.crt").unlink()  # the authority made again: what it issued before is not its own
-    again = Authority(tmp_path / "tls", "first")  # the same name: its signature tells
+    Authority(tmp_path / "other", "first").ensure()  # another authority of the same name: its signature tells
+    for name in ("ca.crt", "ca.key"):  # replaces this one, leaving what this one issued
+        (tmp_path / "tls" / name).write_bytes((tmp_path / "other" / name).read_bytes())
+    again = Authority(tmp_path / "tls", "first")
     certificate, _ = again.issue("server", ["127.0.0.1"])
     from cryptography import x509
 

@@ -122,26 +122,17 @@ AIRFLOW_SECRETS = {
 }
 
 
-AIRFLOW_WORKER = "airflow-worker"  # its processes' names begin so
-
-
 def airflow_secret_file(settings: Settings, name: str) -> Path:
     """A secret of Airflow's on this host (mode 0600), for its option's ``_cmd``."""
     return team_dir(settings) / "airflow" / name
 
 
 def airflow_secrets_here(settings: Settings) -> list[str]:
-    """The secrets Airflow's programs on this host use: all three where a program beside the Celery workers
-    runs (one machine: all of them); on a host of Celery workers only, the key its log server checks
-    requests with."""
-    record = read_record(services_record(settings)) or {}
-    here, placed = this_host(settings)[0], record.get("hosts") or {}
-    if not placed:  # one machine
-        return list(AIRFLOW_SECRETS)
-    hosted = [program for program, host in placed.items() if host == here and program.startswith("airflow-")]
-    if not hosted:
-        return []
-    return ["secret_key"] if all(program.startswith(AIRFLOW_WORKER) for program in hosted) else list(AIRFLOW_SECRETS)
+    """The secrets of Airflow's this host holds: on one machine all three; across hosts those its programs
+    use (a host of Celery workers: the key its log server checks requests with; ``across_hosts.SECRETS_OF``
+    decides what a host is given)."""
+    given = ((read_record(services_record(settings)) or {}).get("airflow")) or {}
+    return [name for name in AIRFLOW_SECRETS if name in given]
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment.hosts import Host, Network
 from nyc_taxi.deployment.supervisor import Supervisor, program_sections
 
+CONTROL = "control"  # the host of the operator's network and of the services every other host uses
 OPERATOR = "NYC_TAXI_HOSTS_OPERATOR"  # set in the operator's process once it runs in control's network namespace
 
 
@@ -50,19 +51,12 @@ def host_settings(settings: Settings, network: Network, host: str) -> Settings:
 # The rest (PostgreSQL's and Redis's passwords, the S3 key pair, Spark's secret) every host's tasks or
 # programs use: Celery's results and the Iceberg catalog are in PostgreSQL, its broker is Redis, tasks
 # write the lake and run Spark drivers.
+AIRFLOW_CONTROL = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
 SECRETS_OF = {
-    ("airflow", "jwt_secret"): (
-        "airflow-api-server",
-        "airflow-scheduler",
-        "airflow-dag-processor",
-        "airflow-triggerer",
-    ),
-    ("airflow", "fernet_key"): (
-        "airflow-api-server",
-        "airflow-scheduler",
-        "airflow-dag-processor",
-        "airflow-triggerer",
-    ),
+    ("airflow", "jwt_secret"): AIRFLOW_CONTROL,  # the scheduler signs tasks' tokens, the API server checks them
+    ("airflow", "fernet_key"): AIRFLOW_CONTROL,  # connections and variables in the metadata database
+    # task-log requests: every Airflow process of supervisord.conf
+    ("airflow", "secret_key"): tuple(name for name in program_sections() if name.startswith("airflow-")),
     ("seaweedfs", "jwt_volume_write_key"): ("seaweedfs-master", "seaweedfs-volume", "seaweedfs-filer"),
     ("seaweedfs", "jwt_filer_write_key"): ("seaweedfs-filer", "seaweedfs-s3"),
     ("seaweedfs", "jwt_filer_read_key"): ("seaweedfs-filer", "seaweedfs-s3"),
@@ -96,9 +90,9 @@ def in_control(settings: Settings, argv: list[str], make: bool = True) -> int | 
     if make:
         with machine_lock("team-up", "waiting for another deployment's `team up` on this machine to finish"):
             network.up()
-    elif network.namespace(network.layout.hosts[0].name) not in network.namespaces():
+    elif network.namespace(CONTROL) not in network.namespaces():
         raise ServiceError("the hosts layout is not up: bash run team up --hosts")
-    control = network.namespace(network.layout.hosts[0].name)
+    control = network.namespace(network.layout.host(CONTROL).name)
     command = ["ip", "netns", "exec", control, sys.executable, "-m", "nyc_taxi.cli.team", *argv]
     return subprocess.run(command, env={**os.environ, OPERATOR: "1"}).returncode
 
@@ -202,7 +196,7 @@ def down(settings: Settings, delete_data: bool = False) -> list[str]:
     from nyc_taxi.deployment import services
 
     network, said = Network(settings), []
-    for host in reversed(network.layout.hosts):  # the workers' tasks first, control's services last
+    for host in sorted(network.layout.hosts, key=lambda h: h.name == CONTROL):  # workers' tasks first, control last
         supervisor = Supervisor(host_settings(settings, network, host.name))
         if supervisor.running():
             supervisor.stop()

@@ -306,8 +306,10 @@ def test_search_finds_a_table_whose_page_names_both_tools_and_leads_upstream_to_
     target = published.last.get_attribute("href").split("#")[1]
     published.last.click()
     page.wait_for_url("**/datasets/tlc_yellow_tripdata_published.html#*")
+    from playwright.sync_api import expect
+
     row = page.locator(f"tr#{target}")
-    assert "target" in row.get_attribute("class")
+    expect(row).to_have_class(re.compile(r"\btarget\b"))  # marked by the hashchange handler, which runs after the click
     downloaded = [
         r.inputs["tlc_yellow_tripdata_published"]
         for r in Runs.read(settings)
@@ -706,8 +708,11 @@ def test_a_datasets_quality_and_stats_show_each_check_by_version_and_its_profile
     assert [m.get_attribute("class") for m in marks.all()[:-1]] == ["mark q-warn"] * 3  # the TLC's stray pickups
     # its history, opened: a row per result, the run linked, the failing rows shown
     refused.locator("a").first.click()  # to its history, opened
+    from playwright.sync_api import expect
+
     details = page.locator("details#check-pickup_in_month")
-    assert details.get_attribute("open") is not None and details.locator("tbody tr").count() == 4
+    expect(details).to_have_attribute("open", "")  # opened by the hashchange handler, which runs after the click
+    assert details.locator("tbody tr").count() == 4
     assert "pickup_datetime=2023-03" in details.locator("tbody tr").first.inner_text()
     assert details.locator("tbody tr").first.locator("a", has_text="stage_landed_files").count() == 1  # its evaluator
     page.add_style_tag(content="header.top { position: static; }")  # the header stays out of the pictures

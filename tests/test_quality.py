@@ -404,3 +404,103 @@ def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_comm
     assert months(april) == [("2011-04", "month_rows_as_staged")]
     # judged at last for every month it wrote, an unchanged month's re-run judges nothing again
     assert not any(quality.unjudged(table, april, m, month_of) for m in ("2011-01", "2011-02", "2011-03", "2011-04"))
+
+
+def _raw_like(tmp_path):
+    """A real Iceberg table (pyiceberg on a SQLite catalog, no Spark) with a merge's commit and judgement,
+    as a raw table's merges leave them: ``merge(month, results)`` commits and, unless ``results`` is None
+    (killed before its check), records what its check judged."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    tmp_path.mkdir(exist_ok=True)
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("n")
+    rows = pa.table({"k": pa.array([1], pa.int64())})
+    table = catalog.create_table("n.raw", schema=rows.schema)
+    table.append(rows)
+
+    def merge(month: str, results: list | None) -> int:
+        table.append(rows, snapshot_properties={"nyc-taxi.month": month})
+        snapshot = table.current_snapshot().snapshot_id
+        if results is not None:
+            quality.record_judgement_on(table, snapshot, month, results)
+        return snapshot
+
+    def failed(month: str, version: int | None = None) -> quality.CheckResult:
+        return quality.CheckResult(
+            "raw", "month_rows_as_staged", "row_count", "error", "fail", 2, 4, str(version),
+            f"count(*) = 2 WHERE source_file IN ('{month}')", expected=2,
+        )  # fmt: skip
+
+    return table, merge, failed
+
+
+def test_a_months_own_judgement_on_a_snapshot_outweighs_a_failure_another_months_judgement_carried_there(tmp_path):
+    """January fails; February's merge is killed before its check; January, loaded again, passes on its new
+    commit, but February's retry records its judgement on that snapshot first, carrying January's old
+    failure. January's own verdict there wins, on that snapshot and every later one; and a failure two
+    judgements on one snapshot carry is reported once."""
+    table, merge, failed = _raw_like(tmp_path)
+
+    def months(snapshot) -> list[tuple[str, str]]:
+        return [(batch, r.check) for batch, r in quality.failures_of(table, snapshot)]
+
+    merge("2011-01", [failed("2011-01")])
+    merge("2011-02", None)
+    again = merge("2011-01", None)  # January's commit, its check still running
+    quality.record_judgement_on(table, again, "2011-02", [])  # February's retry judges on it first
+    assert months(again) == [("2011-01", "month_rows_as_staged")]  # January not yet judged again: still failed
+    quality.record_judgement_on(table, again, "2011-01", [])  # January's own check passes
+    assert months(again) == []
+    assert months(merge("2011-03", [])) == []
+
+    # January fails for good; February and March, both killed before their checks, are judged by their
+    # retries on the last snapshot: each carries January's failure, which is one failure
+    table2, merge2, failed2 = _raw_like(tmp_path / "second")
+    merge2("2011-01", [failed2("2011-01")])
+    merge2("2011-02", None)
+    last = merge2("2011-03", None)
+    quality.record_judgement_on(table2, last, "2011-02", [])
+    quality.record_judgement_on(table2, last, "2011-03", [])
+    assert [(b, r.check) for b, r in quality.failures_of(table2, last)] == [("2011-01", "month_rows_as_staged")]
+
+
+def test_the_flow_refuses_a_window_over_an_unjudged_month_and_names_the_commit_that_wrote_a_failed_one(tmp_path):
+    """The flow's refusal of raw (``steps._refuse_raw_that_failed``) on a real Iceberg table: a month whose
+    commit no check judged is refused, naming that commit, until a retry judges it; a month a retry judged
+    on a later snapshot and failed is refused with the rollback to before the month's own commit (rolling
+    back to before the judged snapshot would leave the month, unjudged, in place)."""
+    from nyc_taxi.forecast import steps
+    from nyc_taxi.forecast.errors import MonthNotJudged
+    from nyc_taxi.lineage.write.report import DatasetUse
+
+    table, merge, failed = _raw_like(tmp_path)
+    settings = Settings(_env_file=None, state_dir=tmp_path)
+    before = table.current_snapshot().snapshot_id
+    january = merge("2011-01", None)  # killed between its commit and its check
+    february = merge("2011-02", [])
+
+    def refuse(as_of: dt.datetime, snapshot: int) -> None:
+        steps._refuse_raw_that_failed(
+            table,
+            steps.Window.of(as_of, 14, 24),
+            DatasetUse(d.YELLOW_TAXI_RAW, version=str(snapshot)),
+            DatasetUse(d.YELLOW_RIDES_HOURLY_ACTUALS, committed=False),
+            settings,
+        )
+
+    with pytest.raises(MonthNotJudged, match=rf"2011-01 \(written by snapshot {january}\)"):
+        refuse(dt.datetime(2011, 1, 20), february)
+    refuse(dt.datetime(2011, 2, 20), february)  # February alone: judged, passed
+
+    # January's retry judges January on February's snapshot, and it fails
+    quality.record_judgement_on(table, february, "2011-01", [failed("2011-01", february)])
+    with pytest.raises(quality.ChecksFailed) as refused:
+        refuse(dt.datetime(2011, 1, 20), february)
+    message = str(refused.value)
+    assert (
+        f"rollback_to_snapshot('{settings.database}.{d.YELLOW_TAXI_RAW.name}', {before}) undoes snapshot {january}"
+        in message
+    )
+    assert f"The check failed on {d.YELLOW_TAXI_RAW.name} snapshot {february}," in message
+    refuse(dt.datetime(2011, 2, 20), february)  # a window of February alone is not refused for January

@@ -446,9 +446,7 @@ def record_judgement_on(iceberg, snapshot_id: int, batch: str, results: list[Che
     """``record_judgement`` on a pyiceberg table, in one metadata commit."""
     import json
 
-    snapshot = iceberg.snapshot_by_id(snapshot_id)
-    parent = snapshot.parent_snapshot_id if snapshot else None
-    carried = [(b, r) for b, r in failures_of(iceberg, parent) if b != batch]
+    carried = [(b, r) for b, r in failures_of(iceberg, snapshot_id) if b != batch]
     failed = [(batch, r) for r in results if r.stops] + carried
     entry = {"batch": batch, "failed": [[b, r.as_dict()] for b, r in failed]}
     gone = [k for k in iceberg.properties if k.startswith(JUDGED_PREFIX) and not _held(iceberg, k)]
@@ -486,22 +484,34 @@ def _ancestry(iceberg, snapshot_id):
 
 def failures_of(iceberg, snapshot_id) -> list[tuple[str, CheckResult]]:
     """The failed error checks of the batches ``snapshot_id`` of ``iceberg`` (a pyiceberg table) holds, with
-    their batches: walking back from it through its ancestors, each batch as the latest commit that judged
-    it left it (a judgement's own verdict first, then the failures it carried). A raw table's check judges
-    the batch its commit wrote (a month); a later commit of another month, or one no check judged (a
-    compaction), leaves those rows as they were. A rollback to before the failed commit leaves it out of
-    the ancestry. Two merges recording at once can carry a failure a later one judged again: refused, not
-    let through."""
+    their batches: walking back from it through its ancestors, each batch as the latest snapshot that
+    judged it left it. On one snapshot, a judgement of the batch itself (its merge's, or a retry's) is its
+    verdict; only a batch no judgement there is of is taken from the failures they carried, each once. A
+    raw table's check judges the batch its commit wrote (a month); a later commit of another month, or one
+    no check judged (a compaction), leaves those rows as they were. A rollback to before the failed commit
+    leaves it out of the ancestry. Two merges recording at once can carry a failure a later one judged
+    again: refused, not let through."""
     judged, seen, failures = _judgements(iceberg), set(), []
     for snapshot in _ancestry(iceberg, snapshot_id):
         entries = judged.get(snapshot.snapshot_id, [])
-        mine = [(b, _stored_failure(r)) for e in entries for b, r in e["failed"]]
-        own = sorted({e["batch"] for e in entries})
-        for batch in [*own, *sorted({b for b, _ in mine} - set(own))]:
+        own = {e["batch"]: [(b, r) for b, r in e["failed"] if b == e["batch"]] for e in entries}
+        carried: dict[str, dict[tuple, dict]] = {}
+        for entry in entries:
+            for b, r in entry["failed"]:
+                if b not in own:
+                    carried.setdefault(b, {})[(r.get("check"), r.get("version"))] = r
+        for batch in [*sorted(own), *sorted(carried)]:
             if batch not in seen:
                 seen.add(batch)
-                failures += [(b, r) for b, r in mine if b == batch]
+                stored = [r for _, r in own[batch]] if batch in own else list(carried[batch].values())
+                failures += [(batch, _stored_failure(r)) for r in stored]
     return failures
+
+
+def writer_of(iceberg, snapshot_id, batch: str, month_of):
+    """The latest snapshot in ``snapshot_id``'s ancestry whose commit wrote ``batch`` (``month_of(snapshot)``:
+    the batch a commit wrote, from its summary); None when none did."""
+    return next((s for s in _ancestry(iceberg, snapshot_id) if month_of(s) == batch), None)
 
 
 def unjudged(iceberg, snapshot_id, batch: str, month_of) -> bool:

@@ -19,6 +19,11 @@ REPLACED_VERSION = "nyc-taxi.replaced-version"  # the landed version whose rows 
 COMMITTED_BY = "nyc-taxi.committed-by"  # the task run that committed it (<dag>/<task>/<run>): stable across tries
 
 
+def month_of(snapshot) -> str | None:
+    """The month a commit loaded (a pyiceberg snapshot's summary); None for one that loaded none."""
+    return snapshot.summary.get(MONTH) if snapshot.summary else None
+
+
 @contextlib.contextmanager
 def commit_properties(spark, properties: dict[str, str]) -> Iterator[None]:
     """``properties`` in the snapshot summary of every Iceberg commit Spark SQL makes in this thread

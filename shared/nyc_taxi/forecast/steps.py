@@ -18,12 +18,12 @@ from nyc_taxi.core.intervals import Intervals
 from nyc_taxi.core.naming import iceberg_identifier, spark_table
 from nyc_taxi.core.profiles import profile
 from nyc_taxi.core.settings import Settings, get_settings
-from nyc_taxi.core.snapshots import commit_properties, data_changes
+from nyc_taxi.core.snapshots import commit_properties, data_changes, month_of
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.tables import ensure_tables, iceberg_schema, pinned, set_property
 from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.forecast import model as models
-from nyc_taxi.forecast.errors import NoDataInWindow
+from nyc_taxi.forecast.errors import MonthNotJudged, NoDataInWindow
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
 from nyc_taxi.lineage.write.report import DatasetUse, Range, StepReport
 
@@ -251,42 +251,58 @@ def _recorded_checks(table: d.Table, snapshot, settings: Settings) -> list[quali
 def _refuse_raw_that_failed(
     raw_table, window: Window, read: DatasetUse, output: DatasetUse, settings: Settings
 ) -> None:
-    """ChecksFailed when the snapshot of raw a step reads holds a month of the window whose own check
-    failed: a merge's check runs after its commit, which stands, and the month it judged stays in every
-    later snapshot as it was (``quality.failures_of``, through the snapshot's ancestry). A month appended
-    twice would be counted twice."""
+    """Refuses the snapshot of raw a step reads when it holds a month of the window whose own check failed
+    (ChecksFailed), or whose latest commit no check judged (MonthNotJudged: a merge stopped between its
+    commit and its check, whose retry has not run). A merge's check runs after its commit, which stands,
+    and the month it judged stays in every later snapshot as it was (``quality.failures_of``, through the
+    snapshot's ancestry). A month appended twice would be counted twice."""
     months = {f"{window.start:%Y-%m}", f"{window.end - dt.timedelta(hours=1):%Y-%m}"}
     day = window.start
     while day < window.end:
         months.add(f"{day:%Y-%m}")
         day += dt.timedelta(days=1)
-    failed = [r for batch, r in quality.failures_of(raw_table, int(read.version)) if batch in months]
+    snapshot_id = int(read.version)
+    written = lambda month: quality.writer_of(raw_table, snapshot_id, month, month_of)  # noqa: E731
+    not_judged = [m for m in sorted(months) if quality.unjudged(raw_table, snapshot_id, m, month_of)]
+    if not_judged:
+        raise MonthNotJudged(
+            f"{RAW.name} snapshot {read.version} holds "
+            + ", ".join(f"{m} (written by snapshot {written(m).snapshot_id})" for m in not_judged)
+            + ", which no check has judged: the merge that wrote it stopped between its commit and its check. "
+            "Nothing was committed and no model is trained. Run the month's ingestion again (its merge commits "
+            "nothing, since the rows are there, and judges the month as raw holds it), then train again."
+        )
+    failed = [(batch, r) for batch, r in quality.failures_of(raw_table, snapshot_id) if batch in months]
     if not failed:
         return
     mends = []
-    for version in sorted({str(r.version) for r in failed}):
-        snapshot = raw_table.snapshot_by_id(int(version))
-        parent = snapshot.parent_snapshot_id if snapshot else None
-        if snapshot is None:  # expired meanwhile: its parent is not known any more
-            mends.append(f"snapshot {version} is no longer in {RAW.name}'s history: roll back to one before it")
-        elif parent is None:
-            mends.append(f"snapshot {version} was {RAW.name}'s first: drop the table and load the months again")
+    for batch in sorted({batch for batch, _ in failed}):
+        writer = written(batch)  # the commit to undo: the month's own, wherever a check judged it
+        if writer is None:  # expired meanwhile: its parent is not known any more
+            mends.append(
+                f"the commit that wrote {batch} is no longer in {RAW.name}'s history: roll back to one before it"
+            )
+        elif writer.parent_snapshot_id is None:
+            mends.append(
+                f"snapshot {writer.snapshot_id} wrote {batch} and was {RAW.name}'s first: drop the table and load the months again"
+            )
         else:
             mends.append(
-                f"CALL <catalog>.system.rollback_to_snapshot('{iceberg_identifier(RAW, settings)}', {parent})"
-                f" undoes snapshot {version}"
+                f"CALL <catalog>.system.rollback_to_snapshot('{iceberg_identifier(RAW, settings)}', "
+                f"{writer.parent_snapshot_id}) undoes snapshot {writer.snapshot_id}, which wrote {batch}"
             )
+    results = [r for _, r in failed]
     quality.refuse(
-        failed,
+        results,
         subject=f"{RAW.name} snapshot {read.version}",
         consequence="nothing was committed"
         + (f" ({output.name} stays at snapshot {output.version})" if output.version else "")
         + " and no model is trained",
         keep=(
-            f"The check failed on {RAW.name} snapshot {', '.join(sorted({str(r.version) for r in failed}))}, whose "
-            f"commit stands. Roll {RAW.name} back to the snapshot before it ({'; '.join(mends)}), then load the "
-            "months merged since then again (loading the failed month again alone changes nothing: its rows are "
-            "already there)."
+            f"The check failed on {RAW.name} snapshot {', '.join(sorted({str(r.version) for r in results}))}, "
+            f"whose commit stands. Roll {RAW.name} back to the snapshot before the month's commit "
+            f"({'; '.join(mends)}), then load the months merged since then again (loading the failed month "
+            "again alone changes nothing: its rows are already there)."
         ),
         examples=lambda check: [],
         checks=RAW.checks,

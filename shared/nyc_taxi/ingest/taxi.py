@@ -24,6 +24,7 @@ from nyc_taxi.core.snapshots import (
     REPLACED_VERSION,
     commit_properties,
     held_version,
+    month_of,
     own_commit,
 )
 from nyc_taxi.core.sql import SqlFolder
@@ -365,10 +366,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     (written,) = report.outputs
     values = {"staged_rows": row_count, "source_files": source_files}
     if committed or (
-        after is not None
-        and quality.unjudged(
-            load_table(RAW, settings), after.snapshot_id, label, lambda snapshot: snapshot.summary.get(MONTH)
-        )
+        after is not None and quality.unjudged(load_table(RAW, settings), after.snapshot_id, label, month_of)
     ):  # raw's own checks and profile, on the snapshot this run holds as its commit
         check_published(written, RAW, spark, values, report, settings, batch=label)
     return report

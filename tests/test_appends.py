@@ -17,7 +17,7 @@ import pytest
 from expected_loads import comparable, expected_taxi_rows, raw_rows_of
 
 from nyc_taxi.core import datasets as registry
-from nyc_taxi.core.appends import APPENDED_FROM, append_staged_files
+from nyc_taxi.core.appends import APPENDED_FROM, append_staged_files, staged_name
 from nyc_taxi.core.catalog import load_table
 from nyc_taxi.core.commits import lost_race
 from nyc_taxi.core.naming import spark_table, table_location
@@ -66,7 +66,7 @@ def test_a_new_month_joins_raw_as_the_files_staging_wrote_and_each_table_owns_it
     by_name = {os.path.basename(p): f for p, f in staged_files.items()}
     for path, file in added.items():
         assert _path(path).startswith(raw_data), path  # raw's own location
-        twin = by_name[os.path.basename(path)]
+        twin = by_name[staged_name(os.path.basename(path))]
         assert os.path.samefile(_path(path), _path(twin["file_path"]))  # the very bytes staging wrote
         for field in METRICS + BOUNDS:  # and the metrics they were written with: raw prunes by them
             assert file[field] == twin[field], field
@@ -94,7 +94,7 @@ def test_a_new_month_joins_raw_as_the_files_staging_wrote_and_each_table_owns_it
         append_staged_files(spark, STAGING, january, RAW, december.parent_snapshot_id, settings)
     assert lost_race(lost.value) is not None
     staged_names = {os.path.basename(p) for p in _files(STAGING, january)}
-    assert staged_names and not staged_names & {p.name for p in Path(raw_data).rglob("*.parquet")}
+    assert staged_names and not staged_names & {staged_name(p.name) for p in Path(raw_data).rglob("*.parquet")}
 
     catalog, table = spark_table(STAGING, settings).split(".", 1)
     later = (dt.datetime.now() + dt.timedelta(minutes=1)).isoformat(sep=" ", timespec="seconds")
@@ -105,6 +105,48 @@ def test_a_new_month_joins_raw_as_the_files_staging_wrote_and_each_table_owns_it
     assert not any(os.path.exists(_path(p)) for p in staged_files)
     assert all(os.path.exists(_path(p)) for p in added)
     assert comparable(raw_rows_of(november)).equals(comparable(expected_taxi_rows(november)))
+
+
+def test_an_attempt_that_loses_the_race_to_another_attempt_of_the_same_batch_removes_none_of_its_files(
+    spark, site, settings, monkeypatch
+):
+    """Two attempts to append one staged batch (a retry beside a try Airflow gave up on): the first makes
+    its copies, the second makes its own and commits, the first then loses the race and removes its
+    copies. Every file raw's snapshot references is there, and raw holds the batch once."""
+    from nyc_taxi.core import appends
+
+    ensure_tables([STAGING, RAW])
+    february = add_taxi_month(site, 2023, 2, rows=3_000, seed=25)
+    _load(2023, 2, steps=2)  # downloaded and staged, not merged
+    staged = load_table(STAGING).current_snapshot().snapshot_id
+    base = load_table(RAW).current_snapshot()
+    base_id = base.snapshot_id if base else None
+    real = appends.lakehouse(settings)
+
+    class FirstAttemptsStore:  # the first attempt's store: once its copies are made, the second runs whole
+        def __init__(self):
+            self.left = len(_files(STAGING, staged))
+
+        def share(self, location: str, target: str) -> bool:
+            made = real.share(location, target)
+            self.left -= 1
+            if not self.left:
+                monkeypatch.setattr(appends, "lakehouse", lambda _settings: real)
+                append_staged_files(spark, STAGING, staged, RAW, base_id, settings)
+            return made
+
+        def remove(self, location: str) -> None:
+            real.remove(location)
+
+    monkeypatch.setattr(appends, "lakehouse", lambda _settings: FirstAttemptsStore())
+    with pytest.raises(Exception) as lost:
+        append_staged_files(spark, STAGING, staged, RAW, base_id, settings)
+    assert lost_race(lost.value) is not None
+    current = load_table(RAW).current_snapshot()
+    assert current.summary[APPENDED_FROM] == f"{STAGING.name}@{staged}" and current.parent_snapshot_id == base_id
+    referenced = _files(RAW, current.snapshot_id)
+    assert referenced and all(os.path.exists(_path(p)) for p in referenced)
+    assert comparable(raw_rows_of(february)).equals(comparable(expected_taxi_rows(february)))
 
 
 def test_a_staging_table_of_another_shape_still_loads_by_writing_the_rows(spark, site, settings):

@@ -3,7 +3,8 @@
 A staging table written in its target's shape (the same schema, field ids and partitioning) already
 holds the batch as the target would store it. Appending those data files to the target is then a
 metadata commit: each file is shared into the target's own location (a hard link locally, a
-server-side copy on S3), so either table's snapshot expiry leaves the other whole, and the target's
+server-side copy on S3) under a name of the attempt's own, so either table's snapshot expiry leaves the
+other whole and a lost attempt's cleanup touches no other attempt's files, and the target's
 new snapshot lists them with the metrics they were written with (the bounds that prune reads).
 
 Iceberg's Java API does the commit, in the Spark session's JVM and through its catalog, as Spark's
@@ -14,6 +15,7 @@ committed to the target since, it fails as a conflict and the caller decides aga
 
 from __future__ import annotations
 
+import uuid
 from pathlib import PurePosixPath
 
 from nyc_taxi.core.commits import lost_race
@@ -23,6 +25,16 @@ from nyc_taxi.core.settings import Settings
 from nyc_taxi.core.spark import java_table
 
 APPENDED_FROM = "nyc-taxi.appended-from"  # snapshot summary property: the staged table and snapshot taken
+
+
+def copy_name(name: str, attempt: str) -> str:
+    """The name of a staged data file's copy in the target, made by one attempt to append it."""
+    return f"{attempt}-{name}"
+
+
+def staged_name(name: str) -> str:
+    """The staged data file a copy in the target was made of (``copy_name``'s inverse)."""
+    return name.split("-", 1)[1]
 
 
 def append_staged_files(
@@ -65,12 +77,15 @@ def append_staged_files(
     append = append.conflictDetectionFilter(iceberg.expressions.Expressions.alwaysTrue())
     if base_id is not None:
         append = append.validateFromSnapshot(base_id)
-    store, rows, shared = lakehouse(settings), 0, []
+    # Each attempt's copies have names of their own: an attempt that loses the race removes its copies,
+    # never a file another attempt of the same batch (a retry running beside a try Airflow gave up on)
+    # copied under the same name and committed.
+    store, rows, shared, attempt = lakehouse(settings), 0, [], uuid.uuid4().hex[:12]
     for task in tasks:
         file = task.file()
         location = str(file.location())
         copy = destination.locationProvider().newDataLocation(
-            destination.spec(), file.partition(), PurePosixPath(location).name
+            destination.spec(), file.partition(), copy_name(PurePosixPath(location).name, attempt)
         )
         if store.share(location, copy):
             shared.append(copy)

@@ -85,11 +85,16 @@ def without_credentials(kind: str, address: str, port: int, ca: str | None = Non
         except psycopg2.OperationalError as error:
             return str(error).strip()
         return "let in"
-    if kind in ("airflow", "log-server", "s3"):
+    if kind in ("airflow", "log-server", "s3", "lineage-receiver"):
         import urllib.error
         import urllib.request
 
-        path = {"airflow": "/api/v2/dags", "log-server": "/log/dag_id=any/attempt=1.log", "s3": "/"}[kind]
+        path = {
+            "airflow": "/api/v2/dags",
+            "log-server": "/log/dag_id=any/attempt=1.log",
+            "s3": "/",
+            "lineage-receiver": "/config",
+        }[kind]
         try:
             return str(urllib.request.urlopen(f"http://{address}:{port}{path}", timeout=10).status)
         except urllib.error.HTTPError as error:

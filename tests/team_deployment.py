@@ -119,7 +119,9 @@ def programs(settings) -> dict[str, dict]:
 
 
 def component_pids(settings) -> dict[str, int]:
-    return {name: info["pid"] for name, info in programs(settings).items()}
+    """The pid of each program running (supervisord's pid 0: one not started, as the programs only the
+    hosts layout runs are on one machine)."""
+    return {name: info["pid"] for name, info in programs(settings).items() if info["pid"]}
 
 
 def restarted(settings, program: str, old_pid: int, seconds: float = 120) -> dict:

@@ -175,8 +175,8 @@ def _probe(network, host: str, kind: str, address: str, port: int, *more: str) -
 
 def test_a_client_on_a_worker_host_without_the_credentials_is_refused_by_control_and_the_other_worker(hosts):
     """From worker-b's network, with nothing of the deployment's credentials: control's PostgreSQL, Redis,
-    Airflow API, Spark master, SeaweedFS master (gRPC and HTTPS), filer (gRPC) and S3 gateway, and
-    worker-a's volume server, Spark worker and task-log server, each refuse."""
+    Airflow API, Spark master, SeaweedFS master (gRPC and HTTPS), filer (gRPC), S3 gateway and lineage
+    receiver, and worker-a's volume server, Spark worker and task-log server, each refuse."""
     from nyc_taxi.airflow_adapter.environment import WORKER_LOG_SERVER_PORT
     from nyc_taxi.core import team
     from nyc_taxi.core.processes import read_record
@@ -200,6 +200,7 @@ def test_a_client_on_a_worker_host_without_the_credentials_is_refused_by_control
         "seaweedfs filer grpc": _probe(network, "worker-b", "grpc", control, weed["filer_grpc_port"], ca),
         "s3": _probe(network, "worker-b", "s3", control, weed["s3_port"]),
         "worker-a's log server": _probe(network, "worker-b", "log-server", worker, WORKER_LOG_SERVER_PORT),
+        "lineage receiver": _probe(network, "worker-b", "lineage-receiver", control, record["lineage"]["port"]),
     }
     assert "password authentication failed" in said["postgres"], said
     assert said["redis"].startswith("-NOAUTH"), said
@@ -208,12 +209,13 @@ def test_a_client_on_a_worker_host_without_the_credentials_is_refused_by_control
     assert all("CERTIFICATE_REQUIRED" in said[k] for k in said if k.startswith("seaweedfs")), said
     assert said["s3"].startswith("403") and "AccessDenied" in said["s3"], said
     assert said["worker-a's log server"].startswith("403"), said  # no token the API server signed
+    assert said["lineage receiver"].startswith("401"), said  # no host's token
 
 
 def test_a_host_is_given_only_the_secrets_its_programs_use_and_the_authoritys_key_stays_with_the_operator(hosts):
     """A worker host holds no JWT secret or Fernet key of Airflow's (only the key its log server checks
-    requests with), no filer JWT key, no S3 identities file and no key of the certificate authority; control
-    holds what its programs use. Every secret file is 0600."""
+    requests with), no filer JWT key, no S3 identities file, no other host's lineage token and no key of the
+    certificate authority; control holds what its programs use. Every secret file is 0600."""
     from nyc_taxi.core import team
     from nyc_taxi.core.processes import read_record
 
@@ -225,6 +227,9 @@ def test_a_host_is_given_only_the_secrets_its_programs_use_and_the_authoritys_ke
         airflow_files = sorted(p.name for p in (own / "team" / "airflow").iterdir())
         security = (own / "team" / "seaweedfs" / "security.toml").read_text()
         assert not list(own.rglob("ca.key")), host
+        tokens = given["lineage"]["tokens"]  # a worker ships its lineage with its own token; the receiver knows all
+        assert tokens == (vault["lineage"]["tokens"] if host.name == "control" else {host.name: tokens[host.name]})
+        assert len(set(vault["lineage"]["tokens"].values())) == len(network.layout.hosts)
         if host.name == "control":
             assert given["airflow"] == vault["airflow"] and airflow_files == ["fernet_key", "jwt_secret", "secret_key"]
             assert "jwt.filer_signing" in security and (own / "team" / "seaweedfs" / "s3-identities.json").is_file()
@@ -237,6 +242,7 @@ def test_a_host_is_given_only_the_secrets_its_programs_use_and_the_authoritys_ke
                 vault["airflow"]["jwt_secret"],
                 vault["airflow"]["fernet_key"],
                 vault["seaweedfs"]["jwt_filer_read_key"],
+                *(t for name, t in vault["lineage"]["tokens"].items() if name != host.name),
             ]
             texts = [p.read_bytes().decode(errors="replace") for p in own.rglob("*") if p.is_file()]
             assert not [secret for secret in leaked for text in texts if secret in text], host
@@ -373,3 +379,32 @@ def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_e
                 assert forecasts_of(control, as_of) == seasonal_naive(counted, as_of, 24), as_of
         finally:
             server.stop()
+    _lineage_arrived_on_control_once(settings, network)
+
+
+def _lineage_arrived_on_control_once(settings, network) -> None:
+    """Every record of every worker host's lineage files, in control's own files once (each host's shipper
+    sends them to the receiver), and control's readers see the tasks that ran on the workers."""
+    from team_deployment import wait_for
+
+    from nyc_taxi.deployment.across_hosts import host_settings
+    from nyc_taxi.lineage.read.runs import Runs
+    from nyc_taxi.lineage.write import delivery
+    from nyc_taxi.lineage.write.receiver import stored_path
+
+    control = host_settings(settings, network, "control")
+
+    def plain(records: list[dict]) -> list[dict]:  # but what DataHub's emitter stamps on each send
+        return [{k: v for k, v in r.items() if k != "systemMetadata"} for r in records]
+
+    jobs = set()
+    for host in (h for h in network.layout.hosts if h.name != "control"):
+        own = host_settings(settings, network, host.name)
+        left = wait_for(lambda own=own: [p for p in delivery.status(own) if p.shipped < p.total], lambda x: not x, 120)
+        assert left == [], left
+        for server in (delivery.OpenLineageServer, delivery.DataHubServer):
+            for path in server(own).files():
+                sent = server(own).read(path)
+                assert plain(server(control).read(stored_path(control, host.name, path.name))) == plain(sent), path
+                jobs |= {r["job"]["name"] for r in sent if "job" in r}
+    assert len(jobs) > 3 and jobs <= {r.job for r in Runs.read(control)}, jobs

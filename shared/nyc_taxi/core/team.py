@@ -265,3 +265,32 @@ class SparkCluster:
         """The applications the master ran or runs."""
         state = self._state()
         return state.get("activeapps", []) + state.get("completedapps", [])
+
+
+@dataclass(frozen=True)
+class LineageReceiver:
+    """Where a host of the team deployment across hosts ships its lineage: the receiver on control
+    (``nyc_taxi.lineage.write.receiver``), with this host's own token. Only the hosts layout runs one:
+    on one machine every program writes the same lineage files."""
+
+    settings: Settings
+
+    def _record(self) -> dict:
+        return (read_record(services_record(self.settings)) or {}).get("lineage") or {}
+
+    def tokens(self) -> dict[str, str]:
+        """Each host's token, by host: all of them on the receiver's host, its own on another."""
+        return dict(self._record().get("tokens") or {})
+
+    def elsewhere(self) -> bool:
+        """Whether this host ships to a receiver on another host (the hosts layout, from a worker)."""
+        if self.settings.profile != "team" or "port" not in self._record():
+            return False
+        return address(self.settings, "lineage-receiver") not in (LOOPBACK, this_host(self.settings)[1])
+
+    def url(self) -> str:
+        return f"http://{address(self.settings, 'lineage-receiver')}:{self._record()['port']}"
+
+    def token(self) -> str:
+        """This host's token."""
+        return self.tokens()[this_host(self.settings)[0]]

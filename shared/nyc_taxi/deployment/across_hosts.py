@@ -23,6 +23,7 @@ its own supervisord, its own state directory and the configuration it is given.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -65,7 +66,7 @@ SECRETS_OF = {
 
 def given_record(record: dict, network: Network, host: Host) -> dict:
     """What ``host`` is given of the deployment's record: the ports, the secrets its programs use (not
-    those only others use: ``SECRETS_OF``), where each program runs (its own programs on itself), and
+    those only others use: ``SECRETS_OF``; of the lineage tokens, its own, or all on the receiver's host), where each program runs (its own programs on itself), and
     the host's own name and address."""
     addresses, names = {}, {}
     for other in sorted(network.layout.hosts, key=lambda h: h.name == host.name):  # its own last: they win
@@ -76,6 +77,10 @@ def given_record(record: dict, network: Network, host: Host) -> dict:
     for (part, secret), users in SECRETS_OF.items():
         if not own & set(users):
             kept.get(part, {}).pop(secret, None)
+    if "lineage-receiver" not in own and "tokens" in kept.get(
+        "lineage", {}
+    ):  # a host's own token; all on the receiver's
+        kept["lineage"]["tokens"] = {n: t for n, t in kept["lineage"]["tokens"].items() if n == host.name}
     itself = {"name": host.name, "address": host.address}
     return kept | {"addresses": addresses, "hosts": names, "host": itself, "network": str(network.layout.network())}
 
@@ -117,6 +122,10 @@ def up(settings: Settings) -> list[str]:
                 "team down --delete-data removes that data"
             )
         record = services._record(settings, started)
+        tokens = record["lineage"].setdefault("tokens", {})  # each host's, to ship its lineage to control
+        for host in network.layout.hosts:
+            tokens.setdefault(host.name, secrets.token_urlsafe(32))
+        write_private(team.services_record(settings), record)
         hosts = [(host, host_settings(settings, network, host.name)) for host in network.layout.hosts]
         authority = services.ObjectStorage(settings, record).authority
         for host, own in hosts:

@@ -72,6 +72,7 @@ class Service:
     key = ""  # its part of the record: ports and secrets
     programs: tuple[str, ...] = ()
     given_by = ""  # the setting that names a team's own instead
+    across_hosts_only = False  # only the hosts layout runs it
 
     def __init__(self, settings: Settings, record: dict):
         self.settings, self.record = settings, record
@@ -524,7 +525,45 @@ def host_name(settings: Settings, program: str) -> str:
     return (record.get("hosts") or {}).get(program) or team.this_host(settings)[0]
 
 
-SERVICES: tuple[type[Service], ...] = (Postgres, Redis, ObjectStorage, SparkCluster, Airflow)
+class LineageDelivery(Service):
+    """Across hosts: control's lineage receiver, and each host's shipper (supervisord.conf). The receiver's
+    port is chosen with the others; each host's token, once the hosts are known (``across_hosts``). One
+    machine runs neither: every program there writes the same lineage files."""
+
+    name, key, programs = "Lineage delivery", "lineage", ("lineage-receiver", "lineage-shipper")
+    across_hosts_only = True
+
+    def ports(self) -> dict:
+        return {"port": free_port()}
+
+    def answers(self, program: str) -> bool:
+        """The receiver: its DataHub endpoint's answer to a host's token; the shipper: running is all it
+        does (it logs each round)."""
+        if program == "lineage-shipper":
+            return True
+        tokens = team.LineageReceiver(self.settings).tokens()
+        request = urllib.request.Request(
+            f"http://{team.address(self.settings, 'lineage-receiver')}:{self.record['lineage']['port']}/config",
+            headers={"Authorization": f"Bearer {next(iter(tokens.values()), '')}"},
+        )
+        return _answers(lambda: urllib.request.urlopen(request, timeout=2).status == 200)
+
+    def address(self) -> str:
+        return f"the receiver on {team.address(self.settings, 'lineage-receiver')}:{self.record['lineage']['port']}"
+
+
+SERVICES: tuple[type[Service], ...] = (Postgres, Redis, ObjectStorage, SparkCluster, Airflow, LineageDelivery)
+
+
+def one_machine(services=SERVICES) -> tuple[type[Service], ...]:
+    """The services one machine runs: all but those only the hosts layout needs."""
+    return tuple(s for s in services if not s.across_hosts_only)
+
+
+def one_machine_programs() -> list[str]:
+    """The processes of supervisord.conf one machine runs, in its order."""
+    skipped = {p for s in SERVICES if s.across_hosts_only for p in s.programs}
+    return [name for name in program_names() if name not in skipped]
 
 
 # ---- the deployment ------------------------------------------------------------------------------
@@ -592,6 +631,7 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
         "SPARK_MASTER_WEB_PORT": str(spark["web_port"]),
         "SPARK_WORKER_PORT": str(spark["worker_port"]),
         "SPARK_WORKER_WEB_PORT": str(spark["worker_web_port"]),
+        "LINEAGE_RECEIVER_PORT": str(record["lineage"]["port"]),
     }
 
 
@@ -615,7 +655,7 @@ def up(settings: Settings) -> list[str]:
                     "port (in .env or the environment) for this deployment's Airflow"
                 )
             supervisor.start(environment(settings, record))
-        return [service(settings, record).up(supervisor) for service in SERVICES]
+        return [service(settings, record).up(supervisor) for service in one_machine()]
 
 
 def data_directories(settings: Settings) -> list[Path]:
@@ -676,9 +716,9 @@ def status(settings: Settings) -> list[str]:
         return given + ["the team deployment: down (bash run team up)"]
     restarts = process_states.unexpected_exits(process_states.read(logs_dir(settings) / "process-states.jsonl"))
     lines = [f"{'program':<24}{'state':<10}{'answers':<9}{'pid':>8}{'uptime':>10}{'restarts':>10}"]
-    order = program_names()
+    order = one_machine_programs()
     for info in sorted(supervisor.programs(), key=lambda p: order.index(p["name"]) if p["name"] in order else -1):
-        if info["group"] == "process-states":
+        if info["name"] not in order:  # the event listener; the programs only the hosts layout runs
             continue
         running = info["statename"] == "RUNNING"
         answers = ("yes" if answering(settings, info["name"]) else "no") if running else "-"
@@ -689,5 +729,5 @@ def status(settings: Settings) -> list[str]:
             f"{restarts.get(info['name'], 0):>10}"
         )
     record = read_record(team.services_record(settings)) or {}
-    lines += [f"{s.name}: {s(settings, record).address()}" for s in SERVICES if not s(settings, record).given]
+    lines += [f"{s.name}: {s(settings, record).address()}" for s in one_machine() if not s(settings, record).given]
     return given + lines

@@ -26,6 +26,7 @@ from nyc_taxi.lineage.write.destinations import openlineage_events_dir
 from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_file, read_openlineage_file, replace_file
 
 log = logging.getLogger(__name__)
+SOURCE_HEADER = "X-Lineage-Source"  # the local file a record is shipped from
 
 
 class Server:
@@ -43,8 +44,9 @@ class Server:
 
     def read(self, path: Path) -> list[dict]: ...
 
-    def sender(self) -> Callable[[dict], None]:
-        """Sends one record; raises unless the server accepted it."""
+    def sender(self, path: Path) -> Callable[[dict], None]:
+        """Sends one record of the local file ``path``; raises unless the server accepted it. Each request
+        names the file (``SOURCE_HEADER``): the lineage receiver keeps each file's records once by it."""
 
     @property
     def ledger_path(self) -> Path:
@@ -66,10 +68,15 @@ class OpenLineageServer(Server):
     def read(self, path: Path) -> list[dict]:
         return read_openlineage_file(path)
 
-    def sender(self) -> Callable[[dict], None]:
+    def sender(self, path: Path) -> Callable[[dict], None]:
         from openlineage.client.transport.http import HttpConfig, HttpTransport
 
-        config = {"url": self.url, "timeout": self.settings.lineage_request_timeout, "retry": {"total": 0}}
+        config = {
+            "url": self.url,
+            "timeout": self.settings.lineage_request_timeout,
+            "retry": {"total": 0},
+            "custom_headers": {SOURCE_HEADER: path.name},
+        }
         if self.settings.openlineage_api_key:
             config["auth"] = {"type": "api_key", "apiKey": self.settings.openlineage_api_key.get_secret_value()}
         return HttpTransport(HttpConfig.from_dict(config)).emit
@@ -88,8 +95,8 @@ class DataHubServer(Server):
     def read(self, path: Path) -> list[dict]:
         return read_datahub_file(path)
 
-    def sender(self) -> Callable[[dict], None]:
-        emitter = datahub_emitter(self.settings)
+    def sender(self, path: Path) -> Callable[[dict], None]:
+        emitter = datahub_emitter(self.settings, {SOURCE_HEADER: path.name})
 
         def send(record: dict) -> None:
             emitter.emit(_proposal(copy.deepcopy(record)))  # DataHub's from_obj changes what it is given
@@ -97,7 +104,7 @@ class DataHubServer(Server):
         return send
 
 
-def datahub_emitter(settings: Settings):
+def datahub_emitter(settings: Settings, headers: dict[str, str] | None = None):
     """DataHub's REST emitter to DATAHUB_GMS_URL making one try per request, cut off by the request
     timeout: whoever ships next tries again, so retries here would only make a task wait."""
     from datahub.emitter.rest_emitter import DataHubRestEmitter
@@ -110,6 +117,7 @@ def datahub_emitter(settings: Settings):
         connect_timeout_sec=timeout,
         read_timeout_sec=timeout,
         openapi_ingestion=False,
+        extra_headers=headers,
     )
 
 
@@ -124,6 +132,24 @@ def _proposal(record: dict):
 
 
 def servers(settings: Settings) -> list[Server]:
+    """The servers this state directory ships to: those configured; on a host of the team deployment
+    across hosts other than the receiver's, the lineage receiver on control instead, which speaks both
+    endpoints (control ships on to the servers configured there)."""
+    from pydantic import SecretStr
+
+    from nyc_taxi.core.team import LineageReceiver
+
+    receiver = LineageReceiver(settings)
+    if receiver.elsewhere():
+        url, token = receiver.url(), SecretStr(receiver.token())
+        settings = settings.model_copy(
+            update={
+                "openlineage_url": url,
+                "openlineage_api_key": token,
+                "datahub_gms_url": url,
+                "datahub_token": token,
+            }
+        )
     return ([OpenLineageServer(settings)] if settings.openlineage_url else []) + (
         [DataHubServer(settings)] if settings.datahub_gms_url else []
     )
@@ -191,16 +217,16 @@ def ship(settings: Settings | None = None, budget_seconds: float | None = None) 
 
 
 def _ship_to(server: Server, shipment: Shipment, deadline: float | None) -> None:
-    ledger, send = _ledger(server), None
+    ledger = _ledger(server)
     for path in server.files():
         records = server.read(path)
-        start, head = _shipped(ledger, path, records), _head(records)
+        start, head, send = _shipped(ledger, path, records), _head(records), None
         for index in range(start, len(records)):
             if shipment.error is not None or (deadline is not None and time.monotonic() > deadline):
                 shipment.pending += len(records) - index
                 break
             try:
-                send = send or server.sender()
+                send = send or server.sender(path)
                 send(records[index])
             except Exception as error:  # down, refusing, timing out: keep the rest for later, in order
                 shipment.error = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"

@@ -1,0 +1,183 @@
+"""The lineage receiver (``nyc_taxi.lineage.write.receiver``), as a process of its own on 127.0.0.1: a
+host's local lineage files shipped to it by the delivery code (OpenLineage's HTTP transport, DataHub's
+REST emitter) arrive in the receiver's state directory whole and once, also when a sender's ledger is
+lost after the receiver stored a record; a request without a host's token, with another's, or naming
+no file of its own is refused and stored nowhere. Across hosts, with the deployment's own network:
+tests/test_team_hosts.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+from pydantic import SecretStr
+
+from nyc_taxi.core.processes import free_port, write_private
+from nyc_taxi.core.settings import Settings
+
+
+def _records(settings: Settings, count: int) -> None:
+    """``count`` OpenLineage events and DataHub records in ``settings``'s lineage files, as a tool writes
+    them (the client's typed event; DataHub's wrapper, and a snapshot event)."""
+    from datahub.emitter.mce_builder import make_dataset_urn
+    from datahub.emitter.mcp import MetadataChangeProposalWrapper
+    from datahub.metadata.schema_classes import (
+        DatasetPropertiesClass,
+        DatasetSnapshotClass,
+        MetadataChangeEventClass,
+        StatusClass,
+    )
+    from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
+
+    from nyc_taxi.lineage.write.outbox import Outbox
+
+    outbox = Outbox(settings, "airflow")
+    for n in range(count):
+        outbox.add_events(
+            [
+                RunEvent(
+                    eventType=RunState.COMPLETE,
+                    eventTime=dt.datetime(2024, 1, 1, 0, n, tzinfo=dt.UTC).isoformat(),
+                    run=Run(runId=str(uuid.uuid4())),
+                    job=Job(namespace="nyc_taxi", name=f"task_{n}"),
+                    producer="https://example.org/test",
+                )
+            ]
+        )
+        urn = make_dataset_urn("iceberg", f"nyc_taxi.table_{n}")
+        outbox.add_records(
+            [
+                MetadataChangeProposalWrapper(entityUrn=urn, aspect=DatasetPropertiesClass(name=f"table_{n}")),
+                MetadataChangeEventClass(
+                    proposedSnapshot=DatasetSnapshotClass(urn=urn, aspects=[StatusClass(False)])
+                ).to_obj(),
+            ]
+        )
+
+
+def _without_system_metadata(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "systemMetadata"} for r in records]
+
+
+@pytest.fixture
+def receiver(tmp_path):
+    """A receiver for two hosts' tokens, and the settings of a host that ships to it."""
+    control = Settings(_env_file=None, state_dir=tmp_path / "control", profile="team")
+    tokens = {"worker-a": "token-of-a-" + uuid.uuid4().hex, "worker-b": "token-of-b-" + uuid.uuid4().hex}
+    port = free_port()
+    write_private(control.state_dir / "team" / "services.json", {"lineage": {"port": port, "tokens": tokens}})
+    env = {**os.environ, "STATE_DIR": str(control.state_dir), "PROFILE": "team"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nyc_taxi.lineage.write.receiver", "--address", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert "lineage receiver on 127.0.0.1" in process.stdout.readline()
+    url = f"http://127.0.0.1:{port}"
+
+    def host(name: str, token: str) -> Settings:
+        settings = Settings(_env_file=None, state_dir=tmp_path / name)
+        key = SecretStr(token)
+        return settings.model_copy(
+            update={"openlineage_url": url, "openlineage_api_key": key, "datahub_gms_url": url, "datahub_token": key}
+        )
+
+    yield control, tokens, host, url, process
+    process.kill()
+    process.wait()
+
+
+def test_a_hosts_lineage_arrives_whole_and_once_in_controls_files_even_when_a_ledger_is_lost(receiver):
+    from nyc_taxi.lineage.read.runs import Runs
+    from nyc_taxi.lineage.write import delivery
+    from nyc_taxi.lineage.write.receiver import stored_path
+
+    control, tokens, host, _, _ = receiver
+    worker = host("worker-a", tokens["worker-a"])
+    _records(worker, 3)
+    shipped = delivery.ship(worker)
+    assert [(s.sent, s.pending, s.error) for s in shipped.shipments] == [(3, 0, None), (6, 0, None)]
+
+    def received(server_kind: str) -> list[dict]:
+        server = {"openlineage": delivery.OpenLineageServer, "datahub": delivery.DataHubServer}[server_kind]
+        return [r for p in server(control).files() for r in server(control).read(p)]
+
+    def sent(server_kind: str) -> list[dict]:
+        server = {"openlineage": delivery.OpenLineageServer, "datahub": delivery.DataHubServer}[server_kind]
+        return [r for p in server(worker).files() for r in server(worker).read(p)]
+
+    assert received("openlineage") == sent("openlineage")
+    assert _without_system_metadata(received("datahub")) == _without_system_metadata(sent("datahub"))
+    assert all(r["systemMetadata"]["properties"]["clientId"] for r in received("datahub"))  # as the emitter sent it
+    for path in delivery.DataHubServer(worker).files():  # each file of the host, a file of its own on control
+        assert stored_path(control, "worker-a", path.name).exists()
+    assert {r.job for r in Runs.read(control)} >= {"task_0", "task_1", "task_2"}  # control's readers see them
+
+    # the host's ledgers one record short of each file (the receiver stored it, its answer never arrived):
+    # each file's last record is sent again, answered as accepted, and not stored twice
+    for server in delivery.servers(worker):
+        ledger = json.loads(server.ledger_path.read_text())
+        for entry in ledger.values():
+            entry["shipped"] -= 1
+        server.ledger_path.write_text(json.dumps(ledger))
+    again = delivery.ship(worker)
+    assert [(s.sent, s.error) for s in again.shipments] == [(1, None), (3, None)]  # one event file, three segments
+    assert received("openlineage") == sent("openlineage")
+    assert _without_system_metadata(received("datahub")) == _without_system_metadata(sent("datahub"))
+
+    # new records after that go on where the file left off
+    _records(worker, 1)
+    assert delivery.ship(worker).sent == 3
+    assert received("openlineage") == sent("openlineage") and len(received("openlineage")) == 4
+
+
+def test_the_receiver_refuses_a_request_without_a_hosts_token_or_a_file_of_its_own_and_stores_nothing(receiver):
+    from nyc_taxi.lineage.write import delivery
+    from nyc_taxi.lineage.write.receiver import OPENLINEAGE_PATH
+
+    control, tokens, host, url, process = receiver
+    event = {"eventTime": "2024-01-01T00:00:00Z", "run": {"runId": str(uuid.uuid4())}, "job": {"name": "j"}}
+
+    def post(headers: dict) -> int:
+        request = urllib.request.Request(
+            url + OPENLINEAGE_PATH,
+            data=json.dumps(event).encode(),
+            headers={"Content-Type": "application/json", **headers},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return answer.status
+        except urllib.error.HTTPError as refused:
+            return refused.code
+
+    source = {"X-Lineage-Source": "airflow_events.jsonl"}
+    assert post(source) == 401  # no token
+    assert post({**source, "Authorization": "Bearer not-a-hosts-token"}) == 401
+    assert post({**source, "Authorization": f"Basic {tokens['worker-a']}"}) == 401  # a token, not as a bearer's
+    assert post({"Authorization": f"Bearer {tokens['worker-a']}"}) == 400  # no file named
+    assert post({"Authorization": f"Bearer {tokens['worker-a']}", "X-Lineage-Source": "../x_events.jsonl"}) == 400
+    assert post({"Authorization": f"Bearer {tokens['worker-a']}", "X-Lineage-Source": "a_mcps.1-2.json"}) == 400
+    assert not list((control.state_dir / "lineage").rglob("*.json*"))
+
+    # a host with a wrong token ships nothing and keeps everything for later; the same host's token works
+    stranger = host("worker-a", "a-wrong-token")
+    _records(stranger, 1)
+    refused = delivery.ship(stranger)
+    assert [s.sent for s in refused.shipments] == [0, 0] and all(s.error for s in refused.shipments)
+    assert not list((control.state_dir / "lineage").rglob("*.json*"))
+    assert post({**source, "Authorization": f"Bearer {tokens['worker-b']}"}) == 201
+    assert (control.state_dir / "lineage" / "openlineage" / "from-worker-b.airflow_events.jsonl").exists()
+    time.sleep(0.2)
+    process.kill()
+    output = process.stdout.read()
+    assert tokens["worker-a"] not in output and tokens["worker-b"] not in output  # its log names no token

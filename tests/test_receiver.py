@@ -97,7 +97,7 @@ def receiver(tmp_path):
     process.wait()
 
 
-def test_a_hosts_lineage_arrives_whole_and_once_in_controls_files_even_when_a_ledger_is_lost(receiver):
+def test_a_hosts_lineage_arrives_whole_and_once_in_controls_files_whatever_its_ledger_says(receiver):
     from nyc_taxi.lineage.read.runs import Runs
     from nyc_taxi.lineage.write import delivery
     from nyc_taxi.lineage.write.receiver import stored_path
@@ -108,19 +108,23 @@ def test_a_hosts_lineage_arrives_whole_and_once_in_controls_files_even_when_a_le
     shipped = delivery.ship(worker)
     assert [(s.sent, s.pending, s.error) for s in shipped.shipments] == [(3, 0, None), (6, 0, None)]
 
-    def received(server_kind: str) -> list[dict]:
-        server = {"openlineage": delivery.OpenLineageServer, "datahub": delivery.DataHubServer}[server_kind]
-        return [r for p in server(control).files() for r in server(control).read(p)]
+    def received(kind) -> list[dict]:
+        return [r for p in kind(control).files() for r in kind(control).read(p)]
 
-    def sent(server_kind: str) -> list[dict]:
-        server = {"openlineage": delivery.OpenLineageServer, "datahub": delivery.DataHubServer}[server_kind]
-        return [r for p in server(worker).files() for r in server(worker).read(p)]
+    def sent(kind) -> list[dict]:
+        return [r for p in kind(worker).files() for r in kind(worker).read(p)]
 
-    assert received("openlineage") == sent("openlineage")
-    assert _without_system_metadata(received("datahub")) == _without_system_metadata(sent("datahub"))
-    assert all(r["systemMetadata"]["properties"]["clientId"] for r in received("datahub"))  # as the emitter sent it
-    for path in delivery.DataHubServer(worker).files():  # each file of the host, a file of its own on control
-        assert stored_path(control, "worker-a", path.name).exists()
+    def arrived_once() -> None:
+        assert received(delivery.OpenLineageServer) == sent(delivery.OpenLineageServer)
+        datahub = received(delivery.DataHubServer)
+        assert _without_system_metadata(datahub) == _without_system_metadata(sent(delivery.DataHubServer))
+        assert all(r["systemMetadata"]["properties"]["clientId"] for r in datahub)  # as the emitter sent it
+
+    arrived_once()
+    for kind in (delivery.OpenLineageServer, delivery.DataHubServer):  # each file of the host, a file of control's
+        for path in kind(worker).files():
+            head = delivery.file_head(kind(worker).read(path))
+            assert stored_path(control, "worker-a", path.name, head).exists()
     assert {r.job for r in Runs.read(control)} >= {"task_0", "task_1", "task_2"}  # control's readers see them
 
     # the host's ledgers one record short of each file (the receiver stored it, its answer never arrived):
@@ -132,41 +136,82 @@ def test_a_hosts_lineage_arrives_whole_and_once_in_controls_files_even_when_a_le
         server.ledger_path.write_text(json.dumps(ledger))
     again = delivery.ship(worker)
     assert [(s.sent, s.error) for s in again.shipments] == [(1, None), (3, None)]  # one event file, three segments
-    assert received("openlineage") == sent("openlineage")
-    assert _without_system_metadata(received("datahub")) == _without_system_metadata(sent("datahub"))
+    arrived_once()
+    # the ledgers lost altogether: every record is sent again, none stored twice
+    for server in delivery.servers(worker):
+        server.ledger_path.unlink()
+    assert [(s.sent, s.error) for s in delivery.ship(worker).shipments] == [(3, None), (6, None)]
+    arrived_once()
 
-    # new records after that go on where the file left off
+    # new records go on where each file left off; a record the same as the one before it is a record too
     _records(worker, 1)
-    assert delivery.ship(worker).sent == 3
-    assert received("openlineage") == sent("openlineage") and len(received("openlineage")) == 4
+    repeated = sent(delivery.OpenLineageServer)[-1]
+    with (worker.lineage_dir / "openlineage" / "airflow_events.jsonl").open("a") as out:
+        out.write(json.dumps(repeated) + "\n")
+    assert delivery.ship(worker).sent == 4
+    arrived_once()
+    assert len(received(delivery.OpenLineageServer)) == 5
+
+
+def _post(url: str, body: dict, headers: dict) -> int:
+    from nyc_taxi.lineage.write.receiver import OPENLINEAGE_PATH
+
+    request = urllib.request.Request(
+        url + OPENLINEAGE_PATH, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **headers}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def _event(n: int) -> dict:
+    return {"eventTime": f"2024-01-01T00:0{n}:00Z", "run": {"runId": str(uuid.uuid4())}, "job": {"name": f"j{n}"}}
+
+
+def test_a_record_that_comes_late_or_after_a_gap_is_not_stored(receiver):
+    """A request that arrives after its sender sent it again and went on is answered without being
+    stored; one whose earlier records never came is refused (409): nothing is stored twice or out of order."""
+    from nyc_taxi.lineage.write.receiver import stored_path
+
+    control, tokens, _, url, _ = receiver
+    head, events = "0123456789abcdef", [_event(n) for n in range(3)]
+
+    def send(index: int, event: dict | None = None) -> int:
+        place = {"X-Lineage-Source": "metaflow_events.jsonl", "X-Lineage-Position": f"{index} {head}"}
+        return _post(url, event or events[index], {"Authorization": f"Bearer {tokens['worker-b']}", **place})
+
+    assert [send(0), send(1), send(0), send(2), send(1)] == [201] * 5  # 0 and 1 again: late, or sent again
+    assert send(5, _event(5)) == 409  # records 3 and 4 never came
+    stored = stored_path(control, "worker-b", "metaflow_events.jsonl", head)
+    assert [json.loads(line) for line in stored.read_text().splitlines()] == events
 
 
 def test_the_receiver_refuses_a_request_without_a_hosts_token_or_a_file_of_its_own_and_stores_nothing(receiver):
     from nyc_taxi.lineage.write import delivery
-    from nyc_taxi.lineage.write.receiver import OPENLINEAGE_PATH
 
     control, tokens, host, url, process = receiver
-    event = {"eventTime": "2024-01-01T00:00:00Z", "run": {"runId": str(uuid.uuid4())}, "job": {"name": "j"}}
+    event = _event(0)
 
     def post(headers: dict) -> int:
-        request = urllib.request.Request(
-            url + OPENLINEAGE_PATH,
-            data=json.dumps(event).encode(),
-            headers={"Content-Type": "application/json", **headers},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=5) as answer:
-                return answer.status
-        except urllib.error.HTTPError as refused:
-            return refused.code
+        return _post(url, event, headers)
 
-    source = {"X-Lineage-Source": "airflow_events.jsonl"}
+    source = {"X-Lineage-Source": "airflow_events.jsonl", "X-Lineage-Position": "0 0123456789abcdef"}
     assert post(source) == 401  # no token
     assert post({**source, "Authorization": "Bearer not-a-hosts-token"}) == 401
     assert post({**source, "Authorization": f"Basic {tokens['worker-a']}"}) == 401  # a token, not as a bearer's
     assert post({"Authorization": f"Bearer {tokens['worker-a']}"}) == 400  # no file named
-    assert post({"Authorization": f"Bearer {tokens['worker-a']}", "X-Lineage-Source": "../x_events.jsonl"}) == 400
-    assert post({"Authorization": f"Bearer {tokens['worker-a']}", "X-Lineage-Source": "a_mcps.1-2.json"}) == 400
+    assert (
+        post({"Authorization": f"Bearer {tokens['worker-a']}", "X-Lineage-Source": "airflow_events.jsonl"}) == 400
+    )  # no place
+    assert (
+        post({"Authorization": f"Bearer {tokens['worker-a']}", **source, "X-Lineage-Source": "../x_events.jsonl"})
+        == 400
+    )
+    assert (
+        post({"Authorization": f"Bearer {tokens['worker-a']}", **source, "X-Lineage-Source": "a_mcps.1-2.json"}) == 400
+    )
     assert not list((control.state_dir / "lineage").rglob("*.json*"))
 
     # a host with a wrong token ships nothing and keeps everything for later; the same host's token works
@@ -176,7 +221,9 @@ def test_the_receiver_refuses_a_request_without_a_hosts_token_or_a_file_of_its_o
     assert [s.sent for s in refused.shipments] == [0, 0] and all(s.error for s in refused.shipments)
     assert not list((control.state_dir / "lineage").rglob("*.json*"))
     assert post({**source, "Authorization": f"Bearer {tokens['worker-b']}"}) == 201
-    assert (control.state_dir / "lineage" / "openlineage" / "from-worker-b.airflow_events.jsonl").exists()
+    assert (
+        control.state_dir / "lineage" / "openlineage" / "from-worker-b.airflow_events.0123456789abcdef.jsonl"
+    ).exists()
     time.sleep(0.2)
     process.kill()
     output = process.stdout.read()

@@ -405,6 +405,7 @@ def _lineage_arrived_on_control_once(settings, network) -> None:
         for server in (delivery.OpenLineageServer, delivery.DataHubServer):
             for path in server(own).files():
                 sent = server(own).read(path)
-                assert plain(server(control).read(stored_path(control, host.name, path.name))) == plain(sent), path
+                stored = stored_path(control, host.name, path.name, delivery.file_head(sent))
+                assert plain(server(control).read(stored)) == plain(sent), path
                 jobs |= {r["job"]["name"] for r in sent if "job" in r}
     assert len(jobs) > 3 and jobs <= {r.job for r in Runs.read(control)}, jobs

@@ -537,10 +537,14 @@ class LineageDelivery(Service):
         return {"port": free_port()}
 
     def answers(self, program: str) -> bool:
-        """The receiver: its DataHub endpoint's answer to a host's token; the shipper: running is all it
-        does (it logs each round)."""
+        """The receiver: its DataHub endpoint's answer to a host's token; the shipper: a round ended in the
+        last 30 s (what a round found, a server down or a token refused, is in its log and its round's
+        file: a server the team runs being down does not stop `team up`)."""
         if program == "lineage-shipper":
-            return True
+            from nyc_taxi.lineage.write.shipper import last_round
+
+            done = last_round(self.settings)
+            return bool(done) and time.time() - done["ended"] < 30
         tokens = team.LineageReceiver(self.settings).tokens()
         request = urllib.request.Request(
             f"http://{team.address(self.settings, 'lineage-receiver')}:{self.record['lineage']['port']}/config",

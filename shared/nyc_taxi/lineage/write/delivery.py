@@ -26,7 +26,15 @@ from nyc_taxi.lineage.write.destinations import openlineage_events_dir
 from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_file, read_openlineage_file, replace_file
 
 log = logging.getLogger(__name__)
-SOURCE_HEADER = "X-Lineage-Source"  # the local file a record is shipped from
+# Each request says where its record is in the local files: which file, and its place there with the
+# file's head (``<index> <head>``). A server keeps each file's records once by them (the lineage receiver);
+# others ignore the headers.
+SOURCE_HEADER = "X-Lineage-Source"
+POSITION_HEADER = "X-Lineage-Position"
+
+
+def position(path: Path, index: int, head: str) -> dict[str, str]:
+    return {SOURCE_HEADER: path.name, POSITION_HEADER: f"{index} {head}"}
 
 
 class Server:
@@ -44,9 +52,8 @@ class Server:
 
     def read(self, path: Path) -> list[dict]: ...
 
-    def sender(self, path: Path) -> Callable[[dict], None]:
-        """Sends one record of the local file ``path``; raises unless the server accepted it. Each request
-        names the file (``SOURCE_HEADER``): the lineage receiver keeps each file's records once by it."""
+    def sender(self) -> Callable[[dict, dict[str, str]], None]:
+        """Sends one record with its ``position`` headers; raises unless the server accepted it."""
 
     @property
     def ledger_path(self) -> Path:
@@ -68,18 +75,19 @@ class OpenLineageServer(Server):
     def read(self, path: Path) -> list[dict]:
         return read_openlineage_file(path)
 
-    def sender(self, path: Path) -> Callable[[dict], None]:
+    def sender(self) -> Callable[[dict, dict[str, str]], None]:
         from openlineage.client.transport.http import HttpConfig, HttpTransport
 
-        config = {
-            "url": self.url,
-            "timeout": self.settings.lineage_request_timeout,
-            "retry": {"total": 0},
-            "custom_headers": {SOURCE_HEADER: path.name},
-        }
+        config = {"url": self.url, "timeout": self.settings.lineage_request_timeout, "retry": {"total": 0}}
         if self.settings.openlineage_api_key:
             config["auth"] = {"type": "api_key", "apiKey": self.settings.openlineage_api_key.get_secret_value()}
-        return HttpTransport(HttpConfig.from_dict(config)).emit
+        transport = HttpTransport(HttpConfig.from_dict(config))
+
+        def send(record: dict, headers: dict[str, str]) -> None:
+            transport.config.custom_headers = headers  # read by every request the transport makes
+            transport.emit(record)
+
+        return send
 
 
 class DataHubServer(Server):
@@ -95,11 +103,15 @@ class DataHubServer(Server):
     def read(self, path: Path) -> list[dict]:
         return read_datahub_file(path)
 
-    def sender(self, path: Path) -> Callable[[dict], None]:
-        emitter = datahub_emitter(self.settings, {SOURCE_HEADER: path.name})
-
-        def send(record: dict) -> None:
-            emitter.emit(_proposal(copy.deepcopy(record)))  # DataHub's from_obj changes what it is given
+    def sender(self) -> Callable[[dict, dict[str, str]], None]:
+        def send(record: dict, headers: dict[str, str]) -> None:
+            # an emitter per record: DataHub's takes its headers once, into its session (one request each:
+            # without OpenAPI ingestion it asks the server nothing else)
+            emitter = datahub_emitter(self.settings, headers)
+            try:
+                emitter.emit(_proposal(copy.deepcopy(record)))  # DataHub's from_obj changes what it is given
+            finally:
+                emitter.close()
 
         return send
 
@@ -155,7 +167,7 @@ def servers(settings: Settings) -> list[Server]:
     )
 
 
-def _head(records: list[dict]) -> str:
+def file_head(records: list[dict]) -> str:
     """A file is only ever appended to; a different first record means it was replaced."""
     return hashlib.sha256(json.dumps(records[:1], sort_keys=True).encode()).hexdigest()[:16]
 
@@ -169,7 +181,7 @@ def _shipped(ledger: dict, path: Path, records: list[dict]) -> int:
     entry = ledger.get(path.name, {})
     return (
         entry.get("shipped", 0)
-        if entry.get("head") == _head(records) and entry.get("shipped", 0) <= len(records)
+        if entry.get("head") == file_head(records) and entry.get("shipped", 0) <= len(records)
         else 0
     )
 
@@ -217,17 +229,17 @@ def ship(settings: Settings | None = None, budget_seconds: float | None = None) 
 
 
 def _ship_to(server: Server, shipment: Shipment, deadline: float | None) -> None:
-    ledger = _ledger(server)
+    ledger, send = _ledger(server), None
     for path in server.files():
         records = server.read(path)
-        start, head, send = _shipped(ledger, path, records), _head(records), None
+        start, head = _shipped(ledger, path, records), file_head(records)
         for index in range(start, len(records)):
             if shipment.error is not None or (deadline is not None and time.monotonic() > deadline):
                 shipment.pending += len(records) - index
                 break
             try:
-                send = send or server.sender(path)
-                send(records[index])
+                send = send or server.sender()
+                send(records[index], position(path, index, head))
             except Exception as error:  # down, refusing, timing out: keep the rest for later, in order
                 shipment.error = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
                 shipment.pending += len(records) - index
@@ -240,9 +252,9 @@ def _ship_to(server: Server, shipment: Shipment, deadline: float | None) -> None
 def ship_at_end_of(what: str, settings: Settings | None = None) -> None:
     """A task or step ships what is pending, within the time budget; never fails the work."""
     settings = settings or get_settings()
-    if not servers(settings):
-        return
     try:
+        if not servers(settings):
+            return
         result = ship(settings, settings.lineage_ship_seconds)
     except Exception as error:  # lineage must never fail the data work
         log.warning(

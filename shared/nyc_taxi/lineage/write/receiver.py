@@ -4,17 +4,19 @@ Each host writes its lineage to its own files first (``outbox``) and ships them 
 code that ships to DataHub or an OpenLineage server) to this program, which speaks the two endpoints the
 clients already use: OpenLineage's (``POST /api/v1/lineage``) and DataHub GMS's ingestion
 (``GET /config``, ``POST /aspects?action=ingestProposal``, ``POST /entities?action=ingest``). What it
-accepts goes into control's own lineage files, one per file of the sending host (``from-<host>.<file>``),
-so every reader on control (the site, the store, `lineage-replay` to a real server) sees the whole
-deployment.
+accepts goes into control's own lineage files, one per file of the sending host
+(``from-<host>.<file>``, with the file's head), so every reader on control (the site, the store, `lineage-replay` to a
+real server) sees the whole deployment.
 
 - **Who may send.** Every request carries a host's token (``Authorization: Bearer``): each host has its
   own, and the receiver's record maps each token to its host. Anything else is refused (401) and stored
   nowhere.
-- **Once.** A sender ships each file's records in order and starts again at the first one it was not
-  told was accepted; each request names its file (``X-Lineage-Source``). So a record sent again is the
-  last one stored of its file: the receiver answers it as accepted and stores nothing. Its memory is
-  its files, so a restart keeps it.
+- **Once.** Each request says which file of its host the record is from and its place there, with the
+  file's head (``X-Lineage-Source``, ``X-Lineage-Position``: ``delivery.position``). The receiver stores
+  the record at the place after the last one it holds of that file, answers one it holds already as
+  accepted without storing it (sent again: its answer was lost, or it came late), and refuses one past
+  that place (409: records it never got). It counts each file's records once, from its files at the
+  first request, so a restart keeps them.
 - **Whole or not at all.** A record is stored (an event line appended and synced, a DataHub segment
   written whole) before the answer goes out.
 
@@ -34,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from nyc_taxi.core.settings import Settings, get_settings
-from nyc_taxi.lineage.write.delivery import SOURCE_HEADER
+from nyc_taxi.lineage.write.delivery import POSITION_HEADER, SOURCE_HEADER
 from nyc_taxi.lineage.write.destinations import datahub_records_dir, openlineage_events_dir
 from nyc_taxi.lineage.write.outbox import read_datahub_file, read_openlineage_file, replace_file
 
@@ -47,19 +49,17 @@ DATAHUB_CONFIG = {"noCode": "true", "versions": {"acryldata/datahub": {"version"
 
 # What a source file of a shipping host is called: a tool's OpenLineage events, or a DataHub segment
 SOURCE = re.compile(r"^[A-Za-z0-9_-]+(_events\.jsonl|_mcps\.[0-9]+-[0-9]+\.json)$")
+POSITION = re.compile(r"^([0-9]+) ([0-9a-f]{16})$")
+LARGEST = 16 * 1024 * 1024  # bytes of one request's body: more is refused unread (413)
 
 
-def stored_path(settings: Settings, host: str, source: str) -> Path:
+def stored_path(settings: Settings, host: str, source: str, head: str) -> Path:
     """Where the records of a host's source file go: a file of control's own, beside control's (readers
-    take every file there), named by both."""
+    take every file there), named by the host, the file's name and its head (its first record's hash:
+    another file of the same name is another file)."""
     folder = openlineage_events_dir(settings) if source.endswith(".jsonl") else datahub_records_dir(settings)
-    return folder / f"from-{host}.{source}"
-
-
-def _canonical(record: dict) -> str:
-    """A record as the rule "sent again" compares it: without the system metadata DataHub's emitter
-    stamps on each send (the time it observed it)."""
-    return json.dumps({k: v for k, v in record.items() if k != "systemMetadata"}, sort_keys=True)
+    stem, suffix = source.rsplit(".", 1)
+    return folder / f"from-{host}.{stem}.{head}.{suffix}"  # in the host's order of its files
 
 
 def datahub_record(path: str, body: dict) -> dict:
@@ -81,43 +81,74 @@ def datahub_record(path: str, body: dict) -> dict:
     return wrapper.to_obj(simplified_structure=True) if wrapper else proposal.to_obj()
 
 
+class Refused(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
 class Receiver:
     """What the receiver stores, for a state directory: each host's records, each once."""
 
-    def __init__(self, settings: Settings, tokens: dict[str, str]):
-        self.settings, self.tokens, self.lock = settings, tokens, threading.Lock()
+    def __init__(self, settings: Settings, tokens: dict[str, str] | None = None):
+        self.settings, self.lock = settings, threading.Lock()
+        self.tokens = tokens if tokens is not None else self._tokens()
+        self.held: dict[Path, int] = {}  # each stored file's records, counted once
+
+    def _tokens(self) -> dict[str, str]:
+        from nyc_taxi.core import team
+
+        return team.LineageReceiver(self.settings).tokens()
 
     def host_of(self, authorization: str | None) -> str | None:
-        """The host whose token the request carries; None for anything else."""
+        """The host whose token the request carries (the record read again for one not known yet: a host
+        added since the receiver started); None for anything else."""
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token:
             return None
-        for host, known in self.tokens.items():
-            if hmac.compare_digest(token.encode(), known.encode()):
-                return host
+        for tokens in (self.tokens, None):
+            if tokens is None:
+                tokens = self.tokens = self._tokens()
+            for host, known in tokens.items():
+                if hmac.compare_digest(token.encode(), known.encode()):
+                    return host
         return None
 
-    def store(self, host: str, source: str, record: dict) -> bool:
-        """Keep ``record`` of ``host``'s file ``source`` unless it is the one stored last of that file (sent
-        again: its answer was lost); whether it was stored. A sender sends a file's records in order and
-        starts again at the first one it was not told was accepted, so that is the only record that can
-        come twice."""
-        path = stored_path(self.settings, host, source)
+    def _count(self, path: Path) -> int:
+        """The records ``path`` holds; a line an interrupted write left half is cut off first."""
+        if path not in self.held:
+            if path.suffix == ".jsonl":
+                if path.exists():
+                    text = path.read_bytes()
+                    whole = text[: text.rfind(b"\n") + 1]
+                    if len(whole) < len(text):
+                        with path.open("r+b") as out:
+                            out.truncate(len(whole))
+                self.held[path] = len(read_openlineage_file(path))
+            else:
+                self.held[path] = len(read_datahub_file(path))
+        return self.held[path]
+
+    def store(self, host: str, source: str, index: int, head: str, record: dict) -> bool:
+        """Keep ``record``, the ``index``-th of ``host``'s file ``source`` (whose first record's hash is
+        ``head``): stored when it is the next one, answered without storing when it is held already;
+        Refused (409) when records before it never came. Whether it was stored."""
+        path = stored_path(self.settings, host, source, head)
         with self.lock:
+            held = self._count(path)
+            if index < held:
+                return False
+            if index > held:
+                raise Refused(409, f"{held} records of {source} are held: the next one is {held}, not {index}")
             path.parent.mkdir(parents=True, exist_ok=True)
             if path.suffix == ".jsonl":
-                held = read_openlineage_file(path)
-                if held and _canonical(held[-1]) == _canonical(record):
-                    return False
                 with path.open("a") as out:
                     out.write(json.dumps(record) + "\n")
                     out.flush()
                     os.fsync(out.fileno())
-            else:
-                held = read_datahub_file(path)
-                if held and _canonical(held[-1]) == _canonical(record):
-                    return False
-                replace_file(path, json.dumps([*held, record], indent=4))
+            else:  # a segment written whole, never half
+                replace_file(path, json.dumps([*read_datahub_file(path), record], indent=4))
+            self.held[path] = held + 1
             return True
 
 
@@ -128,6 +159,7 @@ def handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
         def _host(self) -> str | None:
             host = receiver.host_of(self.headers.get("Authorization"))
             if host is None:
+                self.close_connection = True  # what else a stranger sent is not read
                 self._answer(401, {"error": "a host's token is required (Authorization: Bearer)"})
             return host
 
@@ -140,31 +172,40 @@ def handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                 self._answer(404, {"error": f"no such endpoint: {self.path}"})
 
         def do_POST(self):
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length)
-            host = self._host()
+            host = self._host()  # before the body is read: nothing of a stranger's is
             if host is None:
                 return
-            source = self.headers.get(SOURCE_HEADER) or ""
             try:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length > LARGEST:
+                    raise Refused(413, f"a record of {length:,} bytes: at most {LARGEST:,}")
+                body = self.rfile.read(length)
+                source = self.headers.get(SOURCE_HEADER) or ""
+                place = POSITION.match(self.headers.get(POSITION_HEADER) or "")
                 if not SOURCE.match(source) or source.endswith(".jsonl") != (self.path == OPENLINEAGE_PATH):
-                    raise ValueError(f"{SOURCE_HEADER} must name the local file the record is from, of its kind")
+                    raise Refused(400, f"{SOURCE_HEADER} must name the local file the record is from, of its kind")
+                if not place:
+                    raise Refused(
+                        400, f"{POSITION_HEADER} must give the record's place in its file and the file's head"
+                    )
                 sent = json.loads(body)
                 if len(body) < length or not isinstance(sent, dict):
-                    raise ValueError("a request without a whole JSON object")
+                    raise Refused(400, "a request without a whole JSON object")
                 if self.path == OPENLINEAGE_PATH:
                     if not all(k in sent for k in ("eventTime", "run", "job")):
-                        raise ValueError("not an OpenLineage run event (eventTime, run and job are required)")
+                        raise Refused(400, "not an OpenLineage run event (eventTime, run and job are required)")
                     record, status = sent, 201
                 elif self.path in (DATAHUB_INGEST_PATH, DATAHUB_ENTITY_PATH):
                     record, status = datahub_record(self.path, sent), 200
                 else:
-                    self._answer(404, {"error": f"no such endpoint: {self.path}"})
-                    return
+                    raise Refused(404, f"no such endpoint: {self.path}")
+                receiver.store(host, source, int(place.group(1)), place.group(2), record)
+            except Refused as refused:
+                self._answer(refused.status, {"error": str(refused)})
+                return
             except Exception as error:  # a record this receiver cannot read is refused, not stored half
                 self._answer(400, {"error": f"{type(error).__name__}: {error}"[:500]})
                 return
-            receiver.store(host, source, record)
             self._answer(status, {})
 
         def _answer(self, status: int, body: dict) -> None:
@@ -189,7 +230,6 @@ class Server(ThreadingHTTPServer):
 
 
 def main() -> None:
-    from nyc_taxi.core import team
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--address", required=True)
@@ -197,7 +237,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = get_settings()
     datahub_records_dir(settings).mkdir(parents=True, exist_ok=True)
-    receiver = Receiver(settings, team.LineageReceiver(settings).tokens())
+    receiver = Receiver(settings)
     server = Server((args.address, args.port), handler(receiver))
     print(f"lineage receiver on {args.address}:{args.port}, for {', '.join(sorted(receiver.tokens))}", flush=True)
     server.serve_forever()

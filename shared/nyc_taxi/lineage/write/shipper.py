@@ -9,15 +9,37 @@ after a task's last shipping, a receiver that was down), so nothing waits for th
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
 import threading
+import time
+from pathlib import Path
 
 from nyc_taxi.core.settings import get_settings
 from nyc_taxi.lineage.write.delivery import ship
+from nyc_taxi.lineage.write.outbox import replace_file
 
 log = logging.getLogger("nyc_taxi.lineage.shipper")
+
+
+def round_path(settings) -> Path:
+    """Its last round: when it ended, and what each server was sent, is pending or refused."""
+    return settings.lineage_dir / "delivery" / "shipper.json"
+
+
+def write_round(settings, result) -> None:
+    shipments = [{"url": s.url, "sent": s.sent, "pending": s.pending, "error": s.error} for s in result.shipments]
+    round_path(settings).parent.mkdir(parents=True, exist_ok=True)
+    replace_file(round_path(settings), json.dumps({"ended": time.time(), "shipments": shipments}))
+
+
+def last_round(settings) -> dict | None:
+    try:
+        return json.loads(round_path(settings).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def main() -> None:
@@ -30,6 +52,7 @@ def main() -> None:
     said = None
     while True:
         result = ship(settings, budget_seconds=args.every)
+        write_round(settings, result)
         state = [(s.url, s.error) for s in result.shipments if s.error]
         if result.sent or state != said:  # what changed, not every round
             for shipment in result.shipments:

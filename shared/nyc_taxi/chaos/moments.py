@@ -248,8 +248,14 @@ def after_commit(ctx: Context, dag: str, task: str, table: str, moment: str) -> 
     try:
         while True:
             ctx.wait(lambda: _held(ctx, "lakehouse", hold), step=0.05)
-            running = _running_now(ctx, dag, task)  # the try whose commit is held
-            before = ctx.metadata_location(table)
+            try:  # the try whose commit is held; asked again while another fault of the step has PostgreSQL
+                # down and the API answers 500 meanwhile (tests/test_team_profile.py's run met that once)
+                running = ctx.wait(lambda: _running_now(ctx, dag, task), 15, 0.1)
+                (before,) = ctx.wait(lambda: (ctx.metadata_location(table),), 15, 0.1)
+            except TimeoutError:
+                if ctx.stop.is_set():
+                    raise
+                continue
             try:
                 components.freeze(running["pid"])
             except (ProcessLookupError, TypeError):

@@ -75,14 +75,25 @@ def receiver(tmp_path):
     port = free_port()
     write_private(control.state_dir / "team" / "services.json", {"lineage": {"port": port, "tokens": tokens}})
     env = {**os.environ, "STATE_DIR": str(control.state_dir), "PROFILE": "team"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "nyc_taxi.lineage.write.receiver", "--address", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert "lineage receiver on 127.0.0.1" in process.stdout.readline()
+    running = []
+
+    def start() -> subprocess.Popen:
+        """The receiver's process (again, on the same port, after the one before is killed)."""
+        for before in running:
+            before.kill()
+            before.wait()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "nyc_taxi.lineage.write.receiver", "--address", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert "lineage receiver on 127.0.0.1" in process.stdout.readline()
+        running.append(process)
+        return process
+
+    process = start()
     url = f"http://127.0.0.1:{port}"
 
     def host(name: str, token: str) -> Settings:
@@ -92,9 +103,10 @@ def receiver(tmp_path):
             update={"openlineage_url": url, "openlineage_api_key": key, "datahub_gms_url": url, "datahub_token": key}
         )
 
-    yield control, tokens, host, url, process
-    process.kill()
-    process.wait()
+    yield control, tokens, host, url, process, start
+    for each in running:
+        each.kill()
+        each.wait()
 
 
 def test_a_hosts_lineage_arrives_whole_and_once_in_controls_files_whatever_its_ledger_says(receiver):
@@ -102,7 +114,7 @@ def test_a_hosts_lineage_arrives_whole_and_once_in_controls_files_whatever_its_l
     from nyc_taxi.lineage.write import delivery
     from nyc_taxi.lineage.write.receiver import stored_path
 
-    control, tokens, host, _, _ = receiver
+    control, tokens, host, _, _, _ = receiver
     worker = host("worker-a", tokens["worker-a"])
     _records(worker, 3)
     shipped = delivery.ship(worker)
@@ -175,7 +187,7 @@ def test_a_record_that_comes_late_or_after_a_gap_is_not_stored(receiver):
     stored; one whose earlier records never came is refused (409): nothing is stored twice or out of order."""
     from nyc_taxi.lineage.write.receiver import stored_path
 
-    control, tokens, _, url, _ = receiver
+    control, tokens, _, url, _, start = receiver
     head, events = "0123456789abcdef", [_event(n) for n in range(3)]
 
     def send(index: int, event: dict | None = None) -> int:
@@ -184,14 +196,20 @@ def test_a_record_that_comes_late_or_after_a_gap_is_not_stored(receiver):
 
     assert [send(0), send(1), send(0), send(2), send(1)] == [201] * 5  # 0 and 1 again: late, or sent again
     assert send(5, _event(5)) == 409  # records 3 and 4 never came
+    # a receiver started again counts what its files hold, a line a killed write left half cut off
     stored = stored_path(control, "worker-b", "metaflow_events.jsonl", head)
+    with stored.open("a") as out:
+        out.write('{"eventTime": "2024-01-01T00:0')
+    start()
+    events.append(_event(3))
+    assert [send(2), send(3), send(1)] == [201] * 3
     assert [json.loads(line) for line in stored.read_text().splitlines()] == events
 
 
 def test_the_receiver_refuses_a_request_without_a_hosts_token_or_a_file_of_its_own_and_stores_nothing(receiver):
     from nyc_taxi.lineage.write import delivery
 
-    control, tokens, host, url, process = receiver
+    control, tokens, host, url, process, _ = receiver
     event = _event(0)
 
     def post(headers: dict) -> int:

@@ -251,8 +251,8 @@ def _ship_to(server: Server, shipment: Shipment, deadline: float | None) -> None
 
 def ship_at_end_of(what: str, settings: Settings | None = None) -> None:
     """A task or step ships what is pending, within the time budget; never fails the work."""
-    settings = settings or get_settings()
     try:
+        settings = settings or get_settings()
         if not servers(settings):
             return
         result = ship(settings, settings.lineage_ship_seconds)

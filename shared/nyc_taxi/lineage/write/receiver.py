@@ -139,15 +139,35 @@ class Receiver:
             if index < held:
                 return False
             if index > held:
-                raise Refused(409, f"{held} records of {source} are held: the next one is {held}, not {index}")
+                raise Refused(
+                    409,
+                    f"{held} records of {source} are held here, so the next one is {held}, not {index} (this "
+                    f"receiver lost records it had accepted): delete {host}'s ledger for this receiver "
+                    "(<state>/lineage/delivery/) and it sends the file again, each record stored once",
+                )
+            new = not path.exists()
             path.parent.mkdir(parents=True, exist_ok=True)
-            if path.suffix == ".jsonl":
-                with path.open("a") as out:
-                    out.write(json.dumps(record) + "\n")
-                    out.flush()
-                    os.fsync(out.fileno())
-            else:  # a segment written whole, never half
-                replace_file(path, json.dumps([*read_datahub_file(path), record], indent=4))
+            size = path.stat().st_size if path.exists() else 0
+            try:
+                if path.suffix == ".jsonl":
+                    with path.open("a") as out:
+                        out.write(json.dumps(record) + "\n")
+                        out.flush()
+                        os.fsync(out.fileno())
+                else:  # a segment written whole, never half
+                    replace_file(path, json.dumps([*read_datahub_file(path), record], indent=4))
+                if new:  # the file's name, durable too: a record answered as stored is not lost with it
+                    directory = os.open(path.parent, os.O_RDONLY)
+                    try:
+                        os.fsync(directory)
+                    finally:
+                        os.close(directory)
+            except BaseException:  # not stored: the file as it was, and counted again from it
+                if path.suffix == ".jsonl" and path.exists():
+                    with path.open("r+b") as out:
+                        out.truncate(size)
+                self.held.pop(path, None)
+                raise
             self.held[path] = held + 1
             return True
 
@@ -177,6 +197,8 @@ def handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 length = int(self.headers.get("Content-Length") or 0)
+                if length < 0:
+                    raise Refused(400, "a negative Content-Length")
                 if length > LARGEST:
                     raise Refused(413, f"a record of {length:,} bytes: at most {LARGEST:,}")
                 body = self.rfile.read(length)
@@ -201,9 +223,11 @@ def handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                     raise Refused(404, f"no such endpoint: {self.path}")
                 receiver.store(host, source, int(place.group(1)), place.group(2), record)
             except Refused as refused:
+                self.close_connection = True  # a body it did not read is not taken for the next request
                 self._answer(refused.status, {"error": str(refused)})
                 return
-            except Exception as error:  # a record this receiver cannot read is refused, not stored half
+            except Exception as error:  # a record this receiver cannot read or store is refused, not kept half
+                self.close_connection = True
                 self._answer(400, {"error": f"{type(error).__name__}: {error}"[:500]})
                 return
             self._answer(status, {})

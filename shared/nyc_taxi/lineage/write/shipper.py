@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from nyc_taxi.core.settings import get_settings
-from nyc_taxi.lineage.write.delivery import ship
+from nyc_taxi.lineage.write.delivery import Shipment, ShipResult, ship
 from nyc_taxi.lineage.write.outbox import replace_file
 
 log = logging.getLogger("nyc_taxi.lineage.shipper")
@@ -51,7 +51,10 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     said = None
     while True:
-        result = ship(settings, budget_seconds=args.every)
+        try:
+            result = ship(settings, budget_seconds=args.every)
+        except Exception as error:  # a file it cannot read: said, and tried again next round, not a crash loop
+            result = ShipResult([Shipment("(all)", "(every server)", error=f"{type(error).__name__}: {error}"[:300])])
         write_round(settings, result)
         state = [(s.url, s.error) for s in result.shipments if s.error]
         if result.sent or state != said:  # what changed, not every round

@@ -294,3 +294,7 @@ class LineageReceiver:
     def token(self) -> str:
         """This host's token."""
         return self.tokens()[this_host(self.settings)[0]]
+
+    def shipper_round(self) -> Path:
+        """What this host's lineage shipper found in its last round, and when it ended (JSON)."""
+        return self.settings.lineage_dir / "delivery" / "shipper.json"

@@ -541,10 +541,8 @@ class LineageDelivery(Service):
         last 30 s (what a round found, a server down or a token refused, is in its log and its round's
         file: a server the team runs being down does not stop `team up`)."""
         if program == "lineage-shipper":
-            from nyc_taxi.lineage.write.shipper import last_round
-
-            done = last_round(self.settings)
-            return bool(done) and time.time() - done["ended"] < 30
+            done = lambda: read_record(team.LineageReceiver(self.settings).shipper_round())  # noqa: E731
+            return _answers(lambda: time.time() - done()["ended"] < 30)
         tokens = team.LineageReceiver(self.settings).tokens()
         request = urllib.request.Request(
             f"http://{team.address(self.settings, 'lineage-receiver')}:{self.record['lineage']['port']}/config",

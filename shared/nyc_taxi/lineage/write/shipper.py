@@ -15,31 +15,21 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 from nyc_taxi.core.settings import get_settings
+from nyc_taxi.core.team import LineageReceiver
 from nyc_taxi.lineage.write.delivery import Shipment, ShipResult, ship
 from nyc_taxi.lineage.write.outbox import replace_file
 
 log = logging.getLogger("nyc_taxi.lineage.shipper")
 
 
-def round_path(settings) -> Path:
-    """Its last round: when it ended, and what each server was sent, is pending or refused."""
-    return settings.lineage_dir / "delivery" / "shipper.json"
-
-
 def write_round(settings, result) -> None:
+    """Its last round, for `team status` (``team.LineageReceiver.shipper_round``)."""
     shipments = [{"url": s.url, "sent": s.sent, "pending": s.pending, "error": s.error} for s in result.shipments]
-    round_path(settings).parent.mkdir(parents=True, exist_ok=True)
-    replace_file(round_path(settings), json.dumps({"ended": time.time(), "shipments": shipments}))
-
-
-def last_round(settings) -> dict | None:
-    try:
-        return json.loads(round_path(settings).read_text())
-    except (OSError, ValueError):
-        return None
+    path = LineageReceiver(settings).shipper_round()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    replace_file(path, json.dumps({"ended": time.time(), "shipments": shipments}))
 
 
 def main() -> None:

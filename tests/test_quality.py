@@ -21,6 +21,7 @@ from nyc_taxi.core import datasets as d
 from nyc_taxi.core import quality
 from nyc_taxi.core.datasets import Check, accepted_values, expect, not_null, row_count, unique
 from nyc_taxi.core.settings import Settings
+from nyc_taxi.core.snapshots import MONTH, month_of
 
 # A hand-made batch: ids 1..10, key (a, b) with one duplicate pair, x NULL twice, y outside 1..3 three times.
 ROWS = [
@@ -343,27 +344,8 @@ def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_comm
     unjudged until a retry judges it."""
     import json
 
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
-    catalog.create_namespace("n")
-    rows = pa.table({"k": pa.array([1], pa.int64())})
-    table = catalog.create_table("n.raw", schema=rows.schema)
-    table.append(rows)
+    table, merge, failed = _raw_like(tmp_path)
     before = table.current_snapshot().snapshot_id
-
-    def failed(month: str) -> quality.CheckResult:
-        return quality.CheckResult(
-            "raw", "month_rows_as_staged", "row_count", "error", "fail", 2, 4, "1",
-            f"count(*) = 2 WHERE source_file IN ('{month}')", expected=2,
-        )  # fmt: skip
-
-    def merge(batch: str, results: list | None) -> int:
-        table.append(rows, snapshot_properties={"nyc-taxi.month": batch})
-        snapshot = table.current_snapshot().snapshot_id
-        if results is not None:
-            quality.record_judgement_on(table, snapshot, batch, results)
-        return snapshot
 
     def months(snapshot) -> list[tuple[str, str]]:
         return [(batch, r.check) for batch, r in quality.failures_of(table, snapshot)]
@@ -392,7 +374,6 @@ def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_comm
 
     # March merged, killed before its check: unjudged, until a retry judges it; other months are not
     march = merge("2011-03", None)
-    month_of = lambda snapshot: snapshot.summary.get("nyc-taxi.month")  # noqa: E731
     assert quality.unjudged(table, march, "2011-03", month_of)
     assert not quality.unjudged(table, march, "2011-02", month_of)
     # April merges on top and fails before March's retry judges March on April's snapshot (the retry
@@ -420,7 +401,7 @@ def _raw_like(tmp_path):
     table.append(rows)
 
     def merge(month: str, results: list | None) -> int:
-        table.append(rows, snapshot_properties={"nyc-taxi.month": month})
+        table.append(rows, snapshot_properties={MONTH: month})
         snapshot = table.current_snapshot().snapshot_id
         if results is not None:
             quality.record_judgement_on(table, snapshot, month, results)

@@ -545,7 +545,7 @@ class LineageDelivery(Service):
             return _answers(lambda: time.time() - done()["ended"] < 30)
         tokens = team.LineageReceiver(self.settings).tokens()
         request = urllib.request.Request(
-            f"http://{team.address(self.settings, 'lineage-receiver')}:{self.record['lineage']['port']}/config",
+            f"{team.LineageReceiver(self.settings).url()}/config",
             headers={"Authorization": f"Bearer {next(iter(tokens.values()), '')}"},
         )
         return _answers(lambda: urllib.request.urlopen(request, timeout=2).status == 200)
@@ -557,9 +557,9 @@ class LineageDelivery(Service):
 SERVICES: tuple[type[Service], ...] = (Postgres, Redis, ObjectStorage, SparkCluster, Airflow, LineageDelivery)
 
 
-def one_machine(services=SERVICES) -> tuple[type[Service], ...]:
+def one_machine() -> tuple[type[Service], ...]:
     """The services one machine runs: all but those only the hosts layout needs."""
-    return tuple(s for s in services if not s.across_hosts_only)
+    return tuple(s for s in SERVICES if not s.across_hosts_only)
 
 
 def one_machine_programs() -> list[str]:

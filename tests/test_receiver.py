@@ -1,8 +1,8 @@
 """The lineage receiver (``nyc_taxi.lineage.write.receiver``), as a process of its own on 127.0.0.1: a
 host's local lineage files shipped to it by the delivery code (OpenLineage's HTTP transport, DataHub's
 REST emitter) arrive in the receiver's state directory whole and once, also when a sender's ledger is
-lost after the receiver stored a record; a request without a host's token, with another's, or naming
-no file of its own is refused and stored nowhere. Across hosts, with the deployment's own network:
+lost after the receiver stored a record; a request without a token, with an unknown one or another scheme, or naming
+no file and place of its own is refused and stored nowhere. Across hosts, with the deployment's own network:
 tests/test_team_hosts.py."""
 
 from __future__ import annotations

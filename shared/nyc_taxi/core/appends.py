@@ -32,11 +32,6 @@ def copy_name(name: str, attempt: str) -> str:
     return f"{attempt}-{name}"
 
 
-def staged_name(name: str) -> str:
-    """The staged data file a copy in the target was made of (``copy_name``'s inverse)."""
-    return name.split("-", 1)[1]
-
-
 def append_staged_files(
     spark,
     staged: Table,

@@ -239,15 +239,14 @@ def test_record_files_are_valid_datahub_and_openlineage(demo):
 
 def test_every_record_names_only_the_entity_types_its_schema_allows_and_the_models_checks_are_its_metrics(demo):
     """A DataHub server that validates URNs refuses a record whose URN field names another entity type than
-    the installed acryl-datahub's schema allows (`UrnValidation`), and ordered delivery then holds back
-    everything behind it: no record of the demo does. The model's checks are not assertions (an assertion
+    the installed acryl-datahub's schema allows, or an aspect its entity type lacks, and ordered delivery
+    then holds back everything behind it: no record of the demo does. The model's checks are not assertions (an assertion
     asserts on a dataset) but its training metrics, and still read back by `--quality`."""
-    from datahub_check import urn_validation_errors
-
+    from nyc_taxi.lineage.datahub_spec import record_errors
     from nyc_taxi.lineage.read import quality
 
     records = [r for tool in ("airflow", "metaflow", "catalog") for r in read_datahub_records(demo[0], tool)]
-    assert len(records) > 1000 and urn_validation_errors(records) == []
+    assert len(records) > 1000 and [e for r in records for e in record_errors(r)] == []
     assert {r["aspectName"] for r in records} >= {"assertionInfo", "assertionRunEvent", "mlModelProperties"}
     model = quality.read(demo[0]).of(registry.YELLOW_RIDES_FORECAST_MODEL.name)
     assert {h.check for h in model.checks} == {c.name for c in registry.YELLOW_RIDES_FORECAST_MODEL.checks}

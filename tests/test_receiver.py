@@ -22,6 +22,7 @@ from pydantic import SecretStr
 
 from nyc_taxi.core.processes import free_port, write_private
 from nyc_taxi.core.settings import Settings
+from nyc_taxi.lineage.write.receiver import OPENLINEAGE_PATH
 
 
 def _records(settings: Settings, count: int) -> None:
@@ -165,21 +166,35 @@ def test_a_hosts_lineage_arrives_whole_and_once_in_controls_files_whatever_its_l
     assert len(received(delivery.OpenLineageServer)) == 5
 
 
-def _post(url: str, body: dict, headers: dict) -> int:
-    from nyc_taxi.lineage.write.receiver import OPENLINEAGE_PATH
-
+def _send(url: str, path: str, body: dict, headers: dict) -> tuple[int, str]:
+    """POST ``body`` to the receiver: its status, and its error when it refused."""
     request = urllib.request.Request(
-        url + OPENLINEAGE_PATH, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **headers}
+        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **headers}
     )
     try:
         with urllib.request.urlopen(request, timeout=5) as answer:
-            return answer.status
+            return answer.status, ""
     except urllib.error.HTTPError as refused:
-        return refused.code
+        return refused.code, json.loads(refused.read())["error"]
+
+
+def _post(url: str, body: dict, headers: dict) -> int:
+    return _send(url, OPENLINEAGE_PATH, body, headers)[0]
 
 
 def _event(n: int) -> dict:
-    return {"eventTime": f"2024-01-01T00:0{n}:00Z", "run": {"runId": str(uuid.uuid4())}, "job": {"name": f"j{n}"}}
+    """An OpenLineage run event as the client serialises it."""
+    from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
+    from openlineage.client.serde import Serde
+
+    event = RunEvent(
+        eventType=RunState.COMPLETE,
+        eventTime=f"2024-01-01T00:0{n}:00+00:00",
+        run=Run(runId=str(uuid.uuid4())),
+        job=Job(namespace="nyc_taxi", name=f"j{n}"),
+        producer="https://example.org/test",
+    )
+    return json.loads(Serde.to_json(event))
 
 
 def test_a_record_that_comes_late_or_after_a_gap_is_not_stored(receiver):
@@ -246,3 +261,46 @@ def test_the_receiver_refuses_a_request_without_a_hosts_token_or_a_file_of_its_o
     process.kill()
     output = process.stdout.read()
     assert tokens["worker-a"] not in output and tokens["worker-b"] not in output  # its log names no token
+
+
+def test_the_receiver_refuses_what_a_server_would_and_stores_it_nowhere(receiver):
+    """An event the OpenLineage spec refuses, a DataHub aspect its entity type lacks, a URN of another
+    entity type than its field holds: each refused with its reason, as the server behind control would
+    (so it stops its host's shipping there, not control's onward shipping later); another producer's
+    facet, of a schema the copied spec lacks, is taken as a server takes it."""
+    from datahub.emitter.mcp import MetadataChangeProposalWrapper
+    from datahub.emitter.serialization_helper import pre_json_transform
+    from datahub.metadata.schema_classes import DataJobInputOutputClass, UpstreamClass, UpstreamLineageClass
+
+    from nyc_taxi.lineage.write.receiver import DATAHUB_INGEST_PATH
+
+    control, tokens, _, url, _, _ = receiver
+    token = {"Authorization": f"Bearer {tokens['worker-a']}"}
+
+    def event_at(index: int, event: dict) -> tuple[int, str]:
+        place = {"X-Lineage-Source": "airflow_events.jsonl", "X-Lineage-Position": f"{index} 0123456789abcdef"}
+        return _send(url, OPENLINEAGE_PATH, event, {**token, **place})
+
+    def proposal(wrapper) -> tuple[int, str]:
+        place = {"X-Lineage-Source": "airflow_mcps.1-2.json", "X-Lineage-Position": "0 0123456789abcdef"}
+        body = {"proposal": pre_json_transform(wrapper.make_mcp().to_obj())}
+        return _send(url, DATAHUB_INGEST_PATH, body, {**token, **place})
+
+    without_producer = {k: v for k, v in _event(0).items() if k != "producer"}
+    status, reason = event_at(0, without_producer)
+    assert status == 400 and "is not valid under any of the given schemas" in reason, reason  # no kind of event
+    dataset = "urn:li:dataset:(urn:li:dataPlatform:iceberg,nyc_taxi.t,PROD)"
+    status, reason = proposal(
+        MetadataChangeProposalWrapper(entityUrn=dataset, aspect=DataJobInputOutputClass([dataset], []))
+    )
+    assert (status, reason) == (422, f"{dataset} dataJobInputOutput: a dataset has no aspect dataJobInputOutput")
+    upstream = UpstreamClass(dataset="urn:li:corpuser:someone", type="TRANSFORMED")
+    status, reason = proposal(MetadataChangeProposalWrapper(entityUrn=dataset, aspect=UpstreamLineageClass([upstream])))
+    assert status == 422 and reason.endswith("dataset is a corpuser (urn:li:corpuser:someone), not dataset"), reason
+    assert not list((control.state_dir / "lineage").rglob("*.json*"))
+
+    elsewhere = _event(1)
+    elsewhere["run"]["facets"] = {
+        "theirs": {"_producer": "https://example.org/x", "_schemaURL": "https://example.org/x/Theirs.json#/$defs/X"}
+    }
+    assert event_at(0, elsewhere) == (201, "")

@@ -17,6 +17,10 @@ real server) sees the whole deployment.
   accepted without storing it (sent again: its answer was lost, or it came late), and refuses one past
   that place (409: records it never got). It counts each file's records once, from its files at the
   first request, so a restart keeps them.
+- **Only what a server takes.** An OpenLineage event is checked against the spec (a facet of a schema the
+  spec lacks passes, as a server takes it), a DataHub record against DataHub's model as GMS checks it
+  (``datahub_spec``); what fails is refused (400, 422) with the reasons, as the server behind control
+  would refuse it, so it stops its host's shipping there and not control's onward shipping later.
 - **Whole or not at all.** A record is stored (an event line appended and synced, a DataHub segment
   written whole) before the answer goes out.
 
@@ -36,6 +40,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.lineage.datahub_spec import record_errors
+from nyc_taxi.lineage.spec import validation_errors
 from nyc_taxi.lineage.write.delivery import POSITION_HEADER, SOURCE_HEADER
 from nyc_taxi.lineage.write.destinations import datahub_records_dir, openlineage_events_dir
 from nyc_taxi.lineage.write.outbox import read_datahub_file, read_openlineage_file, replace_file
@@ -214,13 +220,14 @@ def handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                 if len(body) < length or not isinstance(sent, dict):
                     raise Refused(400, "a request without a whole JSON object")
                 if self.path == OPENLINEAGE_PATH:
-                    if not all(k in sent for k in ("eventTime", "run", "job")):
-                        raise Refused(400, "not an OpenLineage run event (eventTime, run and job are required)")
-                    record, status = sent, 201
+                    record, status, errors = sent, 201, validation_errors(sent, any_facet=True)
                 elif self.path in (DATAHUB_INGEST_PATH, DATAHUB_ENTITY_PATH):
                     record, status = datahub_record(self.path, sent), 200
+                    errors = record_errors(record)
                 else:
                     raise Refused(404, f"no such endpoint: {self.path}")
+                if errors:  # what the server behind control would refuse is refused here, where it is sent
+                    raise Refused(400 if status == 201 else 422, "; ".join(errors)[:1000])
                 receiver.store(host, source, int(place.group(1)), place.group(2), record)
             except Refused as refused:
                 self.close_connection = True  # a body it did not read is not taken for the next request

@@ -29,25 +29,36 @@ pytestmark = pytest.mark.skipif(
 
 def test_every_process_of_supervisord_runs_on_one_host_and_control_and_workers_hold_what_the_layout_needs():
     """Each process of supervisord.conf on exactly one host, but a program named on several hosts (runs
-    once on each); a Celery worker, a Spark worker, a volume server and a lineage shipper on each worker
-    host, the lineage receiver on control."""
+    once on each); a Celery worker, a Spark worker, a volume server, Metaflow's home mounted and a lineage
+    shipper on each worker host, the lineage receiver and the mount on control."""
     from nyc_taxi.deployment.across_hosts import processes
     from nyc_taxi.deployment.supervisor import program_sections
 
     declared = layout()
     placed = [name for h in declared.hosts for name in processes(h)]
     assert set(placed) == set(program_sections())
-    once = [name for name in placed if name not in ("spark-worker", "seaweedfs-volume", "lineage-shipper")]
+    once = [
+        name
+        for name in placed
+        if name not in ("spark-worker", "seaweedfs-volume", "metaflow-metadata", "lineage-shipper")
+    ]
     assert len(once) == len(set(once)), placed
     control = declared.host("control")
-    assert {"postgres", "redis", "spark-master", "seaweedfs-master", "airflow-scheduler", "lineage-receiver"} <= set(
-        control.programs
-    )
+    assert {
+        "postgres", "redis", "spark-master", "seaweedfs-master", "airflow-scheduler", "lineage-receiver",
+        "metaflow-metadata",
+    } <= set(control.programs)  # fmt: skip
     workers = [h for h in declared.hosts if h.name != "control"]
     assert len(workers) >= 2
     for worker in workers:
         sections = {program_sections()[name] for name in processes(worker)}
-        assert {"airflow-worker", "spark-worker", "seaweedfs-volume", "lineage-shipper"} <= sections
+        assert {
+            "airflow-worker",
+            "spark-worker",
+            "seaweedfs-volume",
+            "metaflow-metadata",
+            "lineage-shipper",
+        } <= sections
     assert all(ipaddress.ip_address(h.address) in TEST_RANGE for h in declared.hosts)
 
 

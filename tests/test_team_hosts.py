@@ -380,6 +380,34 @@ def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_e
         finally:
             server.stop()
     _lineage_arrived_on_control_once(settings, network)
+    _the_flows_run_is_read_on_every_host(hosts, f"airflow_dag_run:train_forecast_model/{training[0]['dag_run_id']}")
+
+
+_RUNS_OF_THE_FLOW = """
+import json, os
+from nyc_taxi.metaflow_adapter.environment import metaflow_environment
+os.environ.update(metaflow_environment())
+from metaflow import Flow, namespace
+namespace(None)
+print(json.dumps([[run.id, sorted(run.tags), run.successful] for run in Flow("TrainForecastModelFlow")]))
+"""
+
+
+def _the_flows_run_is_read_on_every_host(hosts, tag: str) -> None:
+    """The training's flow ran on one worker host; Metaflow's client on every host reads the same run,
+    successful (Metaflow's home is one directory of the filer, mounted on each host), and no host's own
+    directory holds it (it is in the mount, not beside it)."""
+    _, env, network, _ = hosts
+    seen = {}
+    for host in network.layout.hosts:
+        command = network.command(host.name, [sys.executable, "-c", _RUNS_OF_THE_FLOW])
+        read = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert read.returncode == 0, read.stderr[-3000:]
+        seen[host.name] = [(run_id, ok) for run_id, tags, ok in json.loads(read.stdout.splitlines()[-1]) if tag in tags]
+    assert len(seen["control"]) == 1 and seen["control"][0][1] is True, seen
+    assert all(runs == seen["control"] for runs in seen.values()), seen
+    for host in network.layout.hosts:  # under the mount point, as the machine sees it: nothing
+        assert not list((network.directory(host.name) / "metaflow").glob("**/TrainForecastModelFlow")), host.name
 
 
 def _lineage_arrived_on_control_once(settings, network) -> None:

@@ -266,11 +266,20 @@ class Network:
     def command(self, host: str, argv: list[str]) -> list[str]:
         """``argv`` as it runs on ``host``: in its network namespace and a private mount namespace that
         shows only the host's own state directory (at ``<state>/hosts/<host>``, its STATE_DIR) and its own
-        /tmp."""
+        /tmp. While the host's supervisord runs, in its namespaces (``nsenter``): a command sees the host's
+        mounts as its programs do (Metaflow's home, mounted from the filer), as on a machine."""
+        from nyc_taxi.deployment.supervisor import Supervisor
+
         self.layout.host(host)
         state, own = self.settings.state_dir.resolve(), self.directory(host).resolve()
         if self.namespace(host) not in self.namespaces():
             raise ServiceError(f"host {host} is not up: run `bash run team hosts up`")
+        supervisor = Supervisor(self.settings.model_copy(update={"state_dir": own}))
+        if supervisor.running():
+            here = Path.cwd().resolve()
+            where = here if here.is_relative_to(CHECKOUT) else CHECKOUT  # the checkout is there; the rest may not be
+            return ["nsenter", f"--target={supervisor.pid()}", "--mount", "--net", f"--wd={where}", "--",
+                    "env", f"STATE_DIR={own}", *argv]  # fmt: skip
         # The host's directory and the checkout (with its environment) are held at a private tmpfs (on a
         # fresh directory of /dev/shm, removed after); the host's tmp replaces /tmp; whatever of the checkout
         # that hid (a checkout under /tmp: not the same directory at its path any more) is put back; then a

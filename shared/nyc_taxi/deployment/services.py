@@ -554,7 +554,46 @@ class LineageDelivery(Service):
         return f"the receiver on {team.address(self.settings, 'lineage-receiver')}:{self.record['lineage']['port']}"
 
 
-SERVICES: tuple[type[Service], ...] = (Postgres, Redis, ObjectStorage, SparkCluster, Airflow, LineageDelivery)
+class MetaflowMetadata(Service):
+    """Across hosts: Metaflow's home (its local metadata: every run, step and task; its configuration) is one
+    directory of the filer, which every host mounts at its own ``metaflow_home`` (``weed mount``, FUSE), so a
+    flow started on one worker is a run every host reads: the retry of a training task on the other worker
+    resumes it, and control reads it. Metaflow's metadata service would do this as a service, and it is not
+    published on PyPI; its local metadata on a file system every host mounts is what a team without the
+    service does. Its artifacts are in the bucket already (``metaflow_environment``). One machine needs
+    neither: its one home is every program's."""
+
+    name, key, programs = "Metaflow's metadata", "metaflow", ("metaflow-metadata",)
+    across_hosts_only = True
+    FILER_PATH = "/metaflow-home"  # the filer's directory every host mounts
+
+    def answers(self, program: str) -> bool:
+        """The mount, as the program's own mount namespace has it (a host's mounts are its own: asked
+        through /proc, from wherever the operator runs): SeaweedFS's file system at the host's Metaflow
+        home, and a listing of it answered."""
+        home = str(self.settings.metaflow_home.resolve())
+
+        def mounted() -> bool:
+            pid = Supervisor(self.settings).info(program)["pid"]
+            mounts = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+            here = [line for line in mounts if line.split()[4] == home and " - fuse.seaweedfs " in line]
+            return bool(here) and isinstance(os.listdir(f"/proc/{pid}/root{home}"), list)
+
+        return _answers(mounted)
+
+    def address(self) -> str:
+        return f"{self.FILER_PATH} of the filer at each host's {self.settings.metaflow_home}"
+
+
+SERVICES: tuple[type[Service], ...] = (
+    Postgres,
+    Redis,
+    ObjectStorage,
+    MetaflowMetadata,
+    SparkCluster,
+    Airflow,
+    LineageDelivery,
+)
 
 
 def one_machine() -> tuple[type[Service], ...]:
@@ -634,6 +673,8 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
         "SPARK_WORKER_PORT": str(spark["worker_port"]),
         "SPARK_WORKER_WEB_PORT": str(spark["worker_web_port"]),
         "LINEAGE_RECEIVER_PORT": str(record["lineage"]["port"]),
+        "METAFLOW_HOME": str(settings.metaflow_home.resolve()),
+        "METAFLOW_FILER_PATH": MetaflowMetadata.FILER_PATH,
     }
 
 

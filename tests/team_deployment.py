@@ -30,6 +30,21 @@ TAXI_JOBS = jobs.INGEST_YELLOW_TAXI_DATA
 TAXI_MERGE = TAXI_JOBS.merge_upsert_staging_into_raw_yellow.name
 
 
+def assert_the_team_demo_ended_as_the_local_one(done: subprocess.CompletedProcess) -> None:
+    """`PROFILE=team bash run demo` exited 0 having said what the local demo says: the trainings the
+    scheduler started from the merges' asset events succeeded, nothing was stale after the re-run, the
+    forecast was reproduced, and the broken month left raw unchanged."""
+    import re
+
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    said = done.stdout
+    started = re.findall(r"train_forecast_model started by the scheduler from an asset event: (\w+)", said)
+    assert len(started) >= 2 and set(started) == {"success"}, said[-4000:]
+    assert "nothing is stale: every output was computed from what its inputs hold now" in said
+    assert re.search(r"yellow_rides_hourly_forecast @ \d+: reproduced: \d+ rows equal", said), said[-4000:]
+    assert re.search(r"yellow_taxi_raw is unchanged: snapshot \d+", said), said[-4000:]
+
+
 def team_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "nyc_taxi.cli.team", *args], env=env, capture_output=True, text=True, timeout=900

@@ -6,7 +6,6 @@ refuses the broken month, as the local demo does (tests/test_lineage.py reads th
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from team_deployment import assert_the_team_demo_ended_as_the_local_one
 
 from nyc_taxi.core.processes import free_port
 
@@ -29,13 +29,7 @@ def test_the_team_demo_runs_through_the_scheduler_and_ends_as_the_local_one():
         done = subprocess.run(
             [sys.executable, "-m", "nyc_taxi.cli.demo"], env=env, capture_output=True, text=True, timeout=3600
         )
-        assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
-        said = done.stdout
-        started = re.findall(r"train_forecast_model started by the scheduler from an asset event: (\w+)", said)
-        assert len(started) >= 2 and set(started) == {"success"}, said[-4000:]
-        assert "nothing is stale: every output was computed from what its inputs hold now" in said
-        assert re.search(r"yellow_rides_hourly_forecast @ \d+: reproduced: \d+ rows equal", said), said[-4000:]
-        assert re.search(r"yellow_taxi_raw is unchanged: snapshot \d+", said), said[-4000:]
+        assert_the_team_demo_ended_as_the_local_one(done)
     finally:
         down = subprocess.run(
             [sys.executable, "-m", "nyc_taxi.cli.team", "down", "--delete-data"],

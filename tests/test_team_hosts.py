@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from team_deployment import team_cli
+from team_deployment import assert_the_team_demo_ended_as_the_local_one, team_cli
 
 from nyc_taxi.core.processes import free_port
 
@@ -308,6 +308,32 @@ def _errors(network) -> list[str]:
                     said = event.get("error_detail") or event.get("event")
                     found.append(f"{host.name} {path.parent.parent.name} {path.parent.name}: {said}"[:1500])
     return found
+
+
+@pytest.mark.system
+def test_the_team_demo_runs_across_the_hosts_and_ends_as_on_one_machine(hosts):
+    """`PROFILE=team bash run demo --hosts` on the layout up: the sources served on control's address, every
+    run on the worker hosts through control's scheduler, the lineage read on control from what the workers
+    shipped, as tests/test_team_demo.py checks it on one machine; each host given the sources' URLs only
+    while the demo serves them."""
+    from nyc_taxi.airflow_adapter.rest_api import RestApi
+    from nyc_taxi.core.settings import state_settings_file
+    from nyc_taxi.deployment.across_hosts import host_settings
+
+    settings, env, network, _ = hosts
+    done = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.demo", "--hosts"], env=env, capture_output=True, text=True, timeout=3600
+    )
+    assert_the_team_demo_ended_as_the_local_one(done)
+    workers = {h.address for h in network.layout.hosts if h.name != "control"}
+    with network_of(network.namespace("control")):
+        api = RestApi(host_settings(settings, network, "control"))
+        training = api.runs("train_forecast_model")
+        hostnames = {
+            ti["hostname"] for run in training for ti in api.task_instances("train_forecast_model", run["dag_run_id"])
+        }
+    assert hostnames and hostnames <= workers, hostnames
+    assert not any(state_settings_file(network.directory(h.name)).exists() for h in network.layout.hosts)
 
 
 MONTHS = ((2024, 7),)

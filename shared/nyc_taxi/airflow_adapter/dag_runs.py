@@ -29,7 +29,9 @@ def main(argv: list[str]) -> int:
         sys.exit(__doc__)
     settings = get_settings()
     if lakehouse(settings).airflow_deployment and health(base_url(settings)) is not None:
-        return through_the_scheduler(RestApi(settings), argv)
+        failed = through_the_scheduler(RestApi(settings), argv)
+        _lineage_arrived(settings)
+        return failed
     return in_this_process(argv)
 
 
@@ -58,6 +60,16 @@ def through_the_scheduler(api, specs: list[str]) -> int:
         failed |= run["state"] != "success"
     api.idle()  # and the runs the scheduler started from the asset events of these
     return 1 if failed else 0
+
+
+def _lineage_arrived(settings) -> None:
+    """Across hosts, on control: the runs' lineage from the worker hosts, shipped to the receiver here,
+    before anything reads it."""
+    from nyc_taxi.core import team
+    from nyc_taxi.lineage.write import receiver
+
+    if team.LineageReceiver(settings).here() and not receiver.settled(settings):
+        print("the worker hosts' lineage did not settle on control in 300 s: a host may be cut off", file=sys.stderr)
 
 
 def in_this_process(argv: list[str]) -> int:

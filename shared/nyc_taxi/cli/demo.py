@@ -7,7 +7,8 @@ weather-adjusted) as a child run, which forecasts and scores every kept forecast
 DAG runs go through Airflow's dag.test() in one process (no scheduler runs: the Asset event a merge
 emits is recorded, and the training DAG is started here, with the parameters a backtest needs). With
 PROFILE=team they are triggered through the REST API of the team deployment, whose scheduler runs them
-on Celery workers and starts train_forecast_model itself from each merge's asset event. Then it
+on Celery workers and starts train_forecast_model itself from each merge's asset event (with --hosts,
+across the hosts of deployment/hosts.toml: the demo runs on control, the tasks on the workers). Then it
 prints what the lineage can answer: the cross-tool graph of the forecast table, the exact versions
 behind the forecast, how the lineage changed between the two flow runs, and where a forecast column
 comes from. Then the TLC republishes January: what is stale, the re-run that fixes it, and a run
@@ -86,14 +87,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--own-jvms", action="store_true", help="no warm Spark server: every task and step starts a JVM of its own"
     )
+    parser.add_argument(
+        "--hosts",
+        action="store_true",
+        help="PROFILE=team, as root: the deployment across the hosts of deployment/hosts.toml, the demo on control",
+    )
+    parser.add_argument("--sources", help=argparse.SUPPRESS)  # across hosts: the operator serves them there
     args = parser.parse_args(argv)
     settings = get_settings()
+    if args.hosts:
+        raise SystemExit(_across_hosts(settings, [a for a in (argv or sys.argv[1:]) if a != "--hosts"]))
     site = settings.state_dir / "demo-site"
-    _say(f"fixture months on 127.0.0.1 ({ROWS:,} trips per taxi month; the real sites are not contacted)")
-    for year, month in MONTHS:
-        add_taxi_month(site, year, month, rows=ROWS, seed=month)
-        add_weather_month(site, year, month, seed=month)
-    with FixtureServer(site) as url, _deployment(settings, url):
+    if args.sources is None:
+        _publish(site, "127.0.0.1")
+    served = contextlib.nullcontext(args.sources) if args.sources else FixtureServer(site)
+    with served as url, _deployment(settings, url, args.sources is None):
         _say(f"lakehouse ({settings.profile} profile) under {settings.state_dir}")
         for line in lakehouse(settings).create():
             print(f"    {line}")
@@ -125,6 +133,51 @@ def main(argv: list[str] | None = None) -> None:
     _compare(settings)
 
 
+def _publish(site: Path, where: str) -> None:
+    _say(f"fixture months on {where} ({ROWS:,} trips per taxi month; the real sites are not contacted)")
+    for year, month in MONTHS:
+        add_taxi_month(site, year, month, rows=ROWS, seed=month)
+        add_weather_month(site, year, month, seed=month)
+
+
+def _across_hosts(settings, argv: list[str]) -> int:
+    """The demo across the hosts of deployment/hosts.toml: as the operator (control's network, this
+    machine's files), the deployment up on every host and the sources served on control's address, each
+    host given their URL in its own settings; then the demo itself as a command on control, where it sees
+    control's state (the lineage the workers shipped there, Metaflow's home mounted from the filer) and
+    the runs go to the workers through control's scheduler. Its exit status."""
+    from nyc_taxi.core.settings import state_settings_file
+    from nyc_taxi.deployment import across_hosts, services
+    from nyc_taxi.deployment.hosts import Network
+
+    settings = services.team_settings(settings)
+    operator = across_hosts.in_control(settings, [*argv, "--hosts"], module="nyc_taxi.cli.demo")
+    if operator is not None:
+        return operator
+    network = Network(settings)
+    _say("the team deployment across hosts (bash run team up --hosts)")
+    for line in across_hosts.up(settings):
+        print(f"    {line}", flush=True)
+    control = network.layout.host(across_hosts.CONTROL)
+    site = network.directory(control.name) / "demo-site"
+    _publish(site, f"control ({control.address})")
+    files = [state_settings_file(network.directory(h.name)) for h in network.layout.hosts]
+    with FixtureServer(site, host=control.address) as url:
+        try:
+            for path in files:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(f"TLC_BASE_URL={url}\nNOAA_BASE_URL={url}\n")
+            # this machine's Airflow configuration and sources stay here: control has its own
+            env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
+            env.pop(across_hosts.OPERATOR, None)
+            env["AIRFLOW_PORT"] = str(settings.airflow_port)  # the deployment's API server's
+            demo = [sys.executable, "-m", "nyc_taxi.cli.demo", *argv, "--own-jvms", "--sources", url]
+            return subprocess.run(network.command(control.name, demo), env=env).returncode
+        finally:
+            for path in files:
+                path.unlink(missing_ok=True)
+
+
 def _compare(settings) -> None:
     """The demo's models compared on the forecasts they made from its origins, as the scores table holds them
     after everything above (the republished month's re-run scored them again)."""
@@ -137,13 +190,14 @@ def _compare(settings) -> None:
 
 
 @contextlib.contextmanager
-def _deployment(settings, sources: str):
+def _deployment(settings, sources: str, own: bool = True):
     """On the team profile, the DAG runs go through the team deployment's scheduler and Celery workers,
     which run on after the demo: their tasks read the sources' addresses from the state directory's
     settings file when they start, so it names this demo's fixture server while it serves (also for
     the runs the scheduler starts as the deployment comes up) and no longer once it stops. On the local
-    profile, nothing to do: the runs are dag.test() in this process."""
-    if not lakehouse(settings).airflow_deployment:
+    profile, nothing to do: the runs are dag.test() in this process; nor when the deployment and the
+    sources are not this demo's (``own``: across hosts, the operator's)."""
+    if not lakehouse(settings).airflow_deployment or not own:
         yield
         return
     from nyc_taxi.core.settings import state_settings_file
@@ -319,9 +373,9 @@ def _site(settings, images: Path | None, stale) -> None:
     )
     print("    bash run lineage --stale             # what a source change made stale; --rerun: fix it")
     if lakehouse(settings).airflow_deployment:
-        print(
-            f"    bash run team status                 # the deployment runs on: http://127.0.0.1:{settings.airflow_port}"
-        )
+        from nyc_taxi.airflow_adapter.rest_api import base_url
+
+        print(f"    bash run team status                 # the deployment runs on: {base_url(settings)}")
     else:
         print("    bash run airflow standalone          # the DAG runs in the Airflow UI (http://localhost:8080)")
     print("    bash run training-flow card get evaluate evaluation.html   # forecast vs actual, as a page")

@@ -288,6 +288,12 @@ class LineageReceiver:
             return False
         return address(self.settings, "lineage-receiver") not in (LOOPBACK, this_host(self.settings)[1])
 
+    def here(self) -> bool:
+        """Whether this host runs the receiver that other hosts ship to (control, across hosts)."""
+        if self.settings.profile != "team" or "port" not in self._record():
+            return False
+        return address(self.settings, "lineage-receiver") == this_host(self.settings)[1] != LOOPBACK
+
     def url(self) -> str:
         return f"http://{address(self.settings, 'lineage-receiver')}:{self._record()['port']}"
 

@@ -85,10 +85,10 @@ def given_record(record: dict, network: Network, host: Host) -> dict:
     return kept | {"addresses": addresses, "hosts": names, "host": itself, "network": str(network.layout.network())}
 
 
-def in_control(settings: Settings, argv: list[str], make: bool = True) -> int | None:
-    """Run this command again as the operator, in control's network namespace (with the machine's files),
-    after making the hosts (``make``; else they must be there); None when this process already is the
-    operator."""
+def in_control(settings: Settings, argv: list[str], make: bool = True, module: str = "nyc_taxi.cli.team") -> int | None:
+    """Run this command (``module`` with ``argv``) again as the operator, in control's network namespace
+    (with the machine's files), after making the hosts (``make``; else they must be there); None when this
+    process already is the operator."""
     if os.environ.get(OPERATOR):
         return None
     network = Network(settings)
@@ -98,7 +98,7 @@ def in_control(settings: Settings, argv: list[str], make: bool = True) -> int | 
     elif network.namespace(CONTROL) not in network.namespaces():
         raise ServiceError("the hosts layout is not up: bash run team up --hosts")
     control = network.namespace(network.layout.host(CONTROL).name)
-    command = ["ip", "netns", "exec", control, sys.executable, "-m", "nyc_taxi.cli.team", *argv]
+    command = ["ip", "netns", "exec", control, sys.executable, "-m", module, *argv]
     return subprocess.run(command, env={**os.environ, OPERATOR: "1"}).returncode
 
 

@@ -256,6 +256,30 @@ def handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def received(settings: Settings) -> dict[Path, int]:
+    """The size of each file of records the receiver stored in ``settings``' state (control's)."""
+    files = [*openlineage_events_dir(settings).glob("from-*"), *datahub_records_dir(settings).glob("from-*")]
+    return {path: path.stat().st_size for path in files if path.exists()}
+
+
+def settled(settings: Settings, quiet: float = 12.0, timeout: float = 300.0) -> bool:
+    """On the receiver's host, once no record arrived for ``quiet`` seconds, more than two rounds of the
+    hosts' shippers (every 5 s), so what tasks elsewhere wrote before now is here to read; whether it
+    settled within ``timeout`` (a host cut off never does). A host's tasks ship their records as they
+    end, and its shipper what came after them (the Airflow provider's events of a task's end)."""
+    import time
+
+    last, since, deadline = received(settings), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() - since < quiet:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)
+        now = received(settings)
+        if now != last:
+            last, since = now, time.monotonic()
+    return True
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True
 

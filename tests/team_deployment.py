@@ -32,15 +32,20 @@ TAXI_MERGE = TAXI_JOBS.merge_upsert_staging_into_raw_yellow.name
 
 def assert_the_team_demo_ended_as_the_local_one(done: subprocess.CompletedProcess) -> None:
     """`PROFILE=team bash run demo` exited 0 having said what the local demo says: the trainings the
-    scheduler started from the merges' asset events succeeded, nothing was stale after the re-run, the
-    forecast was reproduced, and the broken month left raw unchanged."""
+    scheduler started from the merges' asset events succeeded, January's republication made outputs stale
+    and nothing was after the re-run loaded it again, the forecast was reproduced, and the broken month
+    left raw unchanged."""
     import re
 
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     said = done.stdout
     started = re.findall(r"train_forecast_model started by the scheduler from an asset event: (\w+)", said)
     assert len(started) >= 2 and set(started) == {"success"}, said[-4000:]
-    assert "nothing is stale: every output was computed from what its inputs hold now" in said
+    # January's republication made outputs stale, its re-run loaded it again, and then nothing was stale
+    before, _, after = said.partition("bash run lineage --stale --rerun")
+    assert re.search(r"stale \(\d+\):", before.rsplit("bash run lineage --stale)", 1)[-1]), said[-4000:]
+    assert 'ingest_yellow_taxi_data {"month": "2024-01"}: success' in after.partition("re-run: ok")[0], said[-4000:]
+    assert "nothing is stale: every output was computed from what its inputs hold now" in after
     assert re.search(r"yellow_rides_hourly_forecast @ \d+: reproduced: \d+ rows equal", said), said[-4000:]
     assert re.search(r"yellow_taxi_raw is unchanged: snapshot \d+", said), said[-4000:]
 

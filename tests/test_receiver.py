@@ -274,7 +274,7 @@ def test_the_receiver_refuses_what_a_server_would_and_stores_it_nowhere(receiver
 
     from nyc_taxi.lineage.write.receiver import DATAHUB_INGEST_PATH
 
-    control, tokens, _, url, _, _ = receiver
+    control, tokens, host, url, process, _ = receiver
     token = {"Authorization": f"Bearer {tokens['worker-a']}"}
 
     def event_at(index: int, event: dict) -> tuple[int, str]:
@@ -289,6 +289,8 @@ def test_the_receiver_refuses_what_a_server_would_and_stores_it_nowhere(receiver
     without_producer = {k: v for k, v in _event(0).items() if k != "producer"}
     status, reason = event_at(0, without_producer)
     assert status == 400 and "is not valid under any of the given schemas" in reason, reason  # no kind of event
+    no_type = {k: v for k, v in _event(0).items() if k != "eventType"}  # the spec lets it by; control reads runs
+    assert event_at(0, no_type) == (400, "not an OpenLineage run event (eventTime, eventType, run and job)")
     dataset = "urn:li:dataset:(urn:li:dataPlatform:iceberg,nyc_taxi.t,PROD)"
     status, reason = proposal(
         MetadataChangeProposalWrapper(entityUrn=dataset, aspect=DataJobInputOutputClass([dataset], []))
@@ -304,3 +306,14 @@ def test_the_receiver_refuses_what_a_server_would_and_stores_it_nowhere(receiver
         "theirs": {"_producer": "https://example.org/x", "_schemaURL": "https://example.org/x/Theirs.json#/$defs/X"}
     }
     assert event_at(0, elsewhere) == (201, "")
+
+    # a host shipping a record the receiver refuses is told why, and so is the receiver's log
+    from nyc_taxi.lineage.write import delivery
+
+    worker = host("worker-b", tokens["worker-b"])
+    (worker.lineage_dir / "openlineage").mkdir(parents=True)
+    (worker.lineage_dir / "openlineage" / "airflow_events.jsonl").write_text(json.dumps(no_type) + "\n")
+    shipment = delivery.ship(worker).shipments[0]
+    assert shipment.sent == 0 and "not an OpenLineage run event" in shipment.error, shipment
+    process.kill()
+    assert "refused worker-b's airflow_events.jsonl record: 400 not an OpenLineage run event" in process.stdout.read()

@@ -5,7 +5,8 @@ the runs print goes to stderr); exits 1 if one failed.
 Where the state directory's Airflow deployment runs (the team profile's `bash run team up`), each run
 is triggered through the REST API, as the UI's Trigger button does, and the scheduler runs it on the
 Celery workers; a run starts once the runs before it of the same DAG (those the scheduler started from
-asset events too) have ended, and the command returns when no run of any DAG is left. Otherwise each
+asset events too) have ended, and the command returns when no run of any DAG is left (across hosts, on
+control, and every task's lineage has reached control: exit 1 naming those that did not). Otherwise each
 run is Airflow's own ``dag.test()`` in this one process (what `airflow dags test` does for one run),
 so the runs share one Python process and one Spark JVM.
 
@@ -14,6 +15,7 @@ so the runs share one Python process and one Spark JVM.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import sys
@@ -29,9 +31,9 @@ def main(argv: list[str]) -> int:
         sys.exit(__doc__)
     settings = get_settings()
     if lakehouse(settings).airflow_deployment and health(base_url(settings)) is not None:
-        failed = through_the_scheduler(RestApi(settings), argv)
-        _lineage_arrived(settings)
-        return failed
+        api, since = RestApi(settings), dt.datetime.now(dt.UTC).isoformat()
+        failed = through_the_scheduler(api, argv)
+        return failed or _lineage_missing(settings, api, since)
     return in_this_process(argv)
 
 
@@ -62,14 +64,44 @@ def through_the_scheduler(api, specs: list[str]) -> int:
     return 1 if failed else 0
 
 
-def _lineage_arrived(settings) -> None:
-    """Across hosts, on control: the runs' lineage from the worker hosts, shipped to the receiver here,
-    before anything reads it."""
+def _lineage_missing(settings, api, since: str, seconds: float = 300) -> int:
+    """Across hosts, on control: waits until every task that ended in the runs since ``since`` has its last
+    event here (the Airflow provider's COMPLETE or FAIL, which the worker that ran it writes after the task
+    ends and ships to the receiver on control), so what reads the lineage next reads it whole; 1, naming
+    the tasks, when some have not arrived within ``seconds`` (a host cut off, its shipping refused)."""
     from nyc_taxi.core import team
-    from nyc_taxi.lineage.write import receiver
+    from nyc_taxi.lineage.write.destinations import openlineage_events_dir
+    from nyc_taxi.lineage.write.outbox import read_openlineage_file
 
-    if team.LineageReceiver(settings).here() and not receiver.settled(settings):
-        print("the worker hosts' lineage did not settle on control in 300 s: a host may be cut off", file=sys.stderr)
+    if not team.LineageReceiver(settings).here():
+        return 0
+    ended = {
+        (ti["dag_id"], ti["dag_run_id"], ti["task_id"], ti["try_number"])
+        for run in api.runs("~", run_after_gte=since, limit=1000)
+        for ti in api.task_instances(run["dag_id"], run["dag_run_id"])
+        if ti["state"] in ("success", "failed")
+    }
+
+    def missing() -> set:
+        arrived = set()
+        for path in openlineage_events_dir(settings).glob("*.jsonl"):
+            for event in read_openlineage_file(path):
+                airflow = (event.get("run", {}).get("facets") or {}).get("airflow") or {}
+                if event.get("eventType") in ("COMPLETE", "FAIL") and "taskInstance" in airflow:
+                    run, task = airflow.get("dagRun") or {}, event["job"]["name"].partition(".")[2]
+                    arrived.add((run.get("dag_id"), run.get("run_id"), task, airflow["taskInstance"].get("try_number")))
+        return ended - arrived
+
+    deadline = time.monotonic() + seconds
+    while left := missing():
+        if time.monotonic() > deadline:
+            named = ", ".join(f"{dag}.{task} of {run} (try {attempt})" for dag, run, task, attempt in sorted(left))
+            print(
+                f"the lineage of {len(left)} tasks did not reach control in {seconds:.0f} s: {named}", file=sys.stderr
+            )
+            return 1
+        time.sleep(2)
+    return 0
 
 
 def in_this_process(argv: list[str]) -> int:

@@ -44,6 +44,7 @@ ORIGINS = (dt.datetime(2024, 2, 8), dt.datetime(2024, 2, 15))  # weekly forecast
 LOOKBACK_DAYS, HORIZON_HOURS = 28, 24
 ROWS = 200_000
 MODELS = ("seasonal_naive", "weather_adjusted")
+SOURCES = ("TLC_BASE_URL=", "NOAA_BASE_URL=")  # the settings that name where the sources are served
 BROKEN_MONTH = (2024, 3)  # published last, with every trip a year early: refused by its checks
 
 
@@ -56,9 +57,9 @@ def _indent(text: str) -> str:
 
 
 def _log_tail(result: subprocess.CompletedProcess) -> str:
-    """The end of what a failed command wrote besides its results, when no result line says why."""
-    said = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    return "" if said else ":\n" + result.stderr[-3000:]
+    """The end of what a failed command wrote besides its results, when no failed run's line says why."""
+    said = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return "" if any(r.get("state") != "success" for r in said) else ":\n" + result.stderr[-3000:]
 
 
 def _run(args: list[str], env: dict, what: str) -> subprocess.CompletedProcess:
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
             done = subprocess.run(runs, env=env, capture_output=True, text=True)
             _print_runs(done.stdout, settings)
             if done.returncode:
-                raise SystemExit(f"a DAG run failed (its failing task's error is above){_log_tail(done)}")
+                raise SystemExit(f"the DAG runs failed (a failing task's error is above){_log_tail(done)}")
             print(f"    the DAG runs: ok ({time.perf_counter() - started:.0f} s)", flush=True)
             _print_asset_triggered(settings)
             _explain(settings, args.images)
@@ -162,11 +163,13 @@ def _across_hosts(settings, argv: list[str]) -> int:
     site = network.directory(control.name) / "demo-site"
     _publish(site, f"control ({control.address})")
     files = [state_settings_file(network.directory(h.name)) for h in network.layout.hosts]
+    before = {path: path.read_text() for path in files if path.exists()}  # a host's own settings come back after
     with FixtureServer(site, host=control.address) as url:
         try:
             for path in files:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(f"TLC_BASE_URL={url}\nNOAA_BASE_URL={url}\n")
+                kept = [ln for ln in before.get(path, "").splitlines() if not ln.startswith(SOURCES)]
+                path.write_text("".join(f"{line}\n" for line in kept) + "".join(f"{k}{url}\n" for k in SOURCES))
             # this machine's Airflow configuration and sources stay here: control has its own
             env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
             env.pop(across_hosts.OPERATOR, None)
@@ -175,7 +178,10 @@ def _across_hosts(settings, argv: list[str]) -> int:
             return subprocess.run(network.command(control.name, demo), env=env).returncode
         finally:
             for path in files:
-                path.unlink(missing_ok=True)
+                if path in before:
+                    path.write_text(before[path])
+                else:
+                    path.unlink(missing_ok=True)
 
 
 def _compare(settings) -> None:

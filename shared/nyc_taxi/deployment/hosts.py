@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import xmlrpc.client
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -263,23 +264,34 @@ class Network:
                     raise ServiceError(f"loss of {share:.0%} on {host}: {done.stderr.strip()}")
 
     # ---- running on a host ------------------------------------------------------------------------
+    def _supervisord(self, host: str, own: Path) -> int | None:
+        """The pid of the host's supervisord, as supervisord itself says it, when it runs in the host's
+        network namespace (a pid the kernel gave another process since is not taken for it)."""
+        from nyc_taxi.deployment.supervisor import Supervisor
+
+        supervisor = Supervisor(self.settings.model_copy(update={"state_dir": own}))
+        if not supervisor.running():
+            return None
+        with contextlib.suppress(OSError, xmlrpc.client.Fault):
+            pid = supervisor.rpc().getPID()
+            if os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{self.namespace(host)}").st_ino:
+                return pid
+        return None
+
     def command(self, host: str, argv: list[str]) -> list[str]:
         """``argv`` as it runs on ``host``: in its network namespace and a private mount namespace that
         shows only the host's own state directory (at ``<state>/hosts/<host>``, its STATE_DIR) and its own
         /tmp. While the host's supervisord runs, in its namespaces (``nsenter``): a command sees the host's
         mounts as its programs do (Metaflow's home, mounted from the filer), as on a machine."""
-        from nyc_taxi.deployment.supervisor import Supervisor
-
         self.layout.host(host)
         state, own = self.settings.state_dir.resolve(), self.directory(host).resolve()
         if self.namespace(host) not in self.namespaces():
             raise ServiceError(f"host {host} is not up: run `bash run team hosts up`")
-        supervisor = Supervisor(self.settings.model_copy(update={"state_dir": own}))
-        if supervisor.running():
-            here = Path.cwd().resolve()
-            where = here if here.is_relative_to(CHECKOUT) else CHECKOUT  # the checkout is there; the rest may not be
-            return ["nsenter", f"--target={supervisor.pid()}", "--mount", "--net", f"--wd={where}", "--",
-                    "env", f"STATE_DIR={own}", *argv]  # fmt: skip
+        if (pid := self._supervisord(host, own)) is not None:
+            here = Path.cwd().resolve()  # the checkout is there, but the state directory in it is the host's
+            where = here if here.is_relative_to(CHECKOUT) and not here.is_relative_to(state) else CHECKOUT
+            return ["nsenter", f"--net=/run/netns/{self.namespace(host)}", f"--mount=/proc/{pid}/ns/mnt",
+                    f"--wd={where}", "--", "env", f"STATE_DIR={own}", *argv]  # fmt: skip
         # The host's directory and the checkout (with its environment) are held at a private tmpfs (on a
         # fresh directory of /dev/shm, removed after); the host's tmp replaces /tmp; whatever of the checkout
         # that hid (a checkout under /tmp: not the same directory at its path any more) is put back; then a

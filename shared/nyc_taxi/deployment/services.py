@@ -15,12 +15,15 @@ it cannot know is here, one class per service, in the order `up` starts them:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -554,6 +557,26 @@ class LineageDelivery(Service):
         return f"the receiver on {team.address(self.settings, 'lineage-receiver')}:{self.record['lineage']['port']}"
 
 
+def _unescaped(path: str) -> str:
+    """A path as /proc's mountinfo writes it (a space, tab, newline or backslash as an octal escape)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+def _within(seconds: float, call, *args) -> bool:
+    """Whether ``call(*args)`` returned within ``seconds`` (a hung file system's call is left behind, in a
+    thread of its own, instead of hanging `team status`)."""
+    done = []
+
+    def attempt() -> None:
+        with contextlib.suppress(OSError):  # an answer that is an error is no answer
+            done.append(call(*args))
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return bool(done)
+
+
 class MetaflowMetadata(Service):
     """Across hosts: Metaflow's home (its local metadata: every run, step and task; its configuration) is one
     directory of the filer, which every host mounts at its own ``metaflow_home`` (``weed mount``, FUSE), so a
@@ -576,8 +599,8 @@ class MetaflowMetadata(Service):
         def mounted() -> bool:
             pid = Supervisor(self.settings).info(program)["pid"]
             mounts = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
-            here = [line for line in mounts if line.split()[4] == home and " - fuse.seaweedfs " in line]
-            return bool(here) and isinstance(os.listdir(f"/proc/{pid}/root{home}"), list)
+            at = [line for line in mounts if _unescaped(line.split()[4]) == home and " - fuse.seaweedfs " in line]
+            return bool(at) and _within(3, os.listdir, f"/proc/{pid}/root{home}")
 
         return _answers(mounted)
 

@@ -80,11 +80,12 @@ def _urn_types() -> dict[str, str]:
 
 def _allowed(field) -> list[str] | None:
     """The entity types a URN field may name: its `UrnValidation`'s, else its declared type's (a field
-    typed ``DatasetUrn`` holds a dataset's); None when any."""
+    typed ``DatasetUrn`` holds a dataset's); None when any (plain ``Urn``, or a type the model has no
+    class for, such as ``DatasetFieldUrn``)."""
     if validation := field.props.get("UrnValidation"):
         return validation["entityTypes"]
-    typed = field.props.get("Urn", "Urn")
-    return None if typed == "Urn" else [_urn_types()[typed.lower()]]
+    typed = _urn_types().get(field.props.get("Urn", "Urn").lower())  # a type without a class: any
+    return [typed] if typed else None
 
 
 def _check_urns(value, where: str, errors: list[str]) -> None:

@@ -30,6 +30,11 @@ def _registry():
     return Registry().with_resources(resources)
 
 
+@functools.cache
+def _core() -> str:
+    return json.loads((SPEC_DIR / "OpenLineage.json").read_text())["$id"]
+
+
 def _validator(ref: str):
     from jsonschema import Draft202012Validator
 
@@ -48,8 +53,7 @@ def validation_errors(event: dict, *, any_facet: bool = False) -> list[str]:
     """Every way ``event`` (a dict as serialised) breaks the spec; empty when it is valid. ``any_facet``:
     a facet whose schema the copied spec lacks passes unchecked, as a server takes another producer's
     facets (our own events are checked without it: every facet we emit has a schema here)."""
-    core = json.loads((SPEC_DIR / "OpenLineage.json").read_text())["$id"]
-    errors = [f"event: {e.message}" for e in _validator(core).iter_errors(event)]
+    errors = [f"event: {e.message}" for e in _validator(_core()).iter_errors(event)]
     known = {ref.split("#")[0] for ref in _registry()}
     for facet in _facets(event):
         url = facet.get("_schemaURL", "")

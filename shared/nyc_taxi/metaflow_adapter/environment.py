@@ -20,6 +20,7 @@ def _user() -> str:
 def metaflow_environment(settings: Settings | None = None) -> dict[str, str]:
     settings = settings or get_settings()
     home = settings.metaflow_home
+    _refuse_an_unmounted_home(settings)
     return {
         "METAFLOW_HOME": str(home),
         "METAFLOW_DEFAULT_DATASTORE": "local",
@@ -30,6 +31,20 @@ def metaflow_environment(settings: Settings | None = None) -> dict[str, str]:
         "METAFLOW_USER": _user(),
         **_datastore(settings),
     }
+
+
+def _refuse_an_unmounted_home(settings: Settings) -> None:
+    """Across hosts, Metaflow's home is the filer's, mounted on every host (the program metaflow-metadata):
+    a run recorded in the directory beneath while the mount is down would be seen by no other host, and
+    hidden here once the mount is back, so nothing is run or read without it."""
+    from nyc_taxi.core import team
+
+    across_hosts = settings.profile == "team" and team.this_host(settings)[1] != team.LOOPBACK
+    if across_hosts and not os.path.ismount(settings.metaflow_home):
+        raise RuntimeError(
+            f"Metaflow's home {settings.metaflow_home} is not mounted on this host: the program "
+            "metaflow-metadata mounts it (bash run team status --hosts)"
+        )
 
 
 def _datastore(settings: Settings) -> dict[str, str]:

@@ -241,12 +241,20 @@ def _ship_to(server: Server, shipment: Shipment, deadline: float | None) -> None
                 send = send or server.sender()
                 send(records[index], position(path, index, head))
             except Exception as error:  # down, refusing, timing out: keep the rest for later, in order
-                shipment.error = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+                shipment.error = _why(error)
                 shipment.pending += len(records) - index
                 break
             shipment.sent += 1
             ledger[path.name] = {"shipped": index + 1, "head": head}
             replace_file(server.ledger_path, json.dumps(ledger, indent=1))
+
+
+def _why(error: Exception) -> str:
+    """What went wrong sending a record, with the server's own reason where it gave one (the body of an
+    HTTP error, which OpenLineage's transport does not put in its exception)."""
+    said = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+    body = getattr(getattr(error, "response", None), "text", None)
+    return f"{said}: {body[:500]}" if body else said
 
 
 def ship_at_end_of(what: str, settings: Settings | None = None) -> None:

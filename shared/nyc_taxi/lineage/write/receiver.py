@@ -220,6 +220,8 @@ def handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                 if len(body) < length or not isinstance(sent, dict):
                     raise Refused(400, "a request without a whole JSON object")
                 if self.path == OPENLINEAGE_PATH:
+                    if not all(k in sent for k in ("eventTime", "eventType", "run", "job")):  # what control reads
+                        raise Refused(400, "not an OpenLineage run event (eventTime, eventType, run and job)")
                     record, status, errors = sent, 201, validation_errors(sent, any_facet=True)
                 elif self.path in (DATAHUB_INGEST_PATH, DATAHUB_ENTITY_PATH):
                     record, status = datahub_record(self.path, sent), 200
@@ -230,14 +232,19 @@ def handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                     raise Refused(400 if status == 201 else 422, "; ".join(errors)[:1000])
                 receiver.store(host, source, int(place.group(1)), place.group(2), record)
             except Refused as refused:
-                self.close_connection = True  # a body it did not read is not taken for the next request
-                self._answer(refused.status, {"error": str(refused)})
+                self._refuse(host, refused.status, str(refused))
                 return
             except Exception as error:  # a record this receiver cannot read or store is refused, not kept half
-                self.close_connection = True
-                self._answer(400, {"error": f"{type(error).__name__}: {error}"[:500]})
+                self._refuse(host, 400, f"{type(error).__name__}: {error}"[:500])
                 return
             self._answer(status, {})
+
+        def _refuse(self, host: str, status: int, reason: str) -> None:
+            """The reason in the answer (as GMS gives it, ``message``, which DataHub's emitter reports) and in
+            this receiver's log: a refusal stops its host's shipping there until it is mended."""
+            self.close_connection = True  # a body it did not read is not taken for the next request
+            sys.stderr.write(f"refused {host}'s {self.headers.get(SOURCE_HEADER)} record: {status} {reason}\n")
+            self._answer(status, {"error": reason, "message": reason, "status": status})
 
         def _answer(self, status: int, body: dict) -> None:
             data = json.dumps(body).encode()
@@ -254,30 +261,6 @@ def handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             sys.stderr.write(f"{self.address_string()} {format % args}\n")
 
     return Handler
-
-
-def received(settings: Settings) -> dict[Path, int]:
-    """The size of each file of records the receiver stored in ``settings``' state (control's)."""
-    files = [*openlineage_events_dir(settings).glob("from-*"), *datahub_records_dir(settings).glob("from-*")]
-    return {path: path.stat().st_size for path in files if path.exists()}
-
-
-def settled(settings: Settings, quiet: float = 12.0, timeout: float = 300.0) -> bool:
-    """On the receiver's host, once no record arrived for ``quiet`` seconds, more than two rounds of the
-    hosts' shippers (every 5 s), so what tasks elsewhere wrote before now is here to read; whether it
-    settled within ``timeout`` (a host cut off never does). A host's tasks ship their records as they
-    end, and its shipper what came after them (the Airflow provider's events of a task's end)."""
-    import time
-
-    last, since, deadline = received(settings), time.monotonic(), time.monotonic() + timeout
-    while time.monotonic() - since < quiet:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(1)
-        now = received(settings)
-        if now != last:
-            last, since = now, time.monotonic()
-    return True
 
 
 class Server(ThreadingHTTPServer):

@@ -146,9 +146,16 @@ class Lakehouse(ABC):
     def pyiceberg_catalog(self):
         """The catalog through pyiceberg, named like Spark's catalog, so both read the same catalog rows."""
         from pyiceberg.catalog import load_catalog
+        from sqlalchemy.exc import IntegrityError, ProgrammingError
 
         self.prepare_catalog_file()
-        return load_catalog(self.settings.catalog_name, **self.pyiceberg_properties())
+        try:
+            return load_catalog(self.settings.catalog_name, **self.pyiceberg_properties())
+        except (IntegrityError, ProgrammingError):
+            # another process created the catalog's tables at the same moment (a task of the scheduler's
+            # first runs beside `infra create`): PostgreSQL refuses the second CREATE TABLE, IF NOT EXISTS
+            # or not, and the tables are there now
+            return load_catalog(self.settings.catalog_name, **self.pyiceberg_properties())
 
     def prepare_catalog_file(self) -> None:
         """Anything the catalog's own storage needs before pyiceberg connects."""

@@ -289,6 +289,9 @@ def test_the_receiver_refuses_what_a_server_would_and_stores_it_nowhere(receiver
     without_producer = {k: v for k, v in _event(0).items() if k != "producer"}
     status, reason = event_at(0, without_producer)
     assert status == 400 and "is not valid under any of the given schemas" in reason, reason  # no kind of event
+    not_a_uuid = {**_event(0), "run": {"runId": "run-1", "facets": {}}}  # a server parses the run's id as a UUID
+    status, reason = event_at(0, not_a_uuid)
+    assert status == 400 and "'runId': 'run-1'" in reason and "is not valid under any" in reason, reason
     no_type = {k: v for k, v in _event(0).items() if k != "eventType"}  # the spec lets it by; control reads runs
     assert event_at(0, no_type) == (400, "not an OpenLineage run event (eventTime, eventType, run and job)")
     dataset = "urn:li:dataset:(urn:li:dataPlatform:iceberg,nyc_taxi.t,PROD)"

@@ -33,7 +33,8 @@ def main(argv: list[str]) -> int:
     if lakehouse(settings).airflow_deployment and health(base_url(settings)) is not None:
         api, since = RestApi(settings), dt.datetime.now(dt.UTC).isoformat()
         failed = through_the_scheduler(api, argv)
-        return failed or _lineage_missing(settings, api, since)
+        missing = _lineage_missing(settings, api, since)  # a failed run's lineage is read next too
+        return failed or missing
     return in_this_process(argv)
 
 
@@ -67,8 +68,9 @@ def through_the_scheduler(api, specs: list[str]) -> int:
 def _lineage_missing(settings, api, since: str, seconds: float = 300) -> int:
     """Across hosts, on control: waits until every task that ended in the runs since ``since`` has its last
     event here (the Airflow provider's COMPLETE or FAIL, which the worker that ran it writes after the task
-    ends and ships to the receiver on control), so what reads the lineage next reads it whole; 1, naming
-    the tasks, when some have not arrived within ``seconds`` (a host cut off, its shipping refused)."""
+    ends and its shipper sends to the receiver on control, after what the task shipped itself at its end);
+    1, naming the tasks, when some have not arrived within ``seconds`` (a host cut off, its shipping
+    refused). A record the task left for its shipper (its time budget spent) may still come after it."""
     from nyc_taxi.core import team
     from nyc_taxi.lineage.write.destinations import openlineage_events_dir
     from nyc_taxi.lineage.write.outbox import read_openlineage_file
@@ -77,7 +79,7 @@ def _lineage_missing(settings, api, since: str, seconds: float = 300) -> int:
         return 0
     ended = {
         (ti["dag_id"], ti["dag_run_id"], ti["task_id"], ti["try_number"])
-        for run in api.runs("~", run_after_gte=since, limit=1000)
+        for run in api.runs("~", run_after_gte=since, limit=100)  # the API's most per page
         for ti in api.task_instances(run["dag_id"], run["dag_run_id"])
         if ti["state"] in ("success", "failed")
     }
@@ -92,6 +94,11 @@ def _lineage_missing(settings, api, since: str, seconds: float = 300) -> int:
                     arrived.add((run.get("dag_id"), run.get("run_id"), task, airflow["taskInstance"].get("try_number")))
         return ended - arrived
 
+    if not ended:  # runs were triggered: no task of them ended means they were not found, not that all is here
+        print(
+            f"no task of the runs since {since} was found through the API: their lineage is not known", file=sys.stderr
+        )
+        return 1
     deadline = time.monotonic() + seconds
     while left := missing():
         if time.monotonic() > deadline:

@@ -27,9 +27,16 @@ def run(specs: list[str], settings: Settings, what: str) -> list[dict]:
     )
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode:
-        said = [text for r in results for text in describe(r, settings)] or [done.stderr[-3000:]]
+        said = [text for r in results for text in describe(r, settings)] + [t for t in [unexplained(done)] if t]
         raise RuntimeError(f"{what} failed; the runs before it stand (each is one commit):\n" + "\n".join(said))
     return results
+
+
+def unexplained(done: subprocess.CompletedProcess) -> str:
+    """What a failed ``dag_runs`` wrote besides its results when no failed run's line says why (every run
+    succeeded and the runs' lineage did not arrive, or it failed before a run ended); empty otherwise."""
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return "" if any(r.get("state") != "success" for r in results) else done.stderr[-3000:]
 
 
 def describe(result: dict, settings: Settings) -> list[str]:

@@ -58,8 +58,10 @@ def _indent(text: str) -> str:
 
 def _log_tail(result: subprocess.CompletedProcess) -> str:
     """The end of what a failed command wrote besides its results, when no failed run's line says why."""
-    said = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    return "" if any(r.get("state") != "success" for r in said) else ":\n" + result.stderr[-3000:]
+    from nyc_taxi.cli.dag_run_results import unexplained
+
+    said = unexplained(result)
+    return f":\n{said}" if said else ""
 
 
 def _run(args: list[str], env: dict, what: str) -> subprocess.CompletedProcess:

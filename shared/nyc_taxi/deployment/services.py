@@ -580,8 +580,8 @@ def _within(seconds: float, call, *args) -> bool:
 class MetaflowMetadata(Service):
     """Across hosts: Metaflow's home (its local metadata: every run, step and task; its configuration) is one
     directory of the filer, which every host mounts at its own ``metaflow_home`` (``weed mount``, FUSE), so a
-    flow started on one worker is a run every host reads: the retry of a training task on the other worker
-    resumes it, and control reads it. Metaflow's metadata service would do this as a service, and it is not
+    flow started on one worker is a run every host reads (a retry of its task on the other worker looks for
+    it there), and control reads it. Metaflow's metadata service would do this as a service, and it is not
     published on PyPI; its local metadata on a file system every host mounts is what a team without the
     service does. Its artifacts are in the bucket already (``metaflow_environment``). One machine needs
     neither: its one home is every program's."""

@@ -50,8 +50,6 @@ def record_errors(record: dict) -> list[str]:
         if kind not in KEY_ASPECTS:
             errors.append(f"{where}: {kind} is not an entity type of DataHub's model")
             continue
-        if proposal.entityType != kind:
-            errors.append(f"{where}: entityType {proposal.entityType}, but the URN is a {kind}")
         if not entity_supports_aspect(kind, type(proposal.aspect)) and proposal.aspectName != _key_aspect(kind):
             errors.append(f"{where}: a {kind} has no aspect {proposal.aspectName}")
         if not proposal.validate():

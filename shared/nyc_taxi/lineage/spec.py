@@ -35,10 +35,13 @@ def _core() -> str:
     return json.loads((SPEC_DIR / "OpenLineage.json").read_text())["$id"]
 
 
+@functools.cache
 def _validator(ref: str):
+    """The schema at ``ref``, with its formats checked (a ``runId`` that is no UUID, an ``eventTime`` that is
+    no RFC 3339 time: a server parses both and refuses what does not parse)."""
     from jsonschema import Draft202012Validator
 
-    return Draft202012Validator({"$ref": ref}, registry=_registry())
+    return Draft202012Validator({"$ref": ref}, registry=_registry(), format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
 def _facets(event: dict):

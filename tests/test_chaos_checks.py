@@ -591,3 +591,41 @@ def test_a_kill_is_proven_by_supervisords_logs_of_that_pid_and_a_victim_already_
     alive = subprocess.Popen(["sleep", "30"])
     assert components.kill(components.COMPONENTS["spark-driver"], alive.pid) is True
     assert alive.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_passes_only_when_all_hold():
+    from dataclasses import asdict
+
+    from nyc_taxi.chaos import across_hosts as hosts
+
+    plans = [hosts.plan(seed) for seed in range(1, 9)]
+    assert [asdict(f) for f in hosts.plan(3)] == [asdict(f) for f in plans[2]]
+    assert len({tuple((f.step, f.component, f.delay, f.lasts) for f in p) for p in plans}) > 1  # the seed chooses
+    for faults in plans:
+        assert [f.number for f in faults] == list(range(1, 7))
+        assert {f.moment for f in faults} == set(hosts.MOMENTS)  # every kind once, the four the issue names among them
+        by = {f.moment: f for f in faults}
+        assert by[hosts.LOST_MID_MERGE].step != by[hosts.CUT_AT_COMMIT].step  # two merge faults, a month each
+        assert by[hosts.LOST_IN_FLOW].step == "backtest" and by[hosts.LOSS].component in ("worker-a", "worker-b")
+        assert all(f.lasts > 0 for f in faults if f.moment not in (hosts.LOST_MID_MERGE, hosts.LOST_IN_FLOW))
+
+    def report(**changes) -> dict:
+        faults = [asdict(f) | {"proven": "seen", "recovered_s": 3.0} for f in plans[0]]
+        checks = {key: [] for key in ("tables not as published", "lineage not delivered once", "left")} | {
+            "rows": {"a": 1}
+        }
+        found = {"faults": faults, "checks": checks}
+        for key, value in changes.items():
+            if key == "fault":
+                faults[0] |= value
+            else:
+                checks[key] = value
+        return found
+
+    assert hosts.passed(report())
+    assert not hosts.passed(report(fault={"error": "its moment did not come"}))
+    assert not hosts.passed(report(fault={"proven": ""}))
+    assert not hosts.passed(report(fault={"recovered_s": None}))
+    assert not hosts.passed(report(left=["task x running"]))
+    assert not hosts.passed(report(**{"lineage not delivered once": ["worker-a: 3 records sent, control holds 6"]}))
+    assert not hosts.passed(report() | {"faults": report()["faults"][:5]})

@@ -360,3 +360,38 @@ def test_team_down_removes_the_hosts_layout_too(tmp_path):
         assert network.namespaces() == [] and not held & _network_namespaces()
     finally:
         network.down()
+
+
+@pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables (bash run setup installs it)")
+def test_a_blocked_port_drops_what_it_matches_counts_it_and_is_opened_again_and_a_lost_host_keeps_its_namespace(
+    network,
+):
+    """What `chaos --hosts` partitions and loses with: a port blocked on control from one worker (the
+    other still reaches it), its dropped packets counted, the block taken off; a host's process found by
+    its network namespace; a lost host's processes all gone, its namespace and directory kept."""
+    control = network.layout.host("control")
+    server = _listening_on_control(network, "\nwhile True: s.accept()[0].close()")
+
+    def connects(host: str) -> bool:
+        code = f"import socket; socket.create_connection(('{control.address}', 8765), timeout=2).close()"
+        return _python_on(network, host, code).returncode == 0
+
+    try:
+        assert connects("worker-a") and network.dropped("receiver") == 0
+        match = ["-p", "tcp", "-s", network.layout.host("worker-a").address, "--dport", "8765"]
+        network.block("control", "INPUT", match, "receiver")
+        assert not connects("worker-a") and connects("worker-b")
+        assert network.dropped("receiver") >= 2  # the SYN and at least one retransmission, within 2 s
+        network.unblock("control", "receiver")
+        assert connects("worker-a") and network.dropped("receiver") == 0  # the rule and its count are gone
+        sleeper = subprocess.Popen(network.command("worker-b", ["sleep", "300"]))  # each step execs the next
+        deadline = time.monotonic() + 10
+        while network.host_of(sleeper.pid) != "worker-b" or Path(f"/proc/{sleeper.pid}/comm").read_text() != "sleep\n":
+            assert time.monotonic() < deadline, "the sleeper never showed up on worker-b"
+        assert network.host_of(os.getpid()) is None
+        killed = network.lose_host("worker-b")
+        assert sleeper.pid in killed and sleeper.wait(5) == -9
+        assert [p for p in network.pids() if network.host_of(p) == "worker-b"] == []
+        assert network.namespace("worker-b") in network.namespaces() and network.directory("worker-b").is_dir()
+    finally:
+        server.kill()

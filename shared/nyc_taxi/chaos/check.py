@@ -44,17 +44,19 @@ VOLATILE = {"ingested_at", "computed_at", "created_at", "model_version"}
 
 
 def catalog(state_dir: Path):
-    """The lake's Iceberg catalog through pyiceberg, from the deployment's own record of its services."""
+    """The lake's Iceberg catalog through pyiceberg, from the deployment's own record of its services (a
+    host's record: at the addresses it is given, else this machine's loopback)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     record = json.loads((state_dir / "team" / "services.json").read_text())
-    postgres, store = record["postgres"], record["seaweedfs"]
-    uri = f"postgresql+psycopg2://{postgres['user']}:{postgres['password']}@127.0.0.1:{postgres['port']}/lakehouse"
+    postgres, store, at = record["postgres"], record["seaweedfs"], record.get("addresses", {})
+    database = f"{at.get('postgres', '127.0.0.1')}:{postgres['port']}"
+    uri = f"postgresql+psycopg2://{postgres['user']}:{postgres['password']}@{database}/lakehouse"
     return SqlCatalog(
         "lakehouse",
         uri=uri,
         **{
-            "s3.endpoint": f"http://127.0.0.1:{store['s3_port']}",
+            "s3.endpoint": f"http://{at.get('seaweedfs-s3', '127.0.0.1')}:{store['s3_port']}",
             "s3.access-key-id": store["access_key"],
             "s3.secret-access-key": store["secret_key"],
             "s3.region": "us-east-1",

@@ -25,9 +25,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--report", type=Path, help="where the JSON report goes (default: beside the run's state)")
     parser.add_argument("--keep", action="store_true", help="keep the runs' state directories")
+    parser.add_argument(
+        "--hosts",
+        action="store_true",
+        help="one run on the hosts layout (deployment/hosts.toml) under six faults of hosts and links (takes root)",
+    )
     args = parser.parse_args(argv)
     if args.faults < 1:  # a run with no fault compares nothing, and would pass
         parser.error(f"--faults {args.faults}: a chaos run needs at least one fault")
+    if args.hosts:  # its faults are the hosts' own six: --faults and --per-run do not apply
+        from nyc_taxi.chaos.across_hosts import main as across_hosts
+
+        return across_hosts(args.seed, args.rows, args.retries, args.report, args.keep)
     return chaos(args.faults, args.seed, args.per_run, args.rows, args.retries, args.report, args.keep)
 
 

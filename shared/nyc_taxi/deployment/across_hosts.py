@@ -133,37 +133,59 @@ def up(settings: Settings) -> list[str]:
             if any(p.startswith("seaweedfs-") for p in host.programs):
                 tls = services.ObjectStorage(own, record).authority.directory
                 authority.issue(services.SEAWEEDFS_CERTIFICATE, sorted({team.LOOPBACK, host.address}), into=tls)
-        for host, own in hosts:
-            supervisor = Supervisor(own)
-            if not supervisor.running():
-                supervisor.start(
-                    services.environment(own, read_record(team.services_record(own))),
-                    wrap=lambda argv, name=host.name: network.command(name, argv),
-                )
-        for service in services.SERVICES:
-            placed = [(h, own, [p for p in processes(h) if p in service.programs]) for h, own in hosts]
-            placed = [(h, own, names) for h, own, names in placed if names]
-            first = service(hosts[0][1], read_record(team.services_record(hosts[0][1])))
-            if first.given:
-                raise ServiceError(f"{service.name} given ({service.given_by}): the hosts layout runs every service")
-            for h, own, names in placed:
-                on_host = service(own, read_record(team.services_record(own)))
-                on_host.prepare_on(first_host=h is placed[0][0])
-                Supervisor(own).start_programs(names)
-            for h, own, names in placed:
-                on_host = service(own, read_record(team.services_record(own)))
-                services._wait(
-                    lambda s=on_host, n=names: all(s.answers(p) for p in n),
-                    180,
-                    f"{service.name} on {h.name}",
-                    services.logs_dir(own) / f"{names[-1]}.log",
-                )
-            for _, own in hosts:  # what every host's clients read: URL files, credentials
+        said += _start(settings, network, hosts)
+    return said
+
+
+def _start(settings: Settings, network: Network, hosts: list, only: str | None = None) -> list[str]:
+    """Each host's supervisord (``only``: that host's alone), then every service in order on the hosts
+    that run it, each once all its programs answer; what runs where."""
+    from nyc_taxi.deployment import services
+
+    said = []
+    for host, own in hosts:
+        supervisor = Supervisor(own)
+        if not supervisor.running() and only in (None, host.name):
+            supervisor.start(
+                services.environment(own, read_record(team.services_record(own))),
+                wrap=lambda argv, name=host.name: network.command(name, argv),
+            )
+    for service in services.SERVICES:
+        placed = [(h, own, [p for p in processes(h) if p in service.programs]) for h, own in hosts]
+        placed = [(h, own, names) for h, own, names in placed if names]
+        first = service(hosts[0][1], read_record(team.services_record(hosts[0][1])))
+        if first.given:
+            raise ServiceError(f"{service.name} given ({service.given_by}): the hosts layout runs every service")
+        starting = [(h, own, names) for h, own, names in placed if only in (None, h.name)]
+        for h, own, names in starting:
+            on_host = service(own, read_record(team.services_record(own)))
+            on_host.prepare_on(first_host=h is placed[0][0])
+            Supervisor(own).start_programs(names)
+        for h, own, names in starting:
+            on_host = service(own, read_record(team.services_record(own)))
+            services._wait(
+                lambda s=on_host, n=names: all(s.answers(p) for p in n),
+                180,
+                f"{service.name} on {h.name}",
+                services.logs_dir(own) / f"{names[-1]}.log",
+            )
+        for h, own in hosts:  # what every host's clients read: URL files, credentials
+            if only in (None, h.name):
                 service(own, read_record(team.services_record(own))).after()
+        if starting:
             said.append(
-                f"{service.name}: " + "; ".join(f"{', '.join(n)} on {h.name} ({h.address})" for h, _, n in placed)
+                f"{service.name}: " + "; ".join(f"{', '.join(n)} on {h.name} ({h.address})" for h, _, n in starting)
             )
     return said
+
+
+def boot(settings: Settings, host: str) -> list[str]:
+    """A host that was lost (every process killed, its disk kept) started again as `up` starts it: its
+    supervisord, then its programs service by service, each once it answers; the other hosts as they are."""
+    network = Network(settings)
+    network.layout.host(host)
+    hosts = [(h, host_settings(settings, network, h.name)) for h in network.layout.hosts]
+    return _start(settings, network, hosts, only=host)
 
 
 def running(settings: Settings) -> bool:

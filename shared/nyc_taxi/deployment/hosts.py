@@ -185,8 +185,14 @@ class Network:
         return said
 
     def _remove(self, namespace: str) -> list[int]:
-        """Kill what runs in ``namespace`` until nothing does (a process may fork while it is killed) and
-        delete it; the pids killed. A namespace with a process left would outlive its name, links and all."""
+        """Kill what runs in ``namespace`` and delete it; the pids killed. A namespace with a process left
+        would outlive its name, links and all."""
+        killed = self._kill_all(namespace)
+        _ip("netns", "del", namespace)
+        return killed
+
+    def _kill_all(self, namespace: str) -> list[int]:
+        """SIGKILL what runs in ``namespace`` until nothing does (a process may fork while it is killed)."""
         killed: list[int] = []
         deadline = time.monotonic() + 10
         while pids := [int(p) for p in _ip("netns", "pids", namespace).stdout.split()]:
@@ -197,7 +203,6 @@ class Network:
                     os.kill(pid, signal.SIGKILL)
             killed += [p for p in pids if p not in killed]
             time.sleep(0.05)
-        _ip("netns", "del", namespace)
         return killed
 
     def down(self) -> list[str]:
@@ -245,23 +250,58 @@ class Network:
         silently, where they arrive (iptables' ``statistic`` match on eth0's INPUT: the host's own for
         what reaches it, every other host's for what it sends; a drop where a packet leaves would tell
         its sender). 0 takes it off. This machine's kernel has no ``tc netem``."""
-        source = self.layout.host(host).address
+        source, tag = self.layout.host(host).address, f"loss-{host}"
         for other in self.layout.hosts:
-            namespace = self.namespace(other.name)
-            rule = ["INPUT", "-i", "eth0", *(() if other.name == host else ("-s", source))]
-            rule += ["-m", "statistic", "--mode", "random", "--probability", str(share), "-j", "DROP"]
-            rule += ["-m", "comment", "--comment", f"nyc-taxi-loss-{host}"]
-            listed = subprocess.run(["ip", "netns", "exec", namespace, "iptables", "-S", "INPUT"],
-                                    capture_output=True, text=True, check=True).stdout  # fmt: skip
-            for line in listed.splitlines():  # this link's loss set before, whatever its share
-                if f"nyc-taxi-loss-{host}" in line.split():
-                    subprocess.run(["ip", "netns", "exec", namespace, "iptables", "-D", *line.split()[1:]],
-                                   check=True, capture_output=True)  # fmt: skip
+            self.unblock(other.name, tag)  # this link's loss set before, whatever its share
             if share > 0:
-                done = subprocess.run(["ip", "netns", "exec", namespace, "iptables", "-A", *rule],
-                                      capture_output=True, text=True)  # fmt: skip
-                if done.returncode != 0:
-                    raise ServiceError(f"loss of {share:.0%} on {host}: {done.stderr.strip()}")
+                match = ["-i", "eth0", *(() if other.name == host else ("-s", source))]
+                match += ["-m", "statistic", "--mode", "random", "--probability", str(share)]
+                self.block(other.name, "INPUT", match, tag)
+
+    def block(self, host: str, chain: str, match: list[str], tag: str) -> None:
+        """Drop, on ``host``, what ``match`` matches in ``chain`` (iptables), marked ``tag`` so that
+        ``unblock`` and ``dropped`` find it: a partition made of what the host lets through."""
+        rule = [chain, *match, "-m", "comment", "--comment", f"nyc-taxi-{tag}", "-j", "DROP"]
+        done = self._iptables(host, "-A", *rule)
+        if done.returncode != 0:
+            raise ServiceError(f"{tag} on {host}: iptables -A {' '.join(rule)}: {done.stderr.strip()}")
+
+    def unblock(self, host: str, tag: str) -> None:
+        """Every rule ``block`` made on ``host`` with ``tag``, removed."""
+        for line in self._iptables(host, "-S").stdout.splitlines():
+            if line.startswith("-A ") and f"nyc-taxi-{tag}" in line.split():
+                self._iptables(host, "-D", *shlex.split(line)[1:])
+
+    def dropped(self, tag: str) -> int:
+        """Packets the rules marked ``tag`` dropped so far, on every host (their counters): a partition
+        that dropped nothing cut nothing."""
+        total = 0
+        for host in self.layout.hosts:
+            listed = self._iptables(host.name, "-L", "-n", "-v", "-x").stdout
+            total += sum(int(line.split()[0]) for line in listed.splitlines() if f"/* nyc-taxi-{tag} */" in line)
+        return total
+
+    def _iptables(self, host: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["ip", "netns", "exec", self.namespace(host), "iptables", "-w", *args], capture_output=True, text=True
+        )
+
+    def host_of(self, pid: int) -> str | None:
+        """The host a process runs on: the one whose network namespace is the process's (None: none)."""
+        try:
+            inode = os.stat(f"/proc/{pid}/ns/net").st_ino
+        except OSError:
+            return None
+        for host in self.layout.hosts:
+            with contextlib.suppress(OSError):
+                if os.stat(f"/run/netns/{self.namespace(host.name)}").st_ino == inode:
+                    return host.name
+        return None
+
+    def lose_host(self, host: str) -> list[int]:
+        """Every process of the host SIGKILLed at once, as a machine that loses its power: its
+        namespaces and its disk (its state directory) stay. The pids killed."""
+        return self._kill_all(self.namespace(host))
 
     # ---- running on a host ------------------------------------------------------------------------
     def _supervisord(self, host: str, own: Path) -> int | None:

@@ -1,0 +1,602 @@
+"""`bash run chaos --hosts`: the chaos run's mission on the hosts layout (deployment/hosts.toml), under
+faults of whole hosts and of the network between them, and its tables, files, lineage and delivery
+checked against the published files' independent reading (not against a clean run: one run on the hosts
+is what the layout takes the time for).
+
+The faults, each at the moment it names and each proven to have happened:
+- a worker host lost mid-merge: every process on the worker that runs raw's taxi merge SIGKILLed at once,
+  a few seconds into the merge; the host then started again as `team up` starts it (its disk kept);
+- a worker host cut off from control during a commit: the catalog's UPDATE of raw's entry held by a
+  trigger, and the worker that runs it cut off at the switch (its cable pulled) while it waits;
+- the scheduler cut off from PostgreSQL: its packets to PostgreSQL's port dropped (its process group
+  moved into a cgroup of its own, matched by iptables, and its open connections by their ports);
+- 20 % loss on one worker host's link (both ways), for a minute or two of a month's work;
+- the lineage receiver cut off from the worker hosts (their packets to its port dropped);
+- a worker host lost while the training flow runs on it (a flow step running under the task).
+
+A partition or a loss is proven by what it dropped (its rules' counters, or a probe refused while the
+cable is out), a host lost by every one of its processes gone and none left in its namespace. Each is
+survived when the programs it touched answer again, and the task it hit (where it hit one) succeeds.
+The operator of the run (this process, once it runs in control's network) reaches every host as a
+machine of the team's network would, and reads the machine's files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from nyc_taxi.chaos import check, expected, mission, moments
+from nyc_taxi.chaos.components import wait_for
+from nyc_taxi.chaos.run import RECOVERY_BOUND, TASK_BOUND, Fault, _mission_events, _task_done, _task_instance
+from nyc_taxi.core import datasets as d
+from nyc_taxi.core import jobs, team
+from nyc_taxi.core.processes import alive, free_port, read_record
+from nyc_taxi.core.settings import Settings, state_settings_file
+from nyc_taxi.deployment import across_hosts, services
+from nyc_taxi.deployment.across_hosts import CONTROL, host_settings
+from nyc_taxi.deployment.hosts import Network, layout
+from nyc_taxi.deployment.supervisor import Supervisor
+
+TAXI, TRAINING = jobs.INGEST_YELLOW_TAXI_DATA, jobs.TRAIN_FORECAST_MODEL
+MERGE = f"{TAXI.name}.{TAXI.merge_upsert_staging_into_raw_yellow.name}"
+FLOW = f"{TRAINING.name}.{TRAINING.run_training_flow.name}"
+LOST_MID_MERGE = "worker host lost mid-merge"
+CUT_AT_COMMIT = "worker host cut off from control during a commit"
+SCHEDULER_FROM_POSTGRES = "scheduler cut off from PostgreSQL"
+LOSS = "20 % loss on a worker host's link"
+RECEIVER_CUT_OFF = "lineage receiver cut off from the worker hosts"
+LOST_IN_FLOW = "worker host lost while the training flow runs"
+SOURCES = ("TLC_BASE_URL=", "NOAA_BASE_URL=")
+PROBE_SECONDS = 2.0
+
+
+@dataclass
+class HostFault(Fault):
+    lasts: float = 0.0  # seconds a partition or a loss lasts (a host lost: until it is started again)
+    ended: float = 0.0  # when it ended: the kill, the cable back, the rules taken off
+
+
+def plan(seed: int) -> list[HostFault]:
+    """The faults, from the seed: the two merge faults each in a month of its own, the others in a month
+    drawn; how far into its task, how long a cut or a loss lasts, and which worker's link loses."""
+    rng = random.Random(seed)
+    months = [s.name for s in mission.STEPS if s.name.startswith("month")]
+    lost, cut = rng.sample(months, 2)
+    workers = [h.name for h in layout().hosts if h.name != CONTROL]
+    faults = [
+        HostFault(0, 1, lost, "worker host", LOST_MID_MERGE, MERGE, round(rng.uniform(2, 8), 1)),
+        HostFault(0, 1, cut, "worker host", CUT_AT_COMMIT, MERGE, lasts=round(rng.uniform(15, 30))),
+        HostFault(
+            0, 1, rng.choice(months), "airflow-scheduler", SCHEDULER_FROM_POSTGRES, lasts=round(rng.uniform(20, 40))
+        ),
+        HostFault(0, 1, rng.choice(months), rng.choice(workers), LOSS, lasts=round(rng.uniform(60, 120))),
+        HostFault(0, 1, rng.choice(months), "lineage-receiver", RECEIVER_CUT_OFF, lasts=round(rng.uniform(45, 90))),
+        HostFault(0, 1, "backtest", "worker host", LOST_IN_FLOW, FLOW, round(rng.uniform(5, 20), 1)),
+    ]
+    order = [s.name for s in mission.STEPS]
+    faults.sort(key=lambda f: order.index(f.step))
+    for number, fault in enumerate(faults, 1):
+        fault.number = number
+    return faults
+
+
+class Hosts:
+    """What the faults look at and act on: the network of hosts, each host's settings, control's API and
+    database (a moment's context), and the mission's progress."""
+
+    def __init__(self, settings: Settings, progress: mission.Progress, stop: threading.Event):
+        self.settings, self.network, self.progress, self.stop = settings, Network(settings), progress, stop
+        self.control = host_settings(settings, self.network, CONTROL)
+        self.ctx = moments.Context(self.control, None, stop)
+
+    def own(self, host: str) -> Settings:
+        return host_settings(self.settings, self.network, host)
+
+    def record(self, host: str = CONTROL) -> dict:
+        return read_record(team.services_record(self.own(host)))
+
+    def address(self, host: str) -> str:
+        return self.network.layout.host(host).address
+
+    def workers(self) -> list[str]:
+        return [h.name for h in self.network.layout.hosts if h.name != CONTROL]
+
+    def host_running(self, task: dict) -> str:
+        host = self.network.host_of(task["pid"])
+        if host is None or host == CONTROL:
+            raise LookupError(f"{task['dag_id']}.{task['task_id']} pid {task['pid']} runs on no worker host ({host})")
+        return host
+
+    def answers(self, host: str) -> bool:
+        """Every program of the host runs under its supervisord and answers a request from control."""
+        own = self.own(host)
+        supervisor = Supervisor(own)
+        if not supervisor.running():
+            return False
+        states = {p["name"]: p["statename"] for p in supervisor.programs()}
+        names = across_hosts.processes(self.network.layout.host(host))
+        return all(states.get(n) == "RUNNING" for n in names) and all(services.answering(own, n) for n in names)
+
+    def reachable(self, host: str) -> bool:
+        """A TCP connection from control to the host's Celery task-log server (every worker host runs one)."""
+        from nyc_taxi.airflow_adapter.environment import WORKER_LOG_SERVER_PORT
+
+        try:
+            with socket.create_connection((self.address(host), WORKER_LOG_SERVER_PORT), timeout=PROBE_SECONDS):
+                return True
+        except OSError:
+            return False
+
+    def step_started(self, fault: HostFault) -> None:
+        """Until the fault's step runs a task (the step's work has begun)."""
+        self.ctx.wait(lambda: self.progress.step == fault.step or fault.step in self.progress.passed, 7200, 0.5)
+        self.ctx.wait(lambda: self.progress.step != fault.step or self.ctx.running_tasks(), 3600, 0.5)
+
+    def running(self, target: str, seconds: float, also=lambda task: True) -> dict:
+        dag, task = target.split(".", 1)
+        return self.ctx.wait(lambda: (t := moments._running_now(self.ctx, dag, task, seconds)) and also(t) and t, 3600)
+
+
+# ---- the faults -------------------------------------------------------------------------------------------
+
+
+def _lose_host(hosts: Hosts, fault: HostFault, task: dict, moment: str) -> None:
+    """The host that runs ``task``, every process SIGKILLed at once; proven gone; started again."""
+    host = hosts.host_running(task)
+    fault.component, fault.task = host, task
+    fault.pids = hosts.network.lose_host(host)
+    fault.at = fault.ended = time.time()
+    running = [p for p in fault.pids if alive(p)]
+    left = [p for p in hosts.network.pids() if hosts.network.host_of(p) == host]
+    if not fault.pids or running or left:
+        raise RuntimeError(f"{host}: killed {fault.pids}, alive after {running}, in its namespace {left}")
+    fault.killed = f"{host}: {len(fault.pids)} processes"
+    fault.proven = f"{host}: all {len(fault.pids)} processes gone, none left in its namespace"
+    fault.target = f"{moment} ({task['dag_id']}.{task['task_id']} try {task['try_number']} on {host})"
+    across_hosts.boot(hosts.settings, host)
+
+
+def lost_mid_merge(hosts: Hosts, fault: HostFault) -> None:
+    task = hosts.running(MERGE, fault.delay)
+    _lose_host(hosts, fault, task, f"{fault.delay:.0f} s into the merge")
+
+
+def lost_in_flow(hosts: Hosts, fault: HostFault) -> None:
+    def a_step_runs(task: dict) -> bool:
+        return any(
+            " step " in " ".join(p.cmdline()) and moments._descends(p, task["pid"])
+            for p in psutil.process_iter()
+            if hosts.network.host_of(p.pid) not in (None, CONTROL)
+        )
+
+    task = hosts.running(FLOW, fault.delay, a_step_runs)
+    _lose_host(hosts, fault, task, f"{fault.delay:.0f} s into the flow, a flow step running")
+
+
+def cut_at_commit(hosts: Hosts, fault: HostFault) -> None:
+    """raw's catalog UPDATE held; the worker whose merge makes it cut off while it waits; mended after."""
+    hold = "chaos_hold_across_hosts"
+    table = d.YELLOW_TAXI_RAW.name
+    moments._hold(hosts.ctx, "lakehouse", "iceberg_tables", f"NEW.table_name = '{table}'", hold, seconds=5)
+    try:
+        hosts.ctx.wait(lambda: moments._held(hosts.ctx, "lakehouse", hold), 3600, 0.05)
+        task = hosts.ctx.wait(lambda: moments._running_now(hosts.ctx, *MERGE.split(".", 1)), 30, 0.1)
+        host = hosts.host_running(task)
+        if not hosts.reachable(host):
+            raise RuntimeError(f"{host} did not answer control before its cable was pulled: the probe proves nothing")
+        hosts.network.cut(host)
+        fault.at = time.time()
+    finally:
+        threading.Thread(
+            target=moments._drop_hold, args=(hosts.ctx, "lakehouse", "iceberg_tables", hold), daemon=True
+        ).start()
+    fault.component, fault.task, fault.killed = host, task, f"{host}'s link"
+    try:
+        refused = not hosts.reachable(host)
+        time.sleep(max(0.0, fault.lasts - (time.time() - fault.at)))
+    finally:
+        hosts.network.mend(host)
+        fault.ended = time.time()
+    if not refused:
+        raise RuntimeError(f"{host} still answered control with its cable out")
+    fault.proven = f"{host}'s link down at the switch: control's probe of it unanswered for {PROBE_SECONDS:.0f} s"
+    fault.target = (
+        f"{table}'s catalog UPDATE held, {task['dag_id']}.{task['task_id']} try {task['try_number']} on {host}"
+    )
+
+
+@contextlib.contextmanager
+def _cgroup(name: str, pids: list[int]):
+    """``pids`` in a cgroup (v2) of their own while inside (what they fork stays there), then back where
+    each was; yields the cgroup's path for iptables' ``cgroup --path``."""
+    mount = Path(tempfile.mkdtemp(prefix="nyc-taxi-cgroup-"))
+    subprocess.run(["mount", "-t", "cgroup2", "cgroup2", str(mount)], check=True, capture_output=True)
+    group = mount / name
+    try:
+        group.mkdir(exist_ok=True)
+        before = {}
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                before[pid] = next(
+                    line.split("::", 1)[1] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                    if line.startswith("0::")
+                )  # fmt: skip
+                (group / "cgroup.procs").write_text(str(pid))
+        try:
+            yield name
+        finally:
+            home = next(iter(before.values()), "/")
+            for pid in (group / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):  # exited meanwhile
+                    (mount / before.get(int(pid), home).lstrip("/") / "cgroup.procs").write_text(pid)
+            group.rmdir()
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+        mount.rmdir()
+
+
+def scheduler_from_postgres(hosts: Hosts, fault: HostFault) -> None:
+    """Control drops the scheduler's packets to PostgreSQL and PostgreSQL's to it: new connections by the
+    scheduler's cgroup, the open ones by their ports."""
+    hosts.step_started(fault)
+    port = hosts.record()["postgres"]["port"]
+    supervisor = Supervisor(hosts.control)
+    scheduler = {p["name"]: p["pid"] for p in supervisor.programs()}["airflow-scheduler"]
+    group = [p.pid for p in psutil.process_iter() if _group_of(p.pid) == scheduler]
+    tag, running = f"scheduler-postgres-{fault.number}", hosts.ctx.now()
+    with _cgroup(f"nyc-taxi-{hosts.network.tag}-scheduler", group) as path:
+        hosts.network.block(CONTROL, "OUTPUT", ["-p", "tcp", "--dport", str(port), "-m", "cgroup", "--path", path], tag)
+        ports = {c.laddr.port for pid in group for c in _connections(pid) if c.raddr and c.raddr.port == port}
+        for local in ports:
+            hosts.network.block(CONTROL, "OUTPUT", ["-p", "tcp", "--sport", str(local), "--dport", str(port)], tag)
+            hosts.network.block(CONTROL, "OUTPUT", ["-p", "tcp", "--sport", str(port), "--dport", str(local)], tag)
+        fault.at = time.time()
+        fault.pids, fault.component, fault.killed = group, "airflow-scheduler", f"scheduler {scheduler}↔PostgreSQL"
+        try:
+            time.sleep(fault.lasts)
+            dropped = hosts.network.dropped(tag)
+        finally:
+            hosts.network.unblock(CONTROL, tag)
+            fault.ended = time.time()
+    if not dropped:
+        raise RuntimeError("the scheduler sent PostgreSQL nothing while it was cut off: the partition proves nothing")
+    fault.proven = f"{dropped} packets between the scheduler ({len(ports)} open connections) and PostgreSQL dropped"
+    fault.target = f"{fault.lasts:.0f} s, from the step's first task on [{running}]"
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _connections(pid: int) -> list:
+    with contextlib.suppress(psutil.Error):
+        return psutil.Process(pid).net_connections("tcp")
+    return []
+
+
+def loss(hosts: Hosts, fault: HostFault) -> None:
+    hosts.step_started(fault)
+    host = fault.component
+    hosts.network.lose(host, 0.2)
+    fault.at = time.time()
+    fault.killed = f"{host}'s link"
+    try:
+        time.sleep(fault.lasts)
+        dropped = hosts.network.dropped(f"loss-{host}")
+    finally:
+        hosts.network.lose(host, 0)
+        fault.ended = time.time()
+    if not dropped:
+        raise RuntimeError(f"{host}'s link lost nothing in {fault.lasts:.0f} s: the loss proves nothing")
+    fault.proven = f"{dropped} packets to and from {host} dropped"
+    fault.target = f"{fault.lasts:.0f} s, from the step's first task on"
+
+
+def receiver_cut_off(hosts: Hosts, fault: HostFault) -> None:
+    from nyc_taxi.lineage.write import delivery
+
+    hosts.step_started(fault)
+    port = hosts.record()["lineage"]["port"]
+    tag = f"receiver-{fault.number}"
+    for worker in hosts.workers():
+        match = ["-p", "tcp", "-s", hosts.address(worker), "--dport", str(port)]
+        hosts.network.block(CONTROL, "INPUT", match, tag)
+    fault.at = time.time()
+    fault.killed = "the lineage receiver's port, from every worker host"
+    try:
+        time.sleep(fault.lasts)
+        dropped = hosts.network.dropped(tag)
+    finally:
+        hosts.network.unblock(CONTROL, tag)
+        fault.ended = time.time()
+    if not dropped:
+        raise RuntimeError("no worker host tried to ship while the receiver was cut off: the cut proves nothing")
+    fault.proven = f"{dropped} packets from the worker hosts to the receiver dropped"
+    fault.target = f"{fault.lasts:.0f} s, from the step's first task on"
+    fault.task = {"shipped": {w: _shipped(delivery, hosts.own(w)) for w in hosts.workers()}}
+
+
+def _shipped(delivery, own: Settings) -> dict[str, int]:
+    return {f"{p.server} {p.file}": p.shipped for p in delivery.status(own)}
+
+
+MOMENTS = {
+    LOST_MID_MERGE: lost_mid_merge,
+    CUT_AT_COMMIT: cut_at_commit,
+    SCHEDULER_FROM_POSTGRES: scheduler_from_postgres,
+    LOSS: loss,
+    RECEIVER_CUT_OFF: receiver_cut_off,
+    LOST_IN_FLOW: lost_in_flow,
+}
+
+
+def _back(hosts: Hosts, fault: HostFault) -> bool:
+    """The fault's part of the deployment answers again: every program of the host it took (a worker
+    host, a link), the scheduler, or each worker's lineage shipped on to the receiver."""
+    if fault.moment == SCHEDULER_FROM_POSTGRES:
+        return services.answering(hosts.control, "airflow-scheduler")
+    if fault.moment == RECEIVER_CUT_OFF:
+        from nyc_taxi.lineage.write import delivery
+
+        before = fault.task["shipped"]
+        return all(
+            all(
+                p.shipped == p.total or p.shipped > before[w].get(f"{p.server} {p.file}", 0)
+                for p in delivery.status(hosts.own(w))
+            )
+            for w in hosts.workers()
+        )
+    return hosts.answers(fault.component)
+
+
+def inject(hosts: Hosts, fault: HostFault, say) -> None:
+    """The fault at its moment; how long its part takes to answer again after it ended; the task it hit
+    done (a later try)."""
+    try:
+        if fault.moment in (LOST_MID_MERGE, CUT_AT_COMMIT, LOST_IN_FLOW):
+            hosts.ctx.wait(lambda: hosts.progress.step == fault.step or fault.step in hosts.progress.passed, 7200, 0.5)
+        MOMENTS[fault.moment](hosts, fault)
+        say(f"  fault {fault.number}: {fault.moment}: {fault.killed} — {fault.target}")
+        say(f"  fault {fault.number}: {fault.proven}")
+        if wait_for(lambda: _back(hosts, fault), RECOVERY_BOUND, 1) is None:
+            raise RuntimeError(f"{fault.killed} not back within {RECOVERY_BOUND} s of the fault's end")
+        fault.recovered_s = time.time() - fault.ended
+        say(f"  fault {fault.number}: back {fault.recovered_s:.1f} s after the fault ended")
+        if fault.task and "task_id" in fault.task:
+            if wait_for(lambda: _task_done(hosts.ctx, fault.task), TASK_BOUND, 2) is None:
+                raise RuntimeError(f"{fault.task['dag_id']}.{fault.task['task_id']} not done within {TASK_BOUND} s")
+            fault.task_done_s = time.time() - fault.at
+            done = _task_instance(hosts.ctx, fault.task)
+            fault.task |= {"done_by_try": done["try_number"], "done_on": done["hostname"]}
+            say(
+                f"  fault {fault.number}: {fault.task['dag_id']}.{fault.task['task_id']} done {fault.task_done_s:.0f} s after, by try {fault.task['done_by_try']} on {fault.task['done_on']}"
+            )
+    except TimeoutError:
+        fault.error = f"its moment did not come in step {fault.step}"
+        say(f"  fault {fault.number}: {fault.error}")
+    except Exception as error:  # the run goes on; the fault is reported as not carried out
+        fault.error = f"{type(error).__name__}: {error}"
+        say(f"  fault {fault.number}: {fault.error}")
+
+
+# ---- the run ------------------------------------------------------------------------------------------------
+
+
+def _lineage_problems(hosts: Hosts) -> list[str]:
+    """Every worker host's lineage shipped (within two minutes of the end) and in control's files once,
+    record for record (but what DataHub's emitter stamps on each send)."""
+    from nyc_taxi.lineage.write import delivery
+    from nyc_taxi.lineage.write.receiver import stored_path
+
+    def plain(records: list[dict]) -> list[dict]:
+        return [{k: v for k, v in r.items() if k != "systemMetadata"} for r in records]
+
+    said = []
+    for host in hosts.workers():
+        own = hosts.own(host)
+        left = wait_for(lambda own=own: not [p for p in delivery.status(own) if p.shipped < p.total], 120, 2)
+        if left is None:
+            said += [
+                f"{host}: {p.file} {p.shipped} of {p.total} shipped"
+                for p in delivery.status(own)
+                if p.shipped < p.total
+            ]
+        for server in (delivery.OpenLineageServer, delivery.DataHubServer):
+            for path in server(own).files():
+                sent = server(own).read(path)
+                stored = stored_path(hosts.control, host, path.name, delivery.file_head(sent))
+                got = server(hosts.control).read(stored) if stored.exists() else []
+                if plain(got) != plain(sent):
+                    said.append(
+                        f"{host}: {path.name}: {len(sent)} records sent, control holds {len(got)} ({stored.name})"
+                    )
+    return said
+
+
+def _leftovers(hosts: Hosts) -> list[str]:
+    """What is left once the mission is over: task instances and DAG runs queued or running, messages in
+    the broker, a process on a host that its supervisord does not run (the operator's own aside)."""
+    import redis
+
+    api, said = hosts.ctx.api(), []
+    for state in ("queued", "running"):
+        for ti in api.call(f"/api/v2/dags/~/dagRuns/~/taskInstances?state={state}&limit=50")["task_instances"]:
+            said.append(f"task {ti['dag_id']}.{ti['task_id']} {state}")
+    said += [f"DAG run {r['dag_id']} {r['dag_run_id']} {r['state']}" for r in api.active_runs()]
+    if waiting := redis.Redis.from_url(team.Redis(hosts.control).url()).llen("default"):
+        said.append(f"{waiting} messages in the broker's queue")
+    mine = {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
+    supervised = set()
+    for host in hosts.network.layout.hosts:
+        with contextlib.suppress(Exception):
+            pid = Supervisor(hosts.own(host.name)).pid()
+            supervised |= {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+    for pid in hosts.network.pids():
+        if pid not in supervised | mine and psutil.pid_exists(pid):
+            with contextlib.suppress(psutil.Error):
+                said.append(
+                    f"{hosts.network.host_of(pid)}: process {pid} {' '.join(psutil.Process(pid).cmdline()[:4])[:100]}"
+                )
+    return said
+
+
+def problems(hosts: Hosts, runs: list[dict], wanted) -> dict:
+    """The run's tables, files, lineage, delivery, DAG runs and what is left, each against the published
+    files' independent reading or an exact identity."""
+    from nyc_taxi.lineage.write.delivery import OpenLineageServer
+
+    state, files = hosts.control.state_dir, OpenLineageServer(hosts.control)
+    events = [e for path in files.files() for e in files.read(path)]  # control's own and those the hosts shipped
+    tables = check.tables(state)
+    edges, _ = check.lineage_edges(_mission_events(events), check.VersionResolver(state))
+    triggered = [(dag, conf) for step in mission.STEPS for dag, conf in step.runs]
+    wanted_edges, got = expected.mission_edges(True), check.edge_names(edges, hosts.control.database)
+    return {
+        "tables empty": [name for name, table in tables.items() if not table["rows"]],
+        "keys doubled": {name: len(t["doubled"]) for name, t in tables.items() if t["doubled"]},
+        "tables not as published": check.unexpected(state, wanted),
+        "unreadable files": check.unreadable_files(state)[:20],
+        "lineage not as written out": [
+            f"missing {sorted(wanted_edges - got)[:5]}",
+            f"extra {sorted(got - wanted_edges)[:5]}",
+        ]
+        if got != wanted_edges
+        else [],
+        "lineage not delivered once": _lineage_problems(hosts),
+        "runs failed": [f"{r['dag_id']} {r['run_id']} {r['state']}" for r in runs if r["state"] != "success"],
+        "runs not as triggered": check.runs_as_triggered(runs, triggered, len(mission.MONTHS), TRAINING.name),
+        "left": _leftovers(hosts),
+        "rows": {name: table["rows"] for name, table in tables.items()},
+    }
+
+
+def passed(report: dict) -> bool:
+    """Every planned fault happened at its moment, proven, and what it touched answered again within
+    its bound; the run's tables, files, lineage and runs hold every check."""
+    faults = report["faults"]
+    return (
+        len(faults) >= 6
+        and all(f["proven"] and f["recovered_s"] is not None and not f["error"] for f in faults)
+        and all(not v for k, v in report["checks"].items() if k != "rows")
+    )
+
+
+def run(seed: int, rows: int, retries: int, work: Path, say=print) -> dict:
+    """As the operator in control's network: the layout up, the mission under the faults, the checks."""
+    settings = services.team_settings(Settings(_env_file=None))
+    network = Network(settings)
+    faults = plan(seed)
+    say(f"chaos run across hosts: {len(faults)} faults, seed {seed}")
+    for fault in faults:
+        say(f"  plan {fault.number}: {fault.step}: {fault.moment} ({fault.component}; {fault.delay or fault.lasts} s)")
+    started = time.monotonic()
+    for line in across_hosts.up(settings):
+        say(f"    {line}")
+    control = network.layout.host(CONTROL)
+    site = network.directory(CONTROL) / "chaos-site"
+    files = mission.publish(site, rows)
+    wanted = expected.expected(site, files, mission.MONTHS, mission.backtest_origin(mission.MONTHS))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
+    env.pop(across_hosts.OPERATOR, None)
+    env |= {"AIRFLOW_PORT": str(settings.airflow_port), "TASK_RETRIES": str(retries)}
+    created = subprocess.run(
+        network.command(CONTROL, [sys.executable, "-m", "nyc_taxi.cli.infra", "create"]),
+        env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    if created.returncode:
+        raise RuntimeError(f"create-infra on control: {created.stdout[-1500:]}{created.stderr[-1500:]}")
+    from nyc_taxi.fixtures.server import FixtureServer
+
+    progress, stop = mission.Progress(), threading.Event()
+    hosts = Hosts(settings, progress, stop)
+    with FixtureServer(site, host=control.address) as url:
+        for host in network.layout.hosts:
+            state_settings_file(network.directory(host.name)).write_text("".join(f"{k}{url}\n" for k in SOURCES))
+        threads = [threading.Thread(target=inject, args=(hosts, f, say), daemon=True) for f in faults]
+        for thread in threads:
+            thread.start()
+        try:
+            runs = mission.run(hosts.control, env, progress, last=lambda: None)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=TASK_BOUND)
+        checks = problems(hosts, runs, wanted)
+    report = {
+        "seed": seed,
+        "rows": rows,
+        "retries": retries,
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+        "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "faults": [asdict(f) for f in faults],
+        "checks": checks,
+        "seconds": round(time.monotonic() - started),
+    }
+    report["passed"] = passed(report)
+    return report
+
+
+def table(report: dict) -> str:
+    lines = [f"{'#':>2} {'step':<14} {'fault':<48} {'what':<34} {'proven by':<64} {'back':>6} {'task':>6}"]
+    for f in report["faults"]:
+        back = f"{f['recovered_s']:.0f} s" if f["recovered_s"] is not None else "-"
+        done = f"{f['task_done_s']:.0f} s" if f["task_done_s"] is not None else "-"
+        lines.append(
+            f"{f['number']:>2} {f['step']:<14} {f['moment']:<48} {f['killed'][:34]:<34} "
+            f"{(f['proven'] or f['error'])[:64]:<64} {back:>6} {done:>6}"
+        )
+    lines.append("")
+    for name, found in report["checks"].items():
+        if name != "rows":
+            lines.append(f"{name}: {found or 'none'}")
+    lines.append("rows: " + ", ".join(f"{k} {v}" for k, v in report["checks"]["rows"].items()))
+    return "\n".join(lines)
+
+
+def main(seed: int, rows: int, retries: int, out: Path | None, keep: bool) -> int:
+    """`bash run chaos --hosts`: as the operator (re-run in control's network), the run; then `team down
+    --delete-data` unless ``keep``."""
+    work = Path(os.environ.get("NYC_TAXI_CHAOS_WORK") or tempfile.mkdtemp(prefix="chaos-hosts-"))
+    if not os.environ.get(across_hosts.OPERATOR):  # the deployment's own: this machine's Airflow and lineage stay out
+        for name in [n for n in os.environ if n.startswith(("AIRFLOW", "OPENLINEAGE", "DATAHUB"))]:
+            del os.environ[name]
+        os.environ |= {"PROFILE": "team", "STATE_DIR": str(work / "state"), "NYC_TAXI_CHAOS_WORK": str(work)}
+        os.environ |= {"AIRFLOW_PORT": str(free_port()), "SPARK_SERVER": "false", "TASK_RETRIES": str(retries)}
+        os.environ |= {"DATAHUB_TELEMETRY_ENABLED": "false"}
+    settings = services.team_settings(Settings(_env_file=None))
+    argv = ["--hosts", "--seed", str(seed), "--rows", str(rows), "--retries", str(retries)]
+    argv += [*(("--report", str(out)) if out else ()), *(("--keep",) if keep else ())]
+    operator = across_hosts.in_control(settings, argv, module="nyc_taxi.cli.chaos")
+    if operator is not None:
+        if not keep:
+            across_hosts.down(settings, delete_data=True)
+        return operator
+    report = run(seed, rows, retries, work, lambda text: print(text, flush=True))
+    print()
+    print(table(report))
+    survived = sum(1 for f in report["faults"] if f["proven"] and f["recovered_s"] is not None and not f["error"])
+    print(f"\nfaults survived: {survived} of {len(report['faults'])}; wall {report['seconds']} s; "
+          f"{'PASSED' if report['passed'] else 'FAILED'}")  # fmt: skip
+    path = out or work / "chaos-hosts-report.json"
+    path.write_text(json.dumps(report, indent=2, default=str))
+    print(f"report: {path}")
+    return 0 if report["passed"] else 1

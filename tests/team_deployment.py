@@ -5,6 +5,8 @@ tests read of it. A pytest plugin (tests/conftest.py loads it)."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import datetime as dt
 import os
 import signal
@@ -226,3 +228,21 @@ def bucket(settings) -> dict[str, str]:
     objects = services.ObjectStore(settings)
     pages = objects.client().get_paginator("list_objects_v2").paginate(Bucket=objects.bucket)
     return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
+
+
+@contextlib.contextmanager
+def network_of(namespace: str):
+    """This thread in ``namespace``'s network (Linux's setns: a thread's network namespace is its own), as
+    a machine of the hosts' network: what it connects to or serves meanwhile is there, and so is every
+    thread it starts."""
+    libc, new_network = ctypes.CDLL(None, use_errno=True), 0x40000000  # CLONE_NEWNET
+    here = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    there = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+    try:
+        if libc.setns(there, new_network) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
+        yield
+    finally:
+        libc.setns(here, new_network)
+        os.close(here)
+        os.close(there)

@@ -6,13 +6,11 @@ from control's network; `team down --delete-data` leaves nothing behind.
 The suite's lane holds the short checks that the layout comes up and answers; the system lane runs a
 month's two ingestion DAGs on it, and the training the merge's asset event starts: every task on a worker
 host, its Spark driver there, its log read through the API server from the worker's log server, and the
-tables equal to an independent reading of the published files (faults across hosts are not yet built:
-docs/operations.md#across-hosts)."""
+tables equal to an independent reading of the published files (faults across hosts:
+tests/test_chaos_across_hosts.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import datetime as dt
 import json
 import os
@@ -24,7 +22,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from team_deployment import assert_the_team_demo_ended_as_the_local_one, team_cli
+from team_deployment import assert_the_team_demo_ended_as_the_local_one, network_of, team_cli
 
 from nyc_taxi.core.processes import free_port
 
@@ -277,24 +275,6 @@ def test_a_program_on_a_host_sees_only_its_own_state_directory_by_construction(h
             assert not [p for p in paths if p.is_relative_to(state) and not p.is_relative_to(own)], (host, paths)
             seen += 1
     assert seen >= 16
-
-
-@contextlib.contextmanager
-def network_of(namespace: str):
-    """This thread in ``namespace``'s network (Linux's setns: a thread's network namespace is its own), as
-    a machine of the hosts' network: what it connects to or serves meanwhile is there, and so is every
-    thread it starts."""
-    libc, new_network = ctypes.CDLL(None, use_errno=True), 0x40000000  # CLONE_NEWNET
-    here = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    there = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
-    try:
-        if libc.setns(there, new_network) != 0:
-            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
-        yield
-    finally:
-        libc.setns(here, new_network)
-        os.close(here)
-        os.close(there)
 
 
 def _errors(network) -> list[str]:

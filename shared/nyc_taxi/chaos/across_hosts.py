@@ -45,7 +45,7 @@ from nyc_taxi.chaos.run import RECOVERY_BOUND, TASK_BOUND, Fault, _mission_event
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core import jobs, team
 from nyc_taxi.core.processes import alive, free_port, read_record
-from nyc_taxi.core.settings import Settings, state_settings_file
+from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment import across_hosts, services
 from nyc_taxi.deployment.across_hosts import CONTROL, host_settings
 from nyc_taxi.deployment.hosts import Network, layout
@@ -60,7 +60,6 @@ SCHEDULER_FROM_POSTGRES = "scheduler cut off from PostgreSQL"
 LOSS = "20 % loss on a worker host's link"
 RECEIVER_CUT_OFF = "lineage receiver cut off from the worker hosts"
 LOST_IN_FLOW = "worker host lost while the training flow runs"
-SOURCES = ("TLC_BASE_URL=", "NOAA_BASE_URL=")
 PROBE_SECONDS = 2.0
 
 
@@ -509,7 +508,6 @@ def run(seed: int, rows: int, retries: int, work: Path, say=print) -> dict:
     started = time.monotonic()
     for line in across_hosts.up(settings):
         say(f"    {line}")
-    control = network.layout.host(CONTROL)
     site = network.directory(CONTROL) / "chaos-site"
     files = mission.publish(site, rows)
     wanted = expected.expected(site, files, mission.MONTHS, mission.backtest_origin(mission.MONTHS))
@@ -522,13 +520,11 @@ def run(seed: int, rows: int, retries: int, work: Path, say=print) -> dict:
     )  # fmt: skip
     if created.returncode:
         raise RuntimeError(f"create-infra on control: {created.stdout[-1500:]}{created.stderr[-1500:]}")
-    from nyc_taxi.fixtures.server import FixtureServer
+    from nyc_taxi.fixtures.server import served_to_hosts
 
     progress, stop = mission.Progress(), threading.Event()
     hosts = Hosts(settings, progress, stop)
-    with FixtureServer(site, host=control.address) as url:
-        for host in network.layout.hosts:
-            state_settings_file(network.directory(host.name)).write_text("".join(f"{k}{url}\n" for k in SOURCES))
+    with served_to_hosts(network, site):
         threads = [threading.Thread(target=inject, args=(hosts, f, say), daemon=True) for f in faults]
         for thread in threads:
             thread.start()

@@ -36,7 +36,7 @@ from nyc_taxi.core import datasets as d
 from nyc_taxi.core.jobs import INGEST_WEATHER_DATA, INGEST_YELLOW_TAXI_DATA, TRAIN_FORECAST_MODEL, TRAINING_FLOW
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.settings import get_settings
-from nyc_taxi.fixtures.server import FixtureServer
+from nyc_taxi.fixtures.server import FixtureServer, served_to_hosts
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 
 MONTHS = ((2024, 1), (2024, 2))
@@ -44,7 +44,6 @@ ORIGINS = (dt.datetime(2024, 2, 8), dt.datetime(2024, 2, 15))  # weekly forecast
 LOOKBACK_DAYS, HORIZON_HOURS = 28, 24
 ROWS = 200_000
 MODELS = ("seasonal_naive", "weather_adjusted")
-SOURCES = ("TLC_BASE_URL=", "NOAA_BASE_URL=")  # the settings that name where the sources are served
 BROKEN_MONTH = (2024, 3)  # published last, with every trip a year early: refused by its checks
 
 
@@ -149,7 +148,6 @@ def _across_hosts(settings, argv: list[str]) -> int:
     host given their URL in its own settings; then the demo itself as a command on control, where it sees
     control's state (the lineage the workers shipped there, Metaflow's home mounted from the filer) and
     the runs go to the workers through control's scheduler. Its exit status."""
-    from nyc_taxi.core.settings import state_settings_file
     from nyc_taxi.deployment import across_hosts, services
     from nyc_taxi.deployment.hosts import Network
 
@@ -164,26 +162,13 @@ def _across_hosts(settings, argv: list[str]) -> int:
     control = network.layout.host(across_hosts.CONTROL)
     site = network.directory(control.name) / "demo-site"
     _publish(site, f"control ({control.address})")
-    files = [state_settings_file(network.directory(h.name)) for h in network.layout.hosts]
-    before = {path: path.read_text() for path in files if path.exists()}  # a host's own settings come back after
-    with FixtureServer(site, host=control.address) as url:
-        try:
-            for path in files:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                kept = [ln for ln in before.get(path, "").splitlines() if not ln.startswith(SOURCES)]
-                path.write_text("".join(f"{line}\n" for line in kept) + "".join(f"{k}{url}\n" for k in SOURCES))
-            # this machine's Airflow configuration and sources stay here: control has its own
-            env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
-            env.pop(across_hosts.OPERATOR, None)
-            env["AIRFLOW_PORT"] = str(settings.airflow_port)  # the deployment's API server's
-            demo = [sys.executable, "-m", "nyc_taxi.cli.demo", *argv, "--own-jvms", "--sources", url]
-            return subprocess.run(network.command(control.name, demo), env=env).returncode
-        finally:
-            for path in files:
-                if path in before:
-                    path.write_text(before[path])
-                else:
-                    path.unlink(missing_ok=True)
+    with served_to_hosts(network, site) as url:
+        # this machine's Airflow configuration and sources stay here: control has its own
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
+        env.pop(across_hosts.OPERATOR, None)
+        env["AIRFLOW_PORT"] = str(settings.airflow_port)  # the deployment's API server's
+        demo = [sys.executable, "-m", "nyc_taxi.cli.demo", *argv, "--own-jvms", "--sources", url]
+        return subprocess.run(network.command(control.name, demo), env=env).returncode
 
 
 def _compare(settings) -> None:

@@ -1,0 +1,76 @@
+"""`bash run chaos --hosts` for real: the mission on the hosts layout under its six faults of hosts and
+links, each proven and survived, the run's own checks all clean; then, read from control's network
+before `team down`, raw holds each published taxi file exactly and the weather each month's files (the
+suite's own reading, not the chaos run's); and `team down --delete-data` leaves no namespace or process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from team_deployment import check_weather, network_of, raw_holds_exactly, team_cli
+
+pytestmark = [
+    pytest.mark.team,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("iptables") is None,
+        reason="network namespaces and iptables take root, iproute2 and iptables",
+    ),
+]
+
+
+@pytest.mark.system
+def test_a_chaos_run_across_hosts_survives_six_proven_host_and_link_faults_and_ends_as_the_published_files(tmp_path):
+    import psutil
+
+    from nyc_taxi.chaos import across_hosts as chaos
+    from nyc_taxi.chaos import mission
+    from nyc_taxi.chaos.run import RECOVERY_BOUND
+    from nyc_taxi.core.settings import Settings
+    from nyc_taxi.deployment.across_hosts import host_settings
+    from nyc_taxi.deployment.hosts import Network
+    from nyc_taxi.deployment.supervisor import MARKER
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
+    env["NYC_TAXI_CHAOS_WORK"] = str(tmp_path)
+    report_path, state = tmp_path / "report.json", tmp_path / "state"
+    command = [sys.executable, "-m", "nyc_taxi.cli.chaos", "--hosts", "--seed", "3", "--report", str(report_path)]
+    network = Network(Settings(_env_file=None, profile="team", state_dir=state))
+    try:
+        done = subprocess.run([*command, "--keep"], env=env, capture_output=True, text=True, timeout=3600)
+        assert report_path.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+        report = json.loads(report_path.read_text())
+        assert done.returncode == 0 and report["passed"], done.stdout[-6000:]
+        faults = {f["moment"]: f for f in report["faults"]}
+        assert set(faults) == set(chaos.MOMENTS) and len(report["faults"]) == 6
+        assert all(f["proven"] and not f["error"] and 0 <= f["recovered_s"] <= RECOVERY_BOUND for f in faults.values())
+        for lost in (chaos.LOST_MID_MERGE, chaos.LOST_IN_FLOW):  # the host's try died with it; a later one did it
+            fault = faults[lost]
+            assert fault["pids"] and fault["task"]["done_by_try"] > fault["task"]["try_number"], fault
+        assert faults[chaos.CUT_AT_COMMIT]["task"]["done_by_try"] >= faults[chaos.CUT_AT_COMMIT]["task"]["try_number"]
+        assert all(not found for name, found in report["checks"].items() if name != "rows"), report["checks"]
+        # the lake, read from control's network by the suite's own reading of the published files
+        control = host_settings(network.settings, network, "control")
+        site = network.directory("control") / "chaos-site"
+        with network_of(network.namespace("control")):
+            for taxi_file in sorted(site.rglob("yellow_tripdata_*.parquet")):
+                raw_holds_exactly(control, taxi_file)
+            for year, month in mission.MONTHS:
+                check_weather(control, site, year, month)
+        assert len(sorted(site.rglob("yellow_tripdata_*.parquet"))) == len(mission.MONTHS)
+    finally:
+        down = team_cli(env | {"PROFILE": "team", "STATE_DIR": str(state)}, "down", "--delete-data")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert network.namespaces() == []
+    left = []
+    for process in psutil.process_iter():
+        try:
+            if str(state) in process.environ().get(MARKER, ""):
+                left.append(process.cmdline())
+        except psutil.Error:
+            continue
+    assert left == []

@@ -611,6 +611,9 @@ def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_
 
     def report(**changes) -> dict:
         faults = [asdict(f) | {"proven": "seen", "recovered_s": 3.0} for f in plans[0]]
+        for fault in faults:  # a lost host's task done by a later try, the flow's resuming its run
+            if fault["moment"] in (hosts.LOST_MID_MERGE, hosts.LOST_IN_FLOW):
+                fault["task"] = {"try_number": 1, "done_by_try": 2, "resumed": "TrainForecastModelFlow/1"}
         checks = {key: [] for key in ("tables not as published", "lineage not delivered once", "left")} | {
             "rows": {"a": 1}
         }
@@ -629,3 +632,11 @@ def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_
     assert not hosts.passed(report(left=["task x running"]))
     assert not hosts.passed(report(**{"lineage not delivered once": ["worker-a: 3 records sent, control holds 6"]}))
     assert not hosts.passed(report() | {"faults": report()["faults"][:5]})
+    assert not hosts.passed(report(fault={"recovered_s": 121.0}))  # beyond the bound, from the fault's end
+    lost = report()
+    merge = next(f for f in lost["faults"] if f["moment"] == hosts.LOST_MID_MERGE)
+    merge["task"]["done_by_try"] = 1  # done by the try the host took with it: the kill did not hit it
+    assert not hosts.passed(lost)
+    unresumed = report()
+    next(f for f in unresumed["faults"] if f["moment"] == hosts.LOST_IN_FLOW)["task"]["resumed"] = ""
+    assert not hosts.passed(unresumed)

@@ -388,6 +388,7 @@ def test_a_blocked_port_drops_what_it_matches_counts_it_and_is_opened_again_and_
         deadline = time.monotonic() + 10
         while network.host_of(sleeper.pid) != "worker-b" or Path(f"/proc/{sleeper.pid}/comm").read_text() != "sleep\n":
             assert time.monotonic() < deadline, "the sleeper never showed up on worker-b"
+            time.sleep(0.05)
         assert network.host_of(os.getpid()) is None
         killed = network.lose_host("worker-b")
         assert sleeper.pid in killed and sleeper.wait(5) == -9
@@ -395,3 +396,57 @@ def test_a_blocked_port_drops_what_it_matches_counts_it_and_is_opened_again_and_
         assert network.namespace("worker-b") in network.namespaces() and network.directory("worker-b").is_dir()
     finally:
         server.kill()
+
+
+@pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables (bash run setup installs it)")
+def test_a_confined_process_is_told_apart_by_its_cgroup_and_down_removes_a_cgroup_left_behind(network):
+    """What `chaos --hosts` cuts the scheduler from PostgreSQL with: a process on control moved into the
+    deployment's cgroup, its new connections dropped by a rule on that cgroup while another process on
+    control still connects; out of it again, it connects; a cgroup a stopped run left, `down` removes."""
+    control = network.layout.host("control")
+    server = _listening_on_control(network, "\nwhile True: s.accept()[0].close()")
+    code = (
+        "import socket, sys\n"
+        "for _ in sys.stdin:\n"
+        "    try:\n"
+        f"        socket.create_connection(('{control.address}', 8765), timeout=2).close(); print('yes', flush=True)\n"
+        "    except OSError as error:\n"
+        "        print(type(error).__name__, flush=True)\n"
+    )
+    client = subprocess.Popen(
+        network.command("control", [sys.executable, "-c", code]),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def asks() -> str:
+        client.stdin.write("\n")
+        client.stdin.flush()
+        return client.stdout.readline().strip()
+
+    def another() -> bool:
+        return (
+            _python_on(
+                network, "control", f"import socket; socket.create_connection(('{control.address}', 8765), timeout=2)"
+            ).returncode
+            == 0
+        )
+
+    try:
+        assert asks() == "yes"
+        with network.confine("client", [client.pid]) as path:
+            assert network.cgroups() == [path]
+            network.block("control", "OUTPUT", ["-p", "tcp", "--dport", "8765", "-m", "cgroup", "--path", path], "cg")
+            assert asks() == "TimeoutError" and another()
+            assert network.dropped("cg") >= 2
+            network.unblock("control", "cg")
+        assert network.cgroups() == [] and asks() == "yes"
+        left = network.confine("client", [client.pid])
+        left.__enter__()  # a run stopped inside it: never left
+        assert network.cgroups() == [f"{network.prefix}client"]
+    finally:
+        client.kill()
+        server.kill()
+    network.down()
+    assert network.cgroups() == []

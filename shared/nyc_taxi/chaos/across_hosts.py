@@ -28,6 +28,8 @@ import datetime as dt
 import json
 import os
 import random
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -48,7 +50,7 @@ from nyc_taxi.core.processes import alive, free_port, read_record
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment import across_hosts, services
 from nyc_taxi.deployment.across_hosts import CONTROL, host_settings
-from nyc_taxi.deployment.hosts import Network, layout
+from nyc_taxi.deployment.hosts import CHECKOUT, Network, layout
 from nyc_taxi.deployment.supervisor import Supervisor
 
 TAXI, TRAINING = jobs.INGEST_YELLOW_TAXI_DATA, jobs.TRAIN_FORECAST_MODEL
@@ -65,6 +67,7 @@ PROBE_SECONDS = 2.0
 
 @dataclass
 class HostFault(Fault):
+    at: float = 0.0  # when it happened (time.time())
     lasts: float = 0.0  # seconds a partition or a loss lasts (a host lost: until it is started again)
     ended: float = 0.0  # when it ended: the kill, the cable back, the rules taken off
 
@@ -149,115 +152,150 @@ class Hosts:
         dag, task = target.split(".", 1)
         return self.ctx.wait(lambda: (t := moments._running_now(self.ctx, dag, task, seconds)) and also(t) and t, 3600)
 
+    def in_its_step(self, fault: HostFault) -> None:
+        """A fault that happened in another step than planned (its moment came late) is an error: the
+        plan, and what the report says of it, would not hold."""
+        if self.progress.step != fault.step:
+            raise RuntimeError(f"it happened in step {self.progress.step!r}, not in {fault.step!r}")
+
 
 # ---- the faults -------------------------------------------------------------------------------------------
 
 
-def _lose_host(hosts: Hosts, fault: HostFault, task: dict, moment: str) -> None:
-    """The host that runs ``task``, every process SIGKILLed at once; proven gone; started again."""
+def _lose_host(hosts: Hosts, fault: HostFault, task: dict, victims: list[int], moment: str) -> None:
+    """The host that runs ``task`` lost as a machine that loses its power: its cable out first (no peer
+    hears of it: no FIN, no reset), every process SIGKILLed at once, then the cable back and the host
+    started again as `team up` starts it. Proven: ``victims`` (the task's processes, seen running just
+    before) among those killed, and nothing left in the host's namespace."""
     host = hosts.host_running(task)
     fault.component, fault.task = host, task
-    fault.pids = hosts.network.lose_host(host)
-    fault.at = fault.ended = time.time()
-    running = [p for p in fault.pids if alive(p)]
+    hosts.network.cut(host)
+    try:
+        fault.pids = hosts.network.lose_host(host)
+        fault.at = fault.ended = time.time()
+        step = hosts.progress.step
+    finally:
+        hosts.network.mend(host)
     left = [p for p in hosts.network.pids() if hosts.network.host_of(p) == host]
-    if not fault.pids or running or left:
-        raise RuntimeError(f"{host}: killed {fault.pids}, alive after {running}, in its namespace {left}")
+    missed = [p for p in victims if p not in fault.pids]
+    if missed or left or any(map(alive, fault.pids)):
+        raise RuntimeError(f"{host}: killed {fault.pids}, not killed {missed}, left in its namespace {left}")
     fault.killed = f"{host}: {len(fault.pids)} processes"
-    fault.proven = f"{host}: all {len(fault.pids)} processes gone, none left in its namespace"
+    fault.proven = (
+        f"{host}: all {len(fault.pids)} processes gone, the task's {len(victims)} among them, none left in "
+        "its namespace"
+    )
     fault.target = f"{moment} ({task['dag_id']}.{task['task_id']} try {task['try_number']} on {host})"
     across_hosts.boot(hosts.settings, host)
+    if step != fault.step:
+        raise RuntimeError(f"it happened in step {step!r}, not in {fault.step!r}")
+
+
+def _under(task: dict) -> list[int]:
+    """The task's process and every process under it now."""
+    with contextlib.suppress(psutil.Error):
+        return [task["pid"], *(c.pid for c in psutil.Process(task["pid"]).children(recursive=True))]
+    return []
 
 
 def lost_mid_merge(hosts: Hosts, fault: HostFault) -> None:
     task = hosts.running(MERGE, fault.delay)
-    _lose_host(hosts, fault, task, f"{fault.delay:.0f} s into the merge")
+    _lose_host(hosts, fault, task, _under(task), f"{fault.delay:.0f} s into the merge")
+
+
+def _flow_steps(task: dict) -> list[int]:
+    """The flow's step processes running under the task (Metaflow runs each as `<flow file> … step <name>`)."""
+    found = []
+    for pid in _under(task):
+        with contextlib.suppress(psutil.Error):
+            if " step " in " ".join(psutil.Process(pid).cmdline()):
+                found.append(pid)
+    return found
 
 
 def lost_in_flow(hosts: Hosts, fault: HostFault) -> None:
-    def a_step_runs(task: dict) -> bool:
-        return any(
-            " step " in " ".join(p.cmdline()) and moments._descends(p, task["pid"])
-            for p in psutil.process_iter()
-            if hosts.network.host_of(p.pid) not in (None, CONTROL)
-        )
+    task = hosts.running(FLOW, fault.delay, _flow_steps)
+    steps = _flow_steps(task)
+    _lose_host(
+        hosts,
+        fault,
+        task,
+        [task["pid"], *steps],
+        f"{fault.delay:.0f} s into the flow, {len(steps)} flow step(s) running",
+    )
 
-    task = hosts.running(FLOW, fault.delay, a_step_runs)
-    _lose_host(hosts, fault, task, f"{fault.delay:.0f} s into the flow, a flow step running")
+
+def _held_by(hosts: Hosts, hold: str) -> set[str]:
+    """The addresses of the clients whose UPDATE the trigger ``hold`` holds now."""
+    probe = team.Postgres(hosts.control).connect("lakehouse")
+    try:
+        with probe.cursor() as cursor:
+            cursor.execute(
+                "SELECT host(client_addr) FROM pg_stat_activity WHERE datname = 'lakehouse' AND state = 'active' "
+                "AND wait_event = 'PgSleep' AND application_name = %s",
+                (hold,),
+            )
+            return {row[0] for row in cursor.fetchall()}
+    finally:
+        probe.close()
 
 
 def cut_at_commit(hosts: Hosts, fault: HostFault) -> None:
-    """raw's catalog UPDATE held; the worker whose merge makes it cut off while it waits; mended after."""
-    hold = "chaos_hold_across_hosts"
-    table = d.YELLOW_TAXI_RAW.name
-    moments._hold(hosts.ctx, "lakehouse", "iceberg_tables", f"NEW.table_name = '{table}'", hold, seconds=5)
+    """raw's catalog UPDATE held (8 s) by a trigger; the worker whose UPDATE it is (by its address) cut off
+    while it waits, the hold seen still there after the cut; mended after ``lasts``."""
+    hold, table = "chaos_hold_across_hosts", d.YELLOW_TAXI_RAW.name
+    by_address = {h.address: h.name for h in hosts.network.layout.hosts}
+    moments._hold(hosts.ctx, "lakehouse", "iceberg_tables", f"NEW.table_name = '{table}'", hold, seconds=8)
     try:
-        hosts.ctx.wait(lambda: moments._held(hosts.ctx, "lakehouse", hold), 3600, 0.05)
-        task = hosts.ctx.wait(lambda: moments._running_now(hosts.ctx, *MERGE.split(".", 1)), 30, 0.1)
-        host = hosts.host_running(task)
+        (address,) = hosts.ctx.wait(lambda: _held_by(hosts, hold), 3600, 0.05)
+        host = by_address.get(address)
+        if host is None or host == CONTROL:
+            raise RuntimeError(f"raw's UPDATE is held for {address}, no worker host")
         if not hosts.reachable(host):
             raise RuntimeError(f"{host} did not answer control before its cable was pulled: the probe proves nothing")
         hosts.network.cut(host)
         fault.at = time.time()
+        still = _held_by(hosts, hold)
     finally:
         threading.Thread(
             target=moments._drop_hold, args=(hosts.ctx, "lakehouse", "iceberg_tables", hold), daemon=True
         ).start()
-    fault.component, fault.task, fault.killed = host, task, f"{host}'s link"
+    fault.component, fault.killed = host, f"{host}'s link"
     try:
         refused = not hosts.reachable(host)
-        time.sleep(max(0.0, fault.lasts - (time.time() - fault.at)))
+        fault.task = moments._running_now(hosts.ctx, *MERGE.split(".", 1))  # control's API: not cut off
+        hosts.in_its_step(fault)
+        hosts.stop.wait(max(0.0, fault.lasts - (time.time() - fault.at)))
     finally:
         hosts.network.mend(host)
         fault.ended = time.time()
+    if address not in still:
+        raise RuntimeError(f"{host}'s UPDATE of {table} was no longer held when its cable was out")
     if not refused:
         raise RuntimeError(f"{host} still answered control with its cable out")
-    fault.proven = f"{host}'s link down at the switch: control's probe of it unanswered for {PROBE_SECONDS:.0f} s"
+    if not fault.task or hosts.network.host_of(fault.task["pid"]) != host:
+        raise RuntimeError(f"the merge running then ({fault.task}) is not {host}'s")
+    fault.proven = (
+        f"{host}'s UPDATE of {table} held when its link went down at the switch; control's probe of it "
+        f"unanswered for {PROBE_SECONDS:.0f} s"
+    )
+    task = fault.task
     fault.target = (
         f"{table}'s catalog UPDATE held, {task['dag_id']}.{task['task_id']} try {task['try_number']} on {host}"
     )
 
 
-@contextlib.contextmanager
-def _cgroup(name: str, pids: list[int]):
-    """``pids`` in a cgroup (v2) of their own while inside (what they fork stays there), then back where
-    each was; yields the cgroup's path for iptables' ``cgroup --path``."""
-    mount = Path(tempfile.mkdtemp(prefix="nyc-taxi-cgroup-"))
-    subprocess.run(["mount", "-t", "cgroup2", "cgroup2", str(mount)], check=True, capture_output=True)
-    group = mount / name
-    try:
-        group.mkdir(exist_ok=True)
-        before = {}
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                before[pid] = next(
-                    line.split("::", 1)[1] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-                    if line.startswith("0::")
-                )  # fmt: skip
-                (group / "cgroup.procs").write_text(str(pid))
-        try:
-            yield name
-        finally:
-            home = next(iter(before.values()), "/")
-            for pid in (group / "cgroup.procs").read_text().split():
-                with contextlib.suppress(OSError):  # exited meanwhile
-                    (mount / before.get(int(pid), home).lstrip("/") / "cgroup.procs").write_text(pid)
-            group.rmdir()
-    finally:
-        subprocess.run(["umount", str(mount)], capture_output=True)
-        mount.rmdir()
-
-
 def scheduler_from_postgres(hosts: Hosts, fault: HostFault) -> None:
     """Control drops the scheduler's packets to PostgreSQL and PostgreSQL's to it: new connections by the
-    scheduler's cgroup, the open ones by their ports."""
+    scheduler's cgroup, the open ones by their ports. Another client on control still reaches
+    PostgreSQL meanwhile: the partition is the scheduler's alone."""
     hosts.step_started(fault)
     port = hosts.record()["postgres"]["port"]
     supervisor = Supervisor(hosts.control)
     scheduler = {p["name"]: p["pid"] for p in supervisor.programs()}["airflow-scheduler"]
     group = [p.pid for p in psutil.process_iter() if _group_of(p.pid) == scheduler]
     tag, running = f"scheduler-postgres-{fault.number}", hosts.ctx.now()
-    with _cgroup(f"nyc-taxi-{hosts.network.tag}-scheduler", group) as path:
+    with hosts.network.confine("scheduler", group) as path:
         hosts.network.block(CONTROL, "OUTPUT", ["-p", "tcp", "--dport", str(port), "-m", "cgroup", "--path", path], tag)
         ports = {c.laddr.port for pid in group for c in _connections(pid) if c.raddr and c.raddr.port == port}
         for local in ports:
@@ -266,15 +304,35 @@ def scheduler_from_postgres(hosts: Hosts, fault: HostFault) -> None:
         fault.at = time.time()
         fault.pids, fault.component, fault.killed = group, "airflow-scheduler", f"scheduler {scheduler}↔PostgreSQL"
         try:
-            time.sleep(fault.lasts)
+            hosts.in_its_step(fault)
+            others = _postgres_answers(hosts)
+            hosts.stop.wait(max(0.0, fault.lasts - (time.time() - fault.at)))
             dropped = hosts.network.dropped(tag)
         finally:
             hosts.network.unblock(CONTROL, tag)
             fault.ended = time.time()
     if not dropped:
         raise RuntimeError("the scheduler sent PostgreSQL nothing while it was cut off: the partition proves nothing")
-    fault.proven = f"{dropped} packets between the scheduler ({len(ports)} open connections) and PostgreSQL dropped"
+    if not others:
+        raise RuntimeError("another client on control did not reach PostgreSQL either: more than the scheduler was cut")
+    fault.proven = (
+        f"{dropped} packets between the scheduler ({len(ports)} open connections) and PostgreSQL dropped; "
+        "another client on control answered by PostgreSQL meanwhile"
+    )
     fault.target = f"{fault.lasts:.0f} s, from the step's first task on [{running}]"
+
+
+def _postgres_answers(hosts: Hosts) -> bool:
+    try:
+        db = team.Postgres(hosts.control).connect("airflow")
+    except Exception:
+        return False
+    try:
+        with db.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            return cursor.fetchone() == (1,)
+    finally:
+        db.close()
 
 
 def _group_of(pid: int) -> int | None:
@@ -297,7 +355,8 @@ def loss(hosts: Hosts, fault: HostFault) -> None:
     fault.at = time.time()
     fault.killed = f"{host}'s link"
     try:
-        time.sleep(fault.lasts)
+        hosts.in_its_step(fault)
+        hosts.stop.wait(fault.lasts)
         dropped = hosts.network.dropped(f"loss-{host}")
     finally:
         hosts.network.lose(host, 0)
@@ -320,7 +379,8 @@ def receiver_cut_off(hosts: Hosts, fault: HostFault) -> None:
     fault.at = time.time()
     fault.killed = "the lineage receiver's port, from every worker host"
     try:
-        time.sleep(fault.lasts)
+        hosts.in_its_step(fault)
+        hosts.stop.wait(fault.lasts)
         dropped = hosts.network.dropped(tag)
     finally:
         hosts.network.unblock(CONTROL, tag)
@@ -366,33 +426,68 @@ def _back(hosts: Hosts, fault: HostFault) -> bool:
 
 
 def inject(hosts: Hosts, fault: HostFault, say) -> None:
-    """The fault at its moment; how long its part takes to answer again after it ended; the task it hit
-    done (a later try)."""
+    """The fault at its moment; how long its part takes to answer again after it ended (within
+    RECOVERY_BOUND of that end); the task it hit done (within TASK_BOUND of the fault) and by which try;
+    for the flow's host, whether that try resumed the flow's run."""
     try:
         if fault.moment in (LOST_MID_MERGE, CUT_AT_COMMIT, LOST_IN_FLOW):
             hosts.ctx.wait(lambda: hosts.progress.step == fault.step or fault.step in hosts.progress.passed, 7200, 0.5)
         MOMENTS[fault.moment](hosts, fault)
+    except TimeoutError:
+        fault.error = f"its moment did not come in step {fault.step}"
+        say(f"  fault {fault.number}: {fault.error}")
+        return
+    except Exception as error:  # the run goes on; the fault is reported as not carried out
+        fault.error = f"{type(error).__name__}: {error}"
+        say(f"  fault {fault.number}: {fault.error}")
+        return
+    try:
         say(f"  fault {fault.number}: {fault.moment}: {fault.killed} — {fault.target}")
         say(f"  fault {fault.number}: {fault.proven}")
-        if wait_for(lambda: _back(hosts, fault), RECOVERY_BOUND, 1) is None:
+        if wait_for(lambda: _back(hosts, fault), RECOVERY_BOUND - (time.time() - fault.ended), 1) is None:
             raise RuntimeError(f"{fault.killed} not back within {RECOVERY_BOUND} s of the fault's end")
         fault.recovered_s = time.time() - fault.ended
         say(f"  fault {fault.number}: back {fault.recovered_s:.1f} s after the fault ended")
         if fault.task and "task_id" in fault.task:
-            if wait_for(lambda: _task_done(hosts.ctx, fault.task), TASK_BOUND, 2) is None:
+            if wait_for(lambda: _task_done(hosts.ctx, fault.task), TASK_BOUND - (time.time() - fault.at), 2) is None:
                 raise RuntimeError(f"{fault.task['dag_id']}.{fault.task['task_id']} not done within {TASK_BOUND} s")
             fault.task_done_s = time.time() - fault.at
             done = _task_instance(hosts.ctx, fault.task)
             fault.task |= {"done_by_try": done["try_number"], "done_on": done["hostname"]}
+            if fault.moment == LOST_IN_FLOW:
+                fault.task["resumed"] = _resumed(hosts, fault.task, done["try_number"])
             say(
-                f"  fault {fault.number}: {fault.task['dag_id']}.{fault.task['task_id']} done {fault.task_done_s:.0f} s after, by try {fault.task['done_by_try']} on {fault.task['done_on']}"
+                f"  fault {fault.number}: {fault.task['dag_id']}.{fault.task['task_id']} done "
+                f"{fault.task_done_s:.0f} s after, by try {done['try_number']} on {done['hostname']}"
+                + (f"; it resumed {fault.task['resumed'] or 'no run'}" if fault.moment == LOST_IN_FLOW else "")
             )
-    except TimeoutError:
-        fault.error = f"its moment did not come in step {fault.step}"
-        say(f"  fault {fault.number}: {fault.error}")
-    except Exception as error:  # the run goes on; the fault is reported as not carried out
+    except Exception as error:
         fault.error = f"{type(error).__name__}: {error}"
         say(f"  fault {fault.number}: {fault.error}")
+
+
+def _resumed(hosts: Hosts, task: dict, try_number: int) -> str:
+    """The Metaflow run that try ``try_number`` resumed, when it is the one the lost try started (each
+    says so in its log: "started <flow>/<run id>", "resumed <flow>/<run id>"); "" otherwise."""
+    started = _logged(hosts, task, task["try_number"], "started")
+    resumed = _logged(hosts, task, try_number, "resumed")
+    return resumed if resumed and resumed == started else ""
+
+
+def _logged(hosts: Hosts, task: dict, try_number: int, word: str) -> str:
+    """The run a try's log names after ``word``, read through control's API server from the log server
+    of the worker that ran it; "" if none."""
+    from urllib.parse import quote
+
+    path = (
+        f"/api/v2/dags/{task['dag_id']}/dagRuns/{quote(task['dag_run_id'], safe='')}/taskInstances/"
+        f"{task['task_id']}/logs/{try_number}?full_content=true"
+    )
+    for event in hosts.ctx.api().call(path, timeout=30).get("content", []):
+        said = event.get("event", "") if isinstance(event, dict) else str(event)
+        if said.startswith(f"{word} "):
+            return said.split()[1].rstrip(":")
+    return ""
 
 
 # ---- the run ------------------------------------------------------------------------------------------------
@@ -418,14 +513,18 @@ def _lineage_problems(hosts: Hosts) -> list[str]:
                 if p.shipped < p.total
             ]
         for server in (delivery.OpenLineageServer, delivery.DataHubServer):
+            wanted = set()
             for path in server(own).files():
                 sent = server(own).read(path)
                 stored = stored_path(hosts.control, host, path.name, delivery.file_head(sent))
+                wanted.add(stored)
                 got = server(hosts.control).read(stored) if stored.exists() else []
                 if plain(got) != plain(sent):
                     said.append(
                         f"{host}: {path.name}: {len(sent)} records sent, control holds {len(got)} ({stored.name})"
                     )
+            held = {path for path in server(hosts.control).files() if path.name.startswith(f"from-{host}.")}
+            said += [f"{host}: control holds {path.name}, which no file of {host}'s is" for path in held - wanted]
     return said
 
 
@@ -461,6 +560,7 @@ def problems(hosts: Hosts, runs: list[dict], wanted) -> dict:
     files' independent reading or an exact identity."""
     from nyc_taxi.lineage.write.delivery import OpenLineageServer
 
+    delivered = _lineage_problems(hosts)  # first: it waits for the hosts' last shipping
     state, files = hosts.control.state_dir, OpenLineageServer(hosts.control)
     events = [e for path in files.files() for e in files.read(path)]  # control's own and those the hosts shipped
     tables = check.tables(state)
@@ -478,7 +578,7 @@ def problems(hosts: Hosts, runs: list[dict], wanted) -> dict:
         ]
         if got != wanted_edges
         else [],
-        "lineage not delivered once": _lineage_problems(hosts),
+        "lineage not delivered once": delivered,
         "runs failed": [f"{r['dag_id']} {r['run_id']} {r['state']}" for r in runs if r["state"] != "success"],
         "runs not as triggered": check.runs_as_triggered(runs, triggered, len(mission.MONTHS), TRAINING.name),
         "left": _leftovers(hosts),
@@ -487,12 +587,19 @@ def problems(hosts: Hosts, runs: list[dict], wanted) -> dict:
 
 
 def passed(report: dict) -> bool:
-    """Every planned fault happened at its moment, proven, and what it touched answered again within
-    its bound; the run's tables, files, lineage and runs hold every check."""
+    """Every planned kind of fault happened at its moment, proven, and what it touched answered again
+    within RECOVERY_BOUND of its end; a lost host's task done by a later try, the flow's resuming its run;
+    the run's tables, files, lineage and runs hold every check."""
     faults = report["faults"]
+    lost = [f for f in faults if f["moment"] in (LOST_MID_MERGE, LOST_IN_FLOW)]
     return (
-        len(faults) >= 6
-        and all(f["proven"] and f["recovered_s"] is not None and not f["error"] for f in faults)
+        {f["moment"] for f in faults} == set(MOMENTS)
+        and all(
+            f["proven"] and not f["error"] and f["recovered_s"] is not None and f["recovered_s"] <= RECOVERY_BOUND
+            for f in faults
+        )
+        and all(f["task"] and f["task"].get("done_by_try", 0) > f["task"]["try_number"] for f in lost)
+        and all(f["task"].get("resumed") for f in lost if f["moment"] == LOST_IN_FLOW)
         and all(not v for k, v in report["checks"].items() if k != "rows")
     )
 
@@ -502,7 +609,10 @@ def run(seed: int, rows: int, retries: int, work: Path, say=print) -> dict:
     settings = services.team_settings(Settings(_env_file=None))
     network = Network(settings)
     faults = plan(seed)
-    say(f"chaos run across hosts: {len(faults)} faults, seed {seed}")
+    commit = subprocess.run(  # the code that runs, read before it does (a commit made meanwhile is not it)
+        ["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=CHECKOUT, capture_output=True, text=True
+    ).stdout.strip()
+    say(f"chaos run across hosts: {len(faults)} faults, seed {seed}, code {commit or 'unknown'}")
     for fault in faults:
         say(f"  plan {fault.number}: {fault.step}: {fault.moment} ({fault.component}; {fault.delay or fault.lasts} s)")
     started = time.monotonic()
@@ -531,17 +641,16 @@ def run(seed: int, rows: int, retries: int, work: Path, say=print) -> dict:
         try:
             runs = mission.run(hosts.control, env, progress, last=lambda: None)
         finally:
-            stop.set()
+            stop.set()  # a partition or a loss still on ends now, its rules taken off
+            deadline = time.monotonic() + TASK_BOUND
             for thread in threads:
-                thread.join(timeout=TASK_BOUND)
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
         checks = problems(hosts, runs, wanted)
     report = {
         "seed": seed,
         "rows": rows,
         "retries": retries,
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
+        "commit": commit,
         "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "faults": [asdict(f) for f in faults],
         "checks": checks,
@@ -568,6 +677,10 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _stopped(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(seed: int, rows: int, retries: int, out: Path | None, keep: bool) -> int:
     """`bash run chaos --hosts`: as the operator (re-run in control's network), the run; then `team down
     --delete-data` unless ``keep``."""
@@ -579,13 +692,16 @@ def main(seed: int, rows: int, retries: int, out: Path | None, keep: bool) -> in
         os.environ |= {"AIRFLOW_PORT": str(free_port()), "SPARK_SERVER": "false", "TASK_RETRIES": str(retries)}
         os.environ |= {"DATAHUB_TELEMETRY_ENABLED": "false"}
     settings = services.team_settings(Settings(_env_file=None))
-    argv = ["--hosts", "--seed", str(seed), "--rows", str(rows), "--retries", str(retries)]
-    argv += [*(("--report", str(out)) if out else ()), *(("--keep",) if keep else ())]
-    operator = across_hosts.in_control(settings, argv, module="nyc_taxi.cli.chaos")
-    if operator is not None:
-        if not keep:
-            across_hosts.down(settings, delete_data=True)
-        return operator
+    if not os.environ.get(across_hosts.OPERATOR):
+        argv = ["--hosts", "--seed", str(seed), "--rows", str(rows), "--retries", str(retries)]
+        argv += [*(("--report", str(out)) if out else ()), *(("--keep",) if keep else ())]
+        try:
+            return across_hosts.in_control(settings, argv, module="nyc_taxi.cli.chaos") or 0
+        finally:
+            if not keep:  # every host's data, namespaces and a fault's cgroup, however the run ended; the report stays
+                across_hosts.down(settings, delete_data=True)
+                shutil.rmtree(settings.state_dir, ignore_errors=True)
+    signal.signal(signal.SIGTERM, _stopped)  # a fault's finally (its rules, its cgroup) runs on the way out
     report = run(seed, rows, retries, work, lambda text: print(text, flush=True))
     print()
     print(table(report))

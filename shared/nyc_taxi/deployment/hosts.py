@@ -216,7 +216,42 @@ class Network:
         killed = [pid for namespace in namespaces for pid in self._remove(namespace)]
         if left := self.namespaces():
             raise ServiceError(f"namespaces still there after down: {', '.join(left)}")
-        return [f"removed {n}" for n in namespaces] + ([f"killed {len(killed)} processes"] if killed else [])
+        groups = self.cgroups()
+        if groups:  # a fault's, left by a run stopped in it (the processes it held were killed above)
+            with _cgroup_tree() as tree:
+                for name in groups:
+                    _empty(tree, tree / name)
+                    (tree / name).rmdir()
+        said = [f"removed {n}" for n in namespaces] + [f"removed cgroup {g}" for g in groups]
+        return said + ([f"killed {len(killed)} processes"] if killed else [])
+
+    # ---- a fault's cgroup: what iptables' ``cgroup`` match tells apart -------------------------------
+    def cgroups(self) -> list[str]:
+        """The deployment's cgroups (v2) that exist now (``confine``'s, by name)."""
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            return []
+        with _cgroup_tree() as tree:
+            return sorted(p.name for p in tree.iterdir() if p.is_dir() and p.name.startswith(self.prefix))
+
+    @contextlib.contextmanager
+    def confine(self, name: str, pids: list[int]):
+        """``pids`` in a cgroup (v2) of the deployment's own while inside (what they fork is in it too), so
+        a rule (iptables ``-m cgroup --path``) can tell their new connections apart; then each back where
+        it was. Yields the path the rule names."""
+        group = f"{self.prefix}{name}"
+        with _cgroup_tree() as tree:
+            (tree / group).mkdir(exist_ok=True)
+            before = {}
+            for pid in pids:
+                with contextlib.suppress(OSError, StopIteration):  # exited meanwhile
+                    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                    before[pid] = next(line.split("::", 1)[1] for line in lines if line.startswith("0::"))
+                    (tree / group / "cgroup.procs").write_text(str(pid))
+            try:
+                yield group
+            finally:
+                _empty(tree, tree / group, before)
+                (tree / group).rmdir()
 
     def status(self) -> list[str]:
         made = set(self.namespaces())
@@ -270,7 +305,9 @@ class Network:
         """Every rule ``block`` made on ``host`` with ``tag``, removed."""
         for line in self._iptables(host, "-S").stdout.splitlines():
             if line.startswith("-A ") and f"nyc-taxi-{tag}" in line.split():
-                self._iptables(host, "-D", *shlex.split(line)[1:])
+                done = self._iptables(host, "-D", *shlex.split(line)[1:])
+                if done.returncode != 0:  # a rule left would go on dropping, unseen
+                    raise ServiceError(f"{tag} on {host}: iptables -D {line[3:]}: {done.stderr.strip()}")
 
     def dropped(self, tag: str) -> int:
         """Packets the rules marked ``tag`` dropped so far, on every host (their counters): a partition
@@ -358,3 +395,37 @@ class Network:
         )
         return ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",
                 "--", "sh", "-c", script, "host", str(state), str(own), *argv]  # fmt: skip
+
+
+@contextlib.contextmanager
+def _cgroup_tree():
+    """The machine's cgroup v2 tree, mounted afresh at a directory of its own (a command in a network
+    namespace, `ip netns exec`'s, has a /sys of its own without it)."""
+    import tempfile
+
+    mount = Path(tempfile.mkdtemp(prefix="nyc-taxi-cgroup-"))
+    try:
+        done = subprocess.run(["mount", "-t", "cgroup2", "cgroup2", str(mount)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ServiceError(f"mount -t cgroup2: {done.stderr.strip()}")
+        try:
+            yield mount
+        finally:
+            subprocess.run(["umount", str(mount)], capture_output=True)
+    finally:
+        mount.rmdir()
+
+
+def _empty(tree: Path, group: Path, home: dict[int, str] | None = None) -> None:
+    """Every process of ``group`` moved out, each to where ``home`` says it was (one forked inside: where
+    the others were; without ``home``, the root), again until none is left: a process may fork while it
+    is moved."""
+    home = home or {}
+    default = next(iter(home.values()), "/")
+    deadline = time.monotonic() + 10
+    while pids := (group / "cgroup.procs").read_text().split():
+        if time.monotonic() > deadline:
+            raise ServiceError(f"processes {pids} still in cgroup {group.name} after 10 s")
+        for pid in pids:
+            with contextlib.suppress(OSError):  # exited meanwhile
+                (tree / home.get(int(pid), default).lstrip("/") / "cgroup.procs").write_text(pid)

@@ -24,7 +24,9 @@ pytestmark = [
 
 
 @pytest.mark.system
-def test_a_chaos_run_across_hosts_survives_six_proven_host_and_link_faults_and_ends_as_the_published_files(tmp_path):
+def test_a_chaos_run_across_hosts_survives_six_proven_host_and_link_faults_and_ends_as_the_published_files(
+    tmp_path_factory,
+):
     import psutil
 
     from nyc_taxi.chaos import across_hosts as chaos
@@ -36,6 +38,8 @@ def test_a_chaos_run_across_hosts_survives_six_proven_host_and_link_faults_and_e
     from nyc_taxi.deployment.supervisor import MARKER
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
+    # a short path: supervisord's socket lies under it, and a Unix socket's path has at most 107 bytes
+    tmp_path = tmp_path_factory.mktemp("chaos")
     env["NYC_TAXI_CHAOS_WORK"] = str(tmp_path)
     report_path, state = tmp_path / "report.json", tmp_path / "state"
     command = [sys.executable, "-m", "nyc_taxi.cli.chaos", "--hosts", "--seed", "3", "--report", str(report_path)]

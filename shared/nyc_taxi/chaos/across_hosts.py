@@ -599,7 +599,7 @@ def passed(report: dict) -> bool:
             for f in faults
         )
         and all(f["task"] and f["task"].get("done_by_try", 0) > f["task"]["try_number"] for f in lost)
-        and all(f["task"].get("resumed") for f in lost if f["moment"] == LOST_IN_FLOW)
+        and all((f["task"] or {}).get("resumed") for f in lost if f["moment"] == LOST_IN_FLOW)
         and all(not v for k, v in report["checks"].items() if k != "rows")
     )
 

@@ -246,3 +246,20 @@ def network_of(namespace: str):
         libc.setns(here, new_network)
         os.close(here)
         os.close(there)
+
+
+def processes_of(state: Path) -> list[list[str]]:
+    """Every process left on the machine that runs for the deployment of ``state`` (by the marker its
+    supervisord gives every program): what `team down` must leave none of."""
+    import psutil
+
+    from nyc_taxi.deployment.supervisor import MARKER
+
+    left = []
+    for process in psutil.process_iter():
+        try:
+            if str(state) in process.environ().get(MARKER, ""):
+                left.append(process.cmdline())
+        except psutil.Error:
+            continue
+    return left

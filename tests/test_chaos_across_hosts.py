@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from team_deployment import check_weather, network_of, raw_holds_exactly, team_cli
+from team_deployment import check_weather, network_of, processes_of, raw_holds_exactly, team_cli
 
 pytestmark = [
     pytest.mark.team,
@@ -27,7 +27,6 @@ pytestmark = [
 def test_a_chaos_run_across_hosts_survives_six_proven_host_and_link_faults_and_ends_as_the_published_files(
     tmp_path_factory,
 ):
-    import psutil
 
     from nyc_taxi.chaos import across_hosts as chaos
     from nyc_taxi.chaos import mission
@@ -35,7 +34,6 @@ def test_a_chaos_run_across_hosts_survives_six_proven_host_and_link_faults_and_e
     from nyc_taxi.core.settings import Settings
     from nyc_taxi.deployment.across_hosts import host_settings
     from nyc_taxi.deployment.hosts import Network
-    from nyc_taxi.deployment.supervisor import MARKER
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
     # a short path: supervisord's socket lies under it, and a Unix socket's path has at most 107 bytes
@@ -71,11 +69,4 @@ def test_a_chaos_run_across_hosts_survives_six_proven_host_and_link_faults_and_e
         down = team_cli(env | {"PROFILE": "team", "STATE_DIR": str(state)}, "down", "--delete-data")
     assert down.returncode == 0, down.stdout + down.stderr
     assert network.namespaces() == [] and network.cgroups() == []
-    left = []
-    for process in psutil.process_iter():
-        try:
-            if str(state) in process.environ().get(MARKER, ""):
-                left.append(process.cmdline())
-        except psutil.Error:
-            continue
-    assert left == []
+    assert processes_of(state) == []

@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from team_deployment import assert_the_team_demo_ended_as_the_local_one, network_of, team_cli
+from team_deployment import assert_the_team_demo_ended_as_the_local_one, network_of, processes_of, team_cli
 
 from nyc_taxi.core.processes import free_port
 
@@ -71,18 +71,8 @@ def hosts(tmp_path_factory):
         print(down.stdout, down.stderr)
     assert down.returncode == 0, down.stdout + down.stderr
     assert network.namespaces() == [] and _left_on_the_machine(network) == []
-    import psutil
 
-    from nyc_taxi.deployment.supervisor import MARKER
-
-    left = []
-    for process in psutil.process_iter():
-        try:
-            if str(state) in process.environ().get(MARKER, ""):
-                left.append(process.cmdline())
-        except psutil.Error:
-            continue
-    assert left == []
+    assert processes_of(state) == []
     from nyc_taxi.deployment import services
     from nyc_taxi.deployment.across_hosts import host_settings
 

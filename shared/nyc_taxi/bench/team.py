@@ -51,21 +51,30 @@ def _timed(command: list[str], env: dict[str, str], log: Path) -> float:
     return time.perf_counter() - started
 
 
-def _new_month(state: Path, profile: str, env: dict[str, str], log: Path) -> float:
-    """The month's two ingestion runs and the training run after them, on the demo's lake."""
-    from nyc_taxi.airflow_adapter.environment import airflow_environment
+def _published(site: Path) -> list[str]:
+    """The new month's taxi and weather files added to the demo's site; its two ingestion runs (dag_runs'
+    `<dag>:<conf>` arguments)."""
     from nyc_taxi.cli.demo import ROWS
     from nyc_taxi.core import jobs
-    from nyc_taxi.core.settings import Settings, state_settings_file
-    from nyc_taxi.fixtures.server import FixtureServer
     from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 
     year, month = NEW_MONTH
-    site = state / "demo-site"
     add_taxi_month(site, year, month, rows=ROWS, seed=month)
     add_weather_month(site, year, month, seed=month)
     label = f'{{"month": "{year:04d}-{month:02d}"}}'
-    runs = [f"{jobs.INGEST_YELLOW_TAXI_DATA.name}:{label}", f"{jobs.INGEST_WEATHER_DATA.name}:{label}"]
+    return [f"{jobs.INGEST_YELLOW_TAXI_DATA.name}:{label}", f"{jobs.INGEST_WEATHER_DATA.name}:{label}"]
+
+
+def _new_month(state: Path, profile: str, env: dict[str, str], log: Path) -> float:
+    """The month's two ingestion runs and the training run after them, on the demo's lake."""
+    from nyc_taxi.airflow_adapter.environment import airflow_environment
+    from nyc_taxi.core import jobs
+    from nyc_taxi.core.settings import Settings, state_settings_file
+    from nyc_taxi.fixtures.server import FixtureServer
+
+    year, month = NEW_MONTH
+    site = state / "demo-site"
+    runs = _published(site)
     with FixtureServer(site) as url:
         settings = Settings(state_dir=state, profile=profile)
         env = env | {"TLC_BASE_URL": url, "NOAA_BASE_URL": url, **airflow_environment(settings)}
@@ -85,13 +94,10 @@ def _new_month_across_hosts(state: Path) -> float:
     demo's are: as the operator (re-run in control's network), the demo's site with the new month served
     on control's address, each host given its URL; the runs timed on control."""
     from nyc_taxi.airflow_adapter.environment import airflow_environment
-    from nyc_taxi.cli.demo import ROWS
-    from nyc_taxi.core import jobs
     from nyc_taxi.core.settings import Settings
     from nyc_taxi.deployment import across_hosts, services
     from nyc_taxi.deployment.hosts import Network
     from nyc_taxi.fixtures.server import served_to_hosts
-    from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 
     settings = services.team_settings(Settings(_env_file=None, state_dir=state, profile="team"))
     result = state / "new-month-across-hosts.json"
@@ -102,12 +108,8 @@ def _new_month_across_hosts(state: Path) -> float:
         return json.loads(result.read_text())["seconds"]
     network = Network(settings)
     control = across_hosts.host_settings(settings, network, across_hosts.CONTROL)
-    year, month = NEW_MONTH
     site = network.directory(across_hosts.CONTROL) / "demo-site"  # the demo's, its months published there
-    add_taxi_month(site, year, month, rows=ROWS, seed=month)
-    add_weather_month(site, year, month, seed=month)
-    label = f'{{"month": "{year:04d}-{month:02d}"}}'
-    runs = [f"{jobs.INGEST_YELLOW_TAXI_DATA.name}:{label}", f"{jobs.INGEST_WEATHER_DATA.name}:{label}"]
+    runs = _published(site)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
     env.pop(across_hosts.OPERATOR, None)
     env |= {"AIRFLOW_PORT": str(settings.airflow_port), **airflow_environment(control)}

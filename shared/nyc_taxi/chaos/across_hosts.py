@@ -225,21 +225,6 @@ def lost_in_flow(hosts: Hosts, fault: HostFault) -> None:
     )
 
 
-def _held_by(hosts: Hosts, hold: str) -> set[str]:
-    """The addresses of the clients whose UPDATE the trigger ``hold`` holds now."""
-    probe = team.Postgres(hosts.control).connect("lakehouse")
-    try:
-        with probe.cursor() as cursor:
-            cursor.execute(
-                "SELECT host(client_addr) FROM pg_stat_activity WHERE datname = 'lakehouse' AND state = 'active' "
-                "AND wait_event = 'PgSleep' AND application_name = %s",
-                (hold,),
-            )
-            return {row[0] for row in cursor.fetchall()}
-    finally:
-        probe.close()
-
-
 def cut_at_commit(hosts: Hosts, fault: HostFault) -> None:
     """raw's catalog UPDATE held (8 s) by a trigger; the worker whose UPDATE it is (by its address) cut off
     while it waits, the hold seen still there after the cut; mended after ``lasts``."""
@@ -247,7 +232,7 @@ def cut_at_commit(hosts: Hosts, fault: HostFault) -> None:
     by_address = {h.address: h.name for h in hosts.network.layout.hosts}
     moments._hold(hosts.ctx, "lakehouse", "iceberg_tables", f"NEW.table_name = '{table}'", hold, seconds=8)
     try:
-        (address,) = hosts.ctx.wait(lambda: _held_by(hosts, hold), 3600, 0.05)
+        (address,) = hosts.ctx.wait(lambda: moments.held_by(hosts.ctx, "lakehouse", hold), 3600, 0.05)
         host = by_address.get(address)
         if host is None or host == CONTROL:
             raise RuntimeError(f"raw's UPDATE is held for {address}, no worker host")
@@ -255,7 +240,7 @@ def cut_at_commit(hosts: Hosts, fault: HostFault) -> None:
             raise RuntimeError(f"{host} did not answer control before its cable was pulled: the probe proves nothing")
         hosts.network.cut(host)
         fault.at = time.time()
-        still = _held_by(hosts, hold)
+        still = moments.held_by(hosts.ctx, "lakehouse", hold)
     finally:
         threading.Thread(
             target=moments._drop_hold, args=(hosts.ctx, "lakehouse", "iceberg_tables", hold), daemon=True
@@ -295,22 +280,20 @@ def scheduler_from_postgres(hosts: Hosts, fault: HostFault) -> None:
     scheduler = {p["name"]: p["pid"] for p in supervisor.programs()}["airflow-scheduler"]
     group = [p.pid for p in psutil.process_iter() if _group_of(p.pid) == scheduler]
     tag, running = f"scheduler-postgres-{fault.number}", hosts.ctx.now()
+    fault.pids, fault.component, fault.killed = group, "airflow-scheduler", f"scheduler {scheduler}↔PostgreSQL"
     with hosts.network.confine("scheduler", group) as path:
-        hosts.network.block(CONTROL, "OUTPUT", ["-p", "tcp", "--dport", str(port), "-m", "cgroup", "--path", path], tag)
         ports = {c.laddr.port for pid in group for c in _connections(pid) if c.raddr and c.raddr.port == port}
-        for local in ports:
-            hosts.network.block(CONTROL, "OUTPUT", ["-p", "tcp", "--sport", str(local), "--dport", str(port)], tag)
-            hosts.network.block(CONTROL, "OUTPUT", ["-p", "tcp", "--sport", str(port), "--dport", str(local)], tag)
-        fault.at = time.time()
-        fault.pids, fault.component, fault.killed = group, "airflow-scheduler", f"scheduler {scheduler}↔PostgreSQL"
-        try:
-            hosts.in_its_step(fault)
-            others = _postgres_answers(hosts)
-            hosts.stop.wait(max(0.0, fault.lasts - (time.time() - fault.at)))
-            dropped = hosts.network.dropped(tag)
-        finally:
-            hosts.network.unblock(CONTROL, tag)
-            fault.ended = time.time()
+
+        def place() -> None:
+            rules = [["--dport", str(port), "-m", "cgroup", "--path", path]]
+            rules += [r for local in ports for r in (["--sport", str(local), "--dport", str(port)],
+                                                      ["--sport", str(port), "--dport", str(local)])]  # fmt: skip
+            for rule in rules:
+                hosts.network.block(CONTROL, "OUTPUT", ["-p", "tcp", *rule], tag)
+
+        dropped, others = _for_its_time(
+            hosts, fault, tag, place, lambda: hosts.network.unblock(CONTROL, tag), lambda: _postgres_answers(hosts)
+        )
     if not dropped:
         raise RuntimeError("the scheduler sent PostgreSQL nothing while it was cut off: the partition proves nothing")
     if not others:
@@ -351,16 +334,10 @@ def _connections(pid: int) -> list:
 def loss(hosts: Hosts, fault: HostFault) -> None:
     hosts.step_started(fault)
     host = fault.component
-    hosts.network.lose(host, 0.2)
-    fault.at = time.time()
     fault.killed = f"{host}'s link"
-    try:
-        hosts.in_its_step(fault)
-        hosts.stop.wait(fault.lasts)
-        dropped = hosts.network.dropped(f"loss-{host}")
-    finally:
-        hosts.network.lose(host, 0)
-        fault.ended = time.time()
+    dropped, _ = _for_its_time(
+        hosts, fault, f"loss-{host}", lambda: hosts.network.lose(host, 0.2), lambda: hosts.network.lose(host, 0)
+    )
     if not dropped:
         raise RuntimeError(f"{host}'s link lost nothing in {fault.lasts:.0f} s: the loss proves nothing")
     fault.proven = f"{dropped} packets to and from {host} dropped"
@@ -373,23 +350,34 @@ def receiver_cut_off(hosts: Hosts, fault: HostFault) -> None:
     hosts.step_started(fault)
     port = hosts.record()["lineage"]["port"]
     tag = f"receiver-{fault.number}"
-    for worker in hosts.workers():
-        match = ["-p", "tcp", "-s", hosts.address(worker), "--dport", str(port)]
-        hosts.network.block(CONTROL, "INPUT", match, tag)
-    fault.at = time.time()
     fault.killed = "the lineage receiver's port, from every worker host"
-    try:
-        hosts.in_its_step(fault)
-        hosts.stop.wait(fault.lasts)
-        dropped = hosts.network.dropped(tag)
-    finally:
-        hosts.network.unblock(CONTROL, tag)
-        fault.ended = time.time()
+
+    def place() -> None:
+        for worker in hosts.workers():
+            hosts.network.block(CONTROL, "INPUT", ["-p", "tcp", "-s", hosts.address(worker), "--dport", str(port)], tag)
+
+    dropped, _ = _for_its_time(hosts, fault, tag, place, lambda: hosts.network.unblock(CONTROL, tag))
     if not dropped:
         raise RuntimeError("no worker host tried to ship while the receiver was cut off: the cut proves nothing")
     fault.proven = f"{dropped} packets from the worker hosts to the receiver dropped"
     fault.target = f"{fault.lasts:.0f} s, from the step's first task on"
     fault.task = {"shipped": {w: _shipped(delivery, hosts.own(w)) for w in hosts.workers()}}
+
+
+def _for_its_time(hosts: Hosts, fault: HostFault, tag: str, place, lift, meanwhile=None) -> tuple[int, object]:
+    """A partition or a loss (``place``: its rules, marked ``tag``) held for the fault's time, in its
+    step, then taken off (``lift``) however it ends; the packets its rules dropped (their counters, read
+    before they go) and what ``meanwhile`` found while it held."""
+    try:
+        place()
+        fault.at = time.time()
+        hosts.in_its_step(fault)
+        found = meanwhile() if meanwhile else None
+        hosts.stop.wait(max(0.0, fault.lasts - (time.time() - fault.at)))
+        return hosts.network.dropped(tag), found
+    finally:
+        lift()
+        fault.ended = time.time()
 
 
 def _shipped(delivery, own: Settings) -> dict[str, int]:

@@ -313,15 +313,20 @@ def _hold(ctx: Context, database: str, table: str, when: str, name: str, seconds
 
 def _held(ctx: Context, database: str, name: str) -> bool:
     """Whether trigger ``name`` holds an UPDATE now (its backend sleeps in it)."""
+    return bool(held_by(ctx, database, name))
+
+
+def held_by(ctx: Context, database: str, name: str) -> set[str]:
+    """The addresses of the clients whose UPDATE trigger ``name`` holds now ("local" for a Unix socket's)."""
     probe = team.Postgres(ctx.settings).connect(database)
     try:
         with probe.cursor() as cursor:
             cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND state = 'active' "
-                "AND wait_event = 'PgSleep' AND application_name = %s",
+                "SELECT coalesce(host(client_addr), 'local') FROM pg_stat_activity WHERE datname = %s "
+                "AND state = 'active' AND wait_event = 'PgSleep' AND application_name = %s",
                 (database, name),
             )
-            return cursor.fetchone()[0] > 0
+            return {row[0] for row in cursor.fetchall()}
     finally:
         probe.close()
 

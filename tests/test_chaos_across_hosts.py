@@ -54,7 +54,7 @@ def test_a_chaos_run_across_hosts_survives_six_proven_host_and_link_faults_and_e
             fault = faults[lost]
             assert fault["pids"] and fault["task"]["done_by_try"] > fault["task"]["try_number"], fault
         flow = faults[chaos.LOST_IN_FLOW]["task"]
-        assert flow["resumed"].startswith("TrainForecastModelFlow/"), flow  # the run the lost try started
+        assert flow["resumed"].startswith("TrainForecastModelFlow/"), flow  # "<the lost try's run> as <its resume>"
         assert all(not found for name, found in report["checks"].items() if name != "rows"), report["checks"]
         # the lake, read from control's network by the suite's own reading of the published files
         control = host_settings(network.settings, network, "control")

@@ -640,3 +640,20 @@ def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_
     unresumed = report()
     next(f for f in unresumed["faults"] if f["moment"] == hosts.LOST_IN_FLOW)["task"]["resumed"] = ""
     assert not hosts.passed(unresumed)
+
+
+def test_a_training_try_s_log_says_which_run_it_ran_and_which_it_resumed_as_the_operator_writes_it():
+    """The hosts' flow fault reads what each try ran from its log, in the words the training operator
+    logs (Metaflow's resume is a new run: the line names its origin)."""
+    from nyc_taxi.airflow_adapter.operators import run_said
+    from nyc_taxi.chaos.across_hosts import run_logged
+
+    def log(earlier, run) -> list[dict]:
+        return [{"event": "some other line"}, {"event": run_said(earlier, run, {"model": "weather_adjusted"})}]
+
+    assert run_logged(log(None, "TrainForecastModelFlow/7")) == ("", "TrainForecastModelFlow/7")
+    assert run_logged(log("TrainForecastModelFlow/7", "TrainForecastModelFlow/9")) == (
+        "TrainForecastModelFlow/7",
+        "TrainForecastModelFlow/9",
+    )
+    assert run_logged([{"event": "TrainForecastModelFlow/7 finished in an earlier try"}]) == ("", "")

@@ -310,7 +310,7 @@ class RunFlowOperator(ReportsLineage):
                 self._running = await runner.async_run(tags=[tag], **parameters)
             else:
                 self._running = await runner.async_resume(origin_run_id=earlier.id, tags=[tag])
-            log.info("%s %s: %s", "resumed" if earlier else "started", self._running.run.pathspec, parameters)
+            log.info("%s", run_said(earlier and earlier.pathspec, self._running.run.pathspec, parameters))
 
             async def relay(stream: str) -> None:
                 async for _, line in self._running.stream_log(stream):
@@ -325,3 +325,10 @@ class RunFlowOperator(ReportsLineage):
         public call for this; its process handle does (``command_obj``, what its own Ctrl-C handler uses)."""
         if self._running is not None:
             self._running.command_obj.kill()
+
+
+def run_said(earlier: str | None, run: str, parameters: dict) -> str:
+    """What the training task logs of the flow run it runs: "started <run>: …", or, resuming an earlier
+    try's, "resumed <earlier> as <run>: …" (Metaflow's resume is a run of its own, cloning what the earlier
+    one finished). A chaos run across hosts reads it back (chaos.across_hosts.run_logged)."""
+    return f"started {run}: {parameters}" if earlier is None else f"resumed {earlier} as {run}: {parameters}"

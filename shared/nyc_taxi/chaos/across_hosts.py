@@ -63,6 +63,7 @@ LOSS = "20 % loss on a worker host's link"
 RECEIVER_CUT_OFF = "lineage receiver cut off from the worker hosts"
 LOST_IN_FLOW = "worker host lost while the training flow runs"
 PROBE_SECONDS = 2.0
+HOST_DOWN = 20  # seconds a lost host stays down, its cable out, before it is started again
 
 
 @dataclass
@@ -83,7 +84,7 @@ def plan(seed: int) -> list[HostFault]:
         HostFault(0, 1, lost, "worker host", LOST_MID_MERGE, MERGE, round(rng.uniform(2, 8), 1)),
         HostFault(0, 1, cut, "worker host", CUT_AT_COMMIT, MERGE, lasts=round(rng.uniform(15, 30))),
         HostFault(
-            0, 1, rng.choice(months), "airflow-scheduler", SCHEDULER_FROM_POSTGRES, lasts=round(rng.uniform(20, 40))
+            0, 1, rng.choice(months), "airflow-scheduler", SCHEDULER_FROM_POSTGRES, lasts=round(rng.uniform(30, 45))
         ),
         HostFault(0, 1, rng.choice(months), rng.choice(workers), LOSS, lasts=round(rng.uniform(60, 120))),
         HostFault(0, 1, rng.choice(months), "lineage-receiver", RECEIVER_CUT_OFF, lasts=round(rng.uniform(45, 90))),
@@ -163,27 +164,32 @@ class Hosts:
 
 
 def _lose_host(hosts: Hosts, fault: HostFault, task: dict, victims: list[int], moment: str) -> None:
-    """The host that runs ``task`` lost as a machine that loses its power: its cable out first (no peer
-    hears of it: no FIN, no reset), every process SIGKILLed at once, then the cable back and the host
-    started again as `team up` starts it. Proven: ``victims`` (the task's processes, seen running just
-    before) among those killed, and nothing left in the host's namespace."""
+    """The host that runs ``task`` lost as a machine that loses its power: its cable out first, every
+    process SIGKILLed, the cable kept out HOST_DOWN seconds (no peer hears of the loss meanwhile), then
+    back and the host started again as `team up` starts it. When the cable goes back, the host's kernel,
+    which a real reboot would have replaced, answers the peers' retransmissions with resets: they learn
+    of the loss then, not at a timeout of their own. Proven: ``victims`` (the task's processes, still
+    running at the kill) among those killed, and nothing left in the host's namespace."""
     host = hosts.host_running(task)
     fault.component, fault.task = host, task
     hosts.network.cut(host)
     try:
+        victims = [p for p in victims if alive(p)]  # one that ended on its own before the kill was not lost
         fault.pids = hosts.network.lose_host(host)
-        fault.at = fault.ended = time.time()
+        fault.at = time.time()
         step = hosts.progress.step
+        time.sleep(HOST_DOWN)
     finally:
         hosts.network.mend(host)
+        fault.ended = time.time()
     left = [p for p in hosts.network.pids() if hosts.network.host_of(p) == host]
     missed = [p for p in victims if p not in fault.pids]
-    if missed or left or any(map(alive, fault.pids)):
-        raise RuntimeError(f"{host}: killed {fault.pids}, not killed {missed}, left in its namespace {left}")
+    if not victims or missed or left or any(map(alive, fault.pids)):
+        raise RuntimeError(f"{host}: killed {fault.pids}, of the task's {victims} not {missed}, left {left}")
     fault.killed = f"{host}: {len(fault.pids)} processes"
     fault.proven = (
         f"{host}: all {len(fault.pids)} processes gone, the task's {len(victims)} among them, none left in "
-        "its namespace"
+        f"its namespace; its cable out {fault.ended - fault.at:.0f} s"
     )
     fault.target = f"{moment} ({task['dag_id']}.{task['task_id']} try {task['try_number']} on {host})"
     across_hosts.boot(hosts.settings, host)
@@ -231,29 +237,29 @@ def cut_at_commit(hosts: Hosts, fault: HostFault) -> None:
     hold, table = "chaos_hold_across_hosts", d.YELLOW_TAXI_RAW.name
     by_address = {h.address: h.name for h in hosts.network.layout.hosts}
     moments._hold(hosts.ctx, "lakehouse", "iceberg_tables", f"NEW.table_name = '{table}'", hold, seconds=8)
+    host = None
     try:
         (address,) = hosts.ctx.wait(lambda: moments.held_by(hosts.ctx, "lakehouse", hold), 3600, 0.05)
-        host = by_address.get(address)
-        if host is None or host == CONTROL:
+        worker = by_address.get(address)
+        if worker is None or worker == CONTROL:
             raise RuntimeError(f"raw's UPDATE is held for {address}, no worker host")
-        if not hosts.reachable(host):
-            raise RuntimeError(f"{host} did not answer control before its cable was pulled: the probe proves nothing")
-        hosts.network.cut(host)
-        fault.at = time.time()
+        if not hosts.reachable(worker):
+            raise RuntimeError(f"{worker} did not answer control before its cable was pulled: the probe proves nothing")
+        hosts.network.cut(worker)
+        host, fault.at = worker, time.time()
+        fault.component, fault.killed = host, f"{host}'s link"
         still = moments.held_by(hosts.ctx, "lakehouse", hold)
-    finally:
-        threading.Thread(
-            target=moments._drop_hold, args=(hosts.ctx, "lakehouse", "iceberg_tables", hold), daemon=True
-        ).start()
-    fault.component, fault.killed = host, f"{host}'s link"
-    try:
         refused = not hosts.reachable(host)
         fault.task = moments._running_now(hosts.ctx, *MERGE.split(".", 1))  # control's API: not cut off
         hosts.in_its_step(fault)
         hosts.stop.wait(max(0.0, fault.lasts - (time.time() - fault.at)))
     finally:
-        hosts.network.mend(host)
-        fault.ended = time.time()
+        if host is not None:
+            hosts.network.mend(host)
+            fault.ended = time.time()
+        # after the cable is back: DROP TRIGGER waits behind the cut worker's open transaction, and every
+        # other client of the catalog would wait behind the DROP
+        moments._drop_hold(hosts.ctx, "lakehouse", "iceberg_tables", hold)
     if address not in still:
         raise RuntimeError(f"{host}'s UPDATE of {table} was no longer held when its cable was out")
     if not refused:
@@ -266,7 +272,8 @@ def cut_at_commit(hosts: Hosts, fault: HostFault) -> None:
     )
     task = fault.task
     fault.target = (
-        f"{table}'s catalog UPDATE held, {task['dag_id']}.{task['task_id']} try {task['try_number']} on {host}"
+        f"{table}'s catalog UPDATE held, {task['dag_id']}.{task['task_id']} try {task['try_number']} on {host}; "
+        f"cut {fault.ended - fault.at:.0f} s"
     )
 
 
@@ -291,18 +298,23 @@ def scheduler_from_postgres(hosts: Hosts, fault: HostFault) -> None:
             for rule in rules:
                 hosts.network.block(CONTROL, "OUTPUT", ["-p", "tcp", *rule], tag)
 
-        dropped, others = _for_its_time(
-            hosts, fault, tag, place, lambda: hosts.network.unblock(CONTROL, tag), lambda: _postgres_answers(hosts)
-        )
+        def at_its_end() -> dict:
+            now = {p["name"]: p["pid"] for p in supervisor.programs()}["airflow-scheduler"]
+            answers = services.answering(hosts.control, "airflow-scheduler")
+            return {"others": _postgres_answers(hosts), "same scheduler": now == scheduler, "answers": answers}
+
+        dropped, seen = _for_its_time(hosts, fault, tag, place, lambda: hosts.network.unblock(CONTROL, tag), at_its_end)
     if not dropped:
         raise RuntimeError("the scheduler sent PostgreSQL nothing while it was cut off: the partition proves nothing")
-    if not others:
+    if not seen["others"]:
         raise RuntimeError("another client on control did not reach PostgreSQL either: more than the scheduler was cut")
+    if not seen["same scheduler"] or seen["answers"]:  # a new one is outside the cgroup; one answering was not cut
+        raise RuntimeError(f"at the partition's end the scheduler was not the one cut off, or still answered: {seen}")
     fault.proven = (
-        f"{dropped} packets between the scheduler ({len(ports)} open connections) and PostgreSQL dropped; "
-        "another client on control answered by PostgreSQL meanwhile"
+        f"{dropped} packets between the scheduler ({len(ports)} open connections) and PostgreSQL dropped; at "
+        "the end its heartbeats stale, the same process, and another client on control answered by PostgreSQL"
     )
-    fault.target = f"{fault.lasts:.0f} s, from the step's first task on [{running}]"
+    fault.target = f"{fault.ended - fault.at:.0f} s, from the step's first task on [{running}]"
 
 
 def _postgres_answers(hosts: Hosts) -> bool:
@@ -341,7 +353,7 @@ def loss(hosts: Hosts, fault: HostFault) -> None:
     if not dropped:
         raise RuntimeError(f"{host}'s link lost nothing in {fault.lasts:.0f} s: the loss proves nothing")
     fault.proven = f"{dropped} packets to and from {host} dropped"
-    fault.target = f"{fault.lasts:.0f} s, from the step's first task on"
+    fault.target = f"{fault.ended - fault.at:.0f} s, from the step's first task on"
 
 
 def receiver_cut_off(hosts: Hosts, fault: HostFault) -> None:
@@ -360,20 +372,20 @@ def receiver_cut_off(hosts: Hosts, fault: HostFault) -> None:
     if not dropped:
         raise RuntimeError("no worker host tried to ship while the receiver was cut off: the cut proves nothing")
     fault.proven = f"{dropped} packets from the worker hosts to the receiver dropped"
-    fault.target = f"{fault.lasts:.0f} s, from the step's first task on"
+    fault.target = f"{fault.ended - fault.at:.0f} s, from the step's first task on"
     fault.task = {"shipped": {w: _shipped(delivery, hosts.own(w)) for w in hosts.workers()}}
 
 
 def _for_its_time(hosts: Hosts, fault: HostFault, tag: str, place, lift, meanwhile=None) -> tuple[int, object]:
     """A partition or a loss (``place``: its rules, marked ``tag``) held for the fault's time, in its
     step, then taken off (``lift``) however it ends; the packets its rules dropped (their counters, read
-    before they go) and what ``meanwhile`` found while it held."""
+    before they go) and what ``meanwhile`` found at its end, while it still held."""
     try:
         place()
         fault.at = time.time()
         hosts.in_its_step(fault)
-        found = meanwhile() if meanwhile else None
         hosts.stop.wait(max(0.0, fault.lasts - (time.time() - fault.at)))
+        found = meanwhile() if meanwhile else None
         return hosts.network.dropped(tag), found
     finally:
         lift()
@@ -455,27 +467,35 @@ def inject(hosts: Hosts, fault: HostFault, say) -> None:
 
 
 def _resumed(hosts: Hosts, task: dict, try_number: int) -> str:
-    """The Metaflow run that try ``try_number`` resumed, when it is the one the lost try started (each
-    says so in its log: "started <flow>/<run id>", "resumed <flow>/<run id>"); "" otherwise."""
-    started = _logged(hosts, task, task["try_number"], "started")
-    resumed = _logged(hosts, task, try_number, "resumed")
-    return resumed if resumed and resumed == started else ""
+    """How try ``try_number`` resumed the Metaflow run the lost try ran ("<origin> as <new run>": Metaflow's
+    resume is a run of its own, cloning what the origin finished); "" when it resumed another run, or
+    started afresh. Each try's log says what it ran (the training task's operator)."""
+    _, lost = run_logged(_log(hosts, task, task["try_number"]))
+    origin, run = run_logged(_log(hosts, task, try_number))
+    return f"{origin} as {run}" if lost and origin == lost else ""
 
 
-def _logged(hosts: Hosts, task: dict, try_number: int, word: str) -> str:
-    """The run a try's log names after ``word``, read through control's API server from the log server
-    of the worker that ran it; "" if none."""
+def run_logged(events: list) -> tuple[str, str]:
+    """(the run it resumed or "", the run it ran) as a training try's log says: "started <run>: …" or
+    "resumed <origin> as <run>: …"; ("", "") when it says neither."""
+    for event in events:
+        words = (event.get("event", "") if isinstance(event, dict) else str(event)).split()
+        if words[:1] == ["started"] and len(words) > 1:
+            return "", words[1].rstrip(":")
+        if words[:1] == ["resumed"] and len(words) > 3 and words[2] == "as":
+            return words[1], words[3].rstrip(":")
+    return "", ""
+
+
+def _log(hosts: Hosts, task: dict, try_number: int) -> list:
+    """A try's log, read through control's API server from the log server of the worker that ran it."""
     from urllib.parse import quote
 
     path = (
         f"/api/v2/dags/{task['dag_id']}/dagRuns/{quote(task['dag_run_id'], safe='')}/taskInstances/"
         f"{task['task_id']}/logs/{try_number}?full_content=true"
     )
-    for event in hosts.ctx.api().call(path, timeout=30).get("content", []):
-        said = event.get("event", "") if isinstance(event, dict) else str(event)
-        if said.startswith(f"{word} "):
-            return said.split()[1].rstrip(":")
-    return ""
+    return hosts.ctx.api().call(path, timeout=30).get("content", [])
 
 
 # ---- the run ------------------------------------------------------------------------------------------------
@@ -680,6 +700,7 @@ def main(seed: int, rows: int, retries: int, out: Path | None, keep: bool) -> in
         os.environ |= {"AIRFLOW_PORT": str(free_port()), "SPARK_SERVER": "false", "TASK_RETRIES": str(retries)}
         os.environ |= {"DATAHUB_TELEMETRY_ENABLED": "false"}
     settings = services.team_settings(Settings(_env_file=None))
+    signal.signal(signal.SIGTERM, _stopped)  # a `finally` runs on the way out: the operator's, and the down here
     if not os.environ.get(across_hosts.OPERATOR):
         argv = ["--hosts", "--seed", str(seed), "--rows", str(rows), "--retries", str(retries)]
         argv += [*(("--report", str(out)) if out else ()), *(("--keep",) if keep else ())]
@@ -689,7 +710,6 @@ def main(seed: int, rows: int, retries: int, out: Path | None, keep: bool) -> in
             if not keep:  # every host's data, namespaces and a fault's cgroup, however the run ended; the report stays
                 across_hosts.down(settings, delete_data=True)
                 shutil.rmtree(settings.state_dir, ignore_errors=True)
-    signal.signal(signal.SIGTERM, _stopped)  # a fault's finally (its rules, its cgroup) runs on the way out
     report = run(seed, rows, retries, work, lambda text: print(text, flush=True))
     print()
     print(table(report))

@@ -340,7 +340,9 @@ def _drop_hold(ctx: Context, database: str, table: str, name: str) -> None:
         db.close()
         return True
 
-    ctx.wait(dropped, 600, 1)
+    # not ctx.wait: a run that is stopping still takes its trigger off (one left holds every later commit)
+    if components.wait_for(dropped, 600, 1) is None:
+        raise RuntimeError(f"trigger {name} on {table} not dropped within 600 s")
 
 
 def postgres_mid_commit(ctx: Context, table: str = YELLOW_TAXI_RAW.name) -> Kill:

@@ -303,7 +303,10 @@ class Network:
 
     def unblock(self, host: str, tag: str) -> None:
         """Every rule ``block`` made on ``host`` with ``tag``, removed."""
-        for line in self._iptables(host, "-S").stdout.splitlines():
+        listed = self._iptables(host, "-S")
+        if listed.returncode != 0:  # nothing read is not nothing there
+            raise ServiceError(f"{tag} on {host}: iptables -S: {listed.stderr.strip()}")
+        for line in listed.stdout.splitlines():
             if line.startswith("-A ") and f"nyc-taxi-{tag}" in line.split():
                 done = self._iptables(host, "-D", *shlex.split(line)[1:])
                 if done.returncode != 0:  # a rule left would go on dropping, unseen
@@ -429,3 +432,4 @@ def _empty(tree: Path, group: Path, home: dict[int, str] | None = None) -> None:
         for pid in pids:
             with contextlib.suppress(OSError):  # exited meanwhile
                 (tree / home.get(int(pid), default).lstrip("/") / "cgroup.procs").write_text(pid)
+        time.sleep(0.05)

@@ -753,8 +753,11 @@ def down(settings: Settings, delete_data: bool = False) -> list[str]:
         said.append(f"stopped {len(left)} processes left outside supervisord's process groups (tasks, flows)")
     from nyc_taxi.deployment.hosts import Network
 
-    if Network(settings).namespaces():  # the hosts layout's network, with whatever still runs on it
-        said += [f"hosts: {line}" for line in Network(settings).down()]
+    network = Network(settings)
+    if (
+        network.namespaces() or network.cgroups()
+    ):  # the hosts layout's network and a fault's cgroup, with what runs there
+        said += [f"hosts: {line}" for line in network.down()]
     if delete_data:
         for path in data_directories(settings):
             if path.exists():

@@ -9,6 +9,7 @@ import json
 import socket
 import time
 import urllib.request
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -152,6 +153,71 @@ def test_a_request_its_sender_was_killed_in_the_middle_of_is_not_stored(tmp_path
         assert [r["body"] for r in server.stored(DATAHUB_INGEST_PATH)] == [proposal]
     finally:
         server.stop()
+
+
+_SENDER = """
+import sys, urllib.request
+request = urllib.request.Request(sys.argv[1], b'{"a": 1}', {"Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(request, timeout=float(sys.argv[2])).read()
+except OSError:
+    print("gave up", flush=True)
+"""
+
+
+def test_the_shipper_moment_kills_the_sender_the_server_names_and_holds_the_next_record_when_one_gave_up(tmp_path):
+    # a system-lane run found "no sender found": the record's sender had given up waiting (its 2 s request
+    # timeout) before the moment looked for it, on a busy machine
+    import subprocess
+    import sys
+    import threading
+
+    from nyc_taxi.chaos import moments
+
+    server = LineageServer(tmp_path / "server.jsonl").start()
+    url = server.url + DATAHUB_INGEST_PATH
+    impatient = subprocess.Popen([sys.executable, "-c", _SENDER, url, "0.5"], stdout=subprocess.PIPE, text=True)
+    patient = []
+
+    def wait(ready, seconds=1800, step=0.2):  # the moment's waits; the first lets the impatient one give up
+        deadline = time.monotonic() + 30
+        while not ready():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        if not patient:
+            assert impatient.stdout.readline().strip() == "gave up" and impatient.wait(10) == 0
+            patient.append(subprocess.Popen([sys.executable, "-c", _SENDER, url, "60"], stdout=subprocess.PIPE))
+        return True
+
+    ctx = SimpleNamespace(server=server, wait=wait, now=lambda: "nothing running")
+    try:
+        killed = []
+        moment = threading.Thread(target=lambda: killed.append(moments.shipper_after_accept(ctx)))
+        moment.start()
+        moment.join(60)
+        (kill,) = killed
+        assert kill.pids == [patient[0].pid] and patient[0].wait(10) == -9, kill
+        assert "on 127.0.0.1:" in kill.moment and [r["status"] for r in server.requests()] == [200, 200]
+        assert not any(Path(f"{server.log}.{name}").exists() for name in ("hold", "held"))
+        # every sender gone each time: nothing killed, and the run says so
+        gone = moments.shipper_after_accept(
+            SimpleNamespace(server=server, wait=_send_and_give_up(url), now=lambda: ""), tries=2
+        )
+        assert gone.pids == [] and "each sender had gone" in gone.moment, gone
+    finally:
+        server.stop()
+
+
+def _send_and_give_up(url):
+    import subprocess
+    import sys
+
+    def wait(ready, seconds=1800, step=0.2):
+        sender = subprocess.run([sys.executable, "-c", _SENDER, url, "0.3"], capture_output=True, text=True)
+        assert sender.stdout.strip() == "gave up" and ready()
+        return True
+
+    return wait
 
 
 def test_a_held_moment_is_described_when_a_busy_api_answers_late_and_a_kill_fires_only_while_it_holds(

@@ -132,6 +132,7 @@ DEMO_READERS = ("tests/test_lineage.py", "tests/test_site.py")
 # runs beside the mission, not after it; two `team up`s take turns (a lock in `team up`, per user and temporary directory).
 TEAM_DEPLOYMENTS = ("tests/test_team_profile.py", "tests/test_team_system.py", "tests/test_team_hosts.py")
 TEAM_DEPLOYMENTS += ("tests/test_hosts.py",)  # it counts the machine's namespaces: none made beside it
+TEAM_DEPLOYMENTS += ("tests/test_chaos_across_hosts.py",)  # its recovery bounds: no other layout's chaos beside it
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -366,17 +366,43 @@ def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_e
             assert len(events) > 10, events
             # the lake, read from control's network: each month's trips and weather as published, and the
             # training's forecast the same zone's count a week earlier
-            for taxi_file in files:
-                raw_holds_exactly(control, taxi_file)
-            for year, month in MONTHS:
-                check_weather(control, site, year, month)
-                as_of = dt.datetime(year + month // 12, month % 12 + 1, 1)
-                counted = expected_actuals(files, as_of - dt.timedelta(days=28), as_of)
-                assert forecasts_of(control, as_of) == seasonal_naive(counted, as_of, 24), as_of
+            try:
+                for taxi_file in files:
+                    raw_holds_exactly(control, taxi_file)
+                for year, month in MONTHS:
+                    check_weather(control, site, year, month)
+                    as_of = dt.datetime(year + month // 12, month % 12 + 1, 1)
+                    counted = expected_actuals(files, as_of - dt.timedelta(days=28), as_of)
+                    assert forecasts_of(control, as_of) == seasonal_naive(counted, as_of, 24), as_of
+            except FileNotFoundError as error:  # the open defect of docs/operations.md#across-hosts
+                raise AssertionError(f"{error}\n{_commit_evidence(network, error)}") from error
         finally:
             server.stop()
     _lineage_arrived_on_control_once(settings, network)
     _the_flows_run_is_read_on_every_host(hosts, f"airflow_dag_run:train_forecast_model/{training[0]['dag_run_id']}")
+
+
+# what a commit that Iceberg believed failed, and cleaned up after, leaves in the logs
+_COMMIT_TROUBLE = re.compile(
+    r"CommitFailedException|ValidationException|UncheckedSQLException|CommitStateUnknown|SQLSTATE|08006|"
+    r"Retrying task after failure|Failed to commit|[Cc]lean(ing)? ?up"
+)
+
+
+def _commit_evidence(network, error: Exception, most: int = 80) -> str:
+    """For a file of the lake found missing: every line of every host's logs (task logs, Spark's, the
+    programs') that names the file or tells of a commit's trouble, so that the open defect's next
+    occurrence says how it came about (the state is removed when the module ends)."""
+    missing = re.search(r"([0-9a-f-]{36}[^/ ']*)", str(error))
+    wanted = re.compile(re.escape(missing.group(1))) if missing else None
+    said = []
+    for host in network.layout.hosts:
+        for log in sorted(network.directory(host.name).rglob("*.log")):
+            with open(log, errors="replace") as lines:
+                for line in lines:
+                    if (wanted and wanted.search(line)) or _COMMIT_TROUBLE.search(line):
+                        said.append(f"{host.name} {log.name}: {line.strip()[:300]}")
+    return "\n".join(said[-most:]) or "no log line names the file or a commit's trouble"
 
 
 _RUNS_OF_THE_FLOW = """

@@ -179,14 +179,18 @@ def test_the_shipper_moment_kills_the_sender_the_server_names_and_holds_the_next
     impatient = subprocess.Popen([sys.executable, "-c", _SENDER, url, "0.5"], stdout=subprocess.PIPE, text=True)
     patient = []
 
-    def wait(ready, seconds=1800, step=0.2):  # the moment's waits; the first lets the impatient one give up
+    calls = []
+
+    def wait(ready, seconds=1800, step=0.2):  # the moment's waits for a held record, its hold placed
+        calls.append(ready)
+        if len(calls) == 2:  # the second hold: a sender that waits
+            patient.append(subprocess.Popen([sys.executable, "-c", _SENDER, url, "60"], stdout=subprocess.PIPE))
         deadline = time.monotonic() + 30
         while not ready():
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        if not patient:
+        if len(calls) == 1:  # the first: its sender gives up before the moment looks
             assert impatient.stdout.readline().strip() == "gave up" and impatient.wait(10) == 0
-            patient.append(subprocess.Popen([sys.executable, "-c", _SENDER, url, "60"], stdout=subprocess.PIPE))
         return True
 
     ctx = SimpleNamespace(server=server, wait=wait, now=lambda: "nothing running")
@@ -196,14 +200,15 @@ def test_the_shipper_moment_kills_the_sender_the_server_names_and_holds_the_next
         moment.start()
         moment.join(60)
         (kill,) = killed
-        assert kill.pids == [patient[0].pid] and patient[0].wait(10) == -9, kill
+        assert kill.pids == [patient[0].pid] and patient[0].wait(10) == -9 and kill.unanswered == 2, kill
         assert "on 127.0.0.1:" in kill.moment and [r["status"] for r in server.requests()] == [200, 200]
         assert not any(Path(f"{server.log}.{name}").exists() for name in ("hold", "held"))
         # every sender gone each time: nothing killed, and the run says so
         gone = moments.shipper_after_accept(
             SimpleNamespace(server=server, wait=_send_and_give_up(url), now=lambda: ""), tries=2
         )
-        assert gone.pids == [] and "each sender had gone" in gone.moment, gone
+        assert gone.pids == [] and "each sender had gone" in gone.moment and gone.unanswered == 2, gone
+        assert [r["status"] for r in server.requests()] == [200] * 4  # four records stored, one per hold
     finally:
         server.stop()
 
@@ -531,12 +536,12 @@ def test_lineage_is_compared_as_the_server_received_it_and_datahub_delivery_coun
     settings = Settings(_env_file=None, state_dir=tmp_path / "state")
     outbox = Outbox(settings, "airflow")
     outbox.add_records([status])  # the outbox holds it once, the server accepted it twice
-    assert chaos_run._delivery(settings, server, shipper_kills=0)["once"] is False  # a record accepted twice
-    assert chaos_run._delivery(settings, server, shipper_kills=1)["once"] is True  # the one a killed shipper resent
+    assert chaos_run._delivery(settings, server, unanswered=0)["once"] is False  # a record accepted twice
+    assert chaos_run._delivery(settings, server, unanswered=1)["once"] is True  # the one a killed shipper resent
     # two runs wrote the same aspect with the same value (a dataset's status): two records, each sent once
     outbox.add_records([status])
-    assert chaos_run._delivery(settings, server, shipper_kills=0)["once"] is True
-    assert chaos_run._delivery(settings, server, shipper_kills=0)["sent again"] == 0
+    assert chaos_run._delivery(settings, server, unanswered=0)["once"] is True
+    assert chaos_run._delivery(settings, server, unanswered=0)["sent again"] == 0
 
 
 def test_the_chaos_runs_expectations_agree_with_the_suites_own_reading_of_the_files(tmp_path):
@@ -668,11 +673,13 @@ def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_
     assert [asdict(f) for f in hosts.plan(3)] == [asdict(f) for f in plans[2]]
     assert len({tuple((f.step, f.component, f.delay, f.lasts) for f in p) for p in plans}) > 1  # the seed chooses
     for faults in plans:
-        assert [f.number for f in faults] == list(range(1, 7))
+        assert [f.number for f in faults] == list(range(1, 8))
         assert {f.moment for f in faults} == set(hosts.MOMENTS)  # every kind once, the four the issue names among them
         by = {f.moment: f for f in faults}
         assert by[hosts.LOST_MID_MERGE].step != by[hosts.CUT_AT_COMMIT].step  # two merge faults, a month each
         assert by[hosts.LOST_IN_FLOW].step == "backtest" and by[hosts.LOSS].component in ("worker-a", "worker-b")
+        # the latency in the month no host is lost in (the delayer would die with a lost host), 50-150 ms
+        assert by[hosts.LATENCY].step == by[hosts.CUT_AT_COMMIT].step and 0.05 <= by[hosts.LATENCY].delay <= 0.15
         assert all(f.lasts > 0 for f in faults if f.moment not in (hosts.LOST_MID_MERGE, hosts.LOST_IN_FLOW))
 
     def report(**changes) -> dict:

@@ -374,7 +374,7 @@ def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_e
                     as_of = dt.datetime(year + month // 12, month % 12 + 1, 1)
                     counted = expected_actuals(files, as_of - dt.timedelta(days=28), as_of)
                     assert forecasts_of(control, as_of) == seasonal_naive(counted, as_of, 24), as_of
-            except FileNotFoundError as error:  # the open defect of docs/operations.md#across-hosts
+            except (OSError, AssertionError) as error:  # the open defect of docs/operations.md#across-hosts
                 raise AssertionError(f"{error}\n{_commit_evidence(network, error)}") from error
         finally:
             server.stop()
@@ -384,25 +384,31 @@ def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_e
 
 # what a commit that Iceberg believed failed, and cleaned up after, leaves in the logs
 _COMMIT_TROUBLE = re.compile(
-    r"CommitFailedException|ValidationException|UncheckedSQLException|CommitStateUnknown|SQLSTATE|08006|"
-    r"Retrying task after failure|Failed to commit|[Cc]lean(ing)? ?up"
+    r"CommitFailedException|ValidationException|UncheckedSQLException|CommitStateUnknown|SQLSTATE|"
+    r"Retrying task after failure|Failed to commit"
 )
 
 
 def _commit_evidence(network, error: Exception, most: int = 80) -> str:
-    """For a file of the lake found missing: every line of every host's logs (task logs, Spark's, the
-    programs') that names the file or tells of a commit's trouble, so that the open defect's next
-    occurrence says how it came about (the state is removed when the module ends)."""
-    missing = re.search(r"([0-9a-f-]{36}[^/ ']*)", str(error))
-    wanted = re.compile(re.escape(missing.group(1))) if missing else None
-    said = []
+    """For a lake file found missing or wrong: the lines of every host's logs that name the file (first),
+    then those that tell of a commit's trouble, so that the open defect's next occurrence says how it
+    came about (the state is removed when the module ends). A log that goes away meanwhile is skipped."""
+    missing = re.search(r"([0-9a-f]{8}-[0-9a-f-]{27}[^/ ']*)", str(error))
+    naming, trouble = [], []
     for host in network.layout.hosts:
-        for log in sorted(network.directory(host.name).rglob("*.log")):
-            with open(log, errors="replace") as lines:
-                for line in lines:
-                    if (wanted and wanted.search(line)) or _COMMIT_TROUBLE.search(line):
-                        said.append(f"{host.name} {log.name}: {line.strip()[:300]}")
-    return "\n".join(said[-most:]) or "no log line names the file or a commit's trouble"
+        for folder, _, names in os.walk(network.directory(host.name)):
+            for name in sorted(n for n in names if n.endswith(".log")):
+                try:
+                    with open(os.path.join(folder, name), errors="replace") as lines:
+                        for line in lines:
+                            if missing and missing.group(1) in line:
+                                naming.append(f"{host.name} {name}: {line.strip()[:300]}")
+                            elif _COMMIT_TROUBLE.search(line):
+                                trouble.append(f"{host.name} {name}: {line.strip()[:300]}")
+                except OSError:
+                    continue
+    said = (naming + trouble)[:most]
+    return "\n".join(said) or "no log line names the file or a commit's trouble"
 
 
 _RUNS_OF_THE_FLOW = """

@@ -11,11 +11,12 @@ The faults, each at the moment it names and each proven to have happened:
 - the scheduler cut off from PostgreSQL: its packets to PostgreSQL's port dropped (its process group
   moved into a cgroup of its own, matched by iptables, and its open connections by their ports);
 - 20 % loss on one worker host's link (both ways), for a minute or two of a month's work;
+- latency on one worker host's link: each packet held 50-150 ms each way, for a minute or two;
 - the lineage receiver cut off from the worker hosts (their packets to its port dropped);
 - a worker host lost while the training flow runs on it (a flow step running under the task).
 
 A partition or a loss is proven by what it dropped (its rules' counters, or a probe refused while the
-cable is out), a host lost by every one of its processes gone and none left in its namespace. Each is
+cable is out), a latency by what it held and a handshake from control that took twice the delay, a host lost by every one of its processes gone and none left in its namespace. Each is
 survived when the programs it touched answer again, and the task it hit (where it hit one) succeeds.
 The operator of the run (this process, once it runs in control's network) reaches every host as a
 machine of the team's network would, and reads the machine's files.
@@ -60,6 +61,7 @@ LOST_MID_MERGE = "worker host lost mid-merge"
 CUT_AT_COMMIT = "worker host cut off from control during a commit"
 SCHEDULER_FROM_POSTGRES = "scheduler cut off from PostgreSQL"
 LOSS = "20 % loss on a worker host's link"
+LATENCY = "latency on a worker host's link"
 RECEIVER_CUT_OFF = "lineage receiver cut off from the worker hosts"
 LOST_IN_FLOW = "worker host lost while the training flow runs"
 PROBE_SECONDS = 2.0
@@ -68,7 +70,7 @@ HOST_DOWN = 20  # seconds a lost host stays down, its cable out, before it is st
 
 @dataclass
 class HostFault(Fault):
-    at: float = 0.0  # when it happened (time.time())
+    at: float = 0.0  # when it happened (time.time()); a latency's ``delay``: seconds each packet is held
     lasts: float = 0.0  # seconds a partition or a loss lasts (a host lost: until it is started again)
     ended: float = 0.0  # when it ended: the kill, the cable back, the rules taken off
 
@@ -90,6 +92,10 @@ def plan(seed: int) -> list[HostFault]:
         HostFault(0, 1, rng.choice(months), "lineage-receiver", RECEIVER_CUT_OFF, lasts=round(rng.uniform(45, 90))),
         HostFault(0, 1, "backtest", "worker host", LOST_IN_FLOW, FLOW, round(rng.uniform(5, 20), 1)),
     ]
+    # drawn last, so a seed's other faults stay as they were; in the month no host is lost in (a lost host's
+    # processes die with it, the delayer among them: its latency would end unseen)
+    held, lasts = round(rng.uniform(0.05, 0.15), 3), round(rng.uniform(60, 120))
+    faults.append(HostFault(0, 1, cut, rng.choice(workers), LATENCY, delay=held, lasts=lasts))
     order = [s.name for s in mission.STEPS]
     faults.sort(key=lambda f: order.index(f.step))
     for number, fault in enumerate(faults, 1):
@@ -134,15 +140,20 @@ class Hosts:
         names = across_hosts.processes(self.network.layout.host(host))
         return all(states.get(n) == "RUNNING" for n in names) and all(services.answering(own, n) for n in names)
 
-    def reachable(self, host: str) -> bool:
-        """A TCP connection from control to the host's Celery task-log server (every worker host runs one)."""
+    def handshake(self, host: str) -> float | None:
+        """Seconds a TCP handshake from control to the host's task-log server takes (None: no answer)."""
         from nyc_taxi.airflow_adapter.environment import WORKER_LOG_SERVER_PORT
 
+        start = time.monotonic()
         try:
             with socket.create_connection((self.address(host), WORKER_LOG_SERVER_PORT), timeout=PROBE_SECONDS):
-                return True
+                return time.monotonic() - start
         except OSError:
-            return False
+            return None
+
+    def reachable(self, host: str) -> bool:
+        """A TCP connection from control to the host's Celery task-log server (every worker host runs one)."""
+        return self.handshake(host) is not None
 
     def step_started(self, fault: HostFault) -> None:
         """Until the fault's step runs a task (the step's work has begun)."""
@@ -356,6 +367,30 @@ def loss(hosts: Hosts, fault: HostFault) -> None:
     fault.target = f"{fault.ended - fault.at:.0f} s, from the step's first task on"
 
 
+def latency(hosts: Hosts, fault: HostFault) -> None:
+    """Each packet on the worker's link held ``fault.delay`` seconds each way (``Network.delay``), for the
+    fault's time; proven by the packets held and by control's handshake with the host, which crosses the
+    link twice: at least twice the delay once it is placed (at the step's start: the same month's cut at
+    the merge's commit, on this host or not, comes later)."""
+    hosts.step_started(fault)
+    host, seconds = fault.component, fault.delay
+    fault.killed = f"{host}'s link"
+    before, during = hosts.handshake(host), []
+
+    def place() -> None:
+        hosts.network.delay(host, seconds)
+        during.append(hosts.handshake(host))
+
+    held, _ = _for_its_time(hosts, fault, f"delay-{host}", place, lambda: hosts.network.delay(host, 0))
+    if not held or during[0] is None or during[0] < 2 * seconds:
+        raise RuntimeError(f"{host}'s link: {held} packets held, control's handshake {during} s: no latency shown")
+    fault.proven = (
+        f"{held} packets to and from {host} held {seconds * 1000:.0f} ms each; control's handshake with it "
+        f"{during[0] * 1000:.0f} ms ({(before or 0) * 1000:.0f} ms before)"
+    )
+    fault.target = f"{fault.ended - fault.at:.0f} s, {seconds * 1000:.0f} ms each way, from the step's first task on"
+
+
 def receiver_cut_off(hosts: Hosts, fault: HostFault) -> None:
     from nyc_taxi.lineage.write import delivery
 
@@ -377,16 +412,16 @@ def receiver_cut_off(hosts: Hosts, fault: HostFault) -> None:
 
 
 def _for_its_time(hosts: Hosts, fault: HostFault, tag: str, place, lift, meanwhile=None) -> tuple[int, object]:
-    """A partition or a loss (``place``: its rules, marked ``tag``) held for the fault's time, in its
-    step, then taken off (``lift``) however it ends; the packets its rules dropped (their counters, read
-    before they go) and what ``meanwhile`` found at its end, while it still held."""
+    """A partition, a loss or a latency (``place``: its rules, marked ``tag``) held for the fault's time,
+    in its step, then taken off (``lift``) however it ends; the packets its rules matched (their counters,
+    read before they go) and what ``meanwhile`` found at its end, while it still held."""
     try:
         place()
         fault.at = time.time()
         hosts.in_its_step(fault)
         hosts.stop.wait(max(0.0, fault.lasts - (time.time() - fault.at)))
         found = meanwhile() if meanwhile else None
-        return hosts.network.dropped(tag), found
+        return hosts.network.counted(tag), found
     finally:
         lift()
         fault.ended = time.time()
@@ -401,6 +436,7 @@ MOMENTS = {
     CUT_AT_COMMIT: cut_at_commit,
     SCHEDULER_FROM_POSTGRES: scheduler_from_postgres,
     LOSS: loss,
+    LATENCY: latency,
     RECEIVER_CUT_OFF: receiver_cut_off,
     LOST_IN_FLOW: lost_in_flow,
 }
@@ -622,7 +658,10 @@ def run(seed: int, rows: int, retries: int, work: Path, say=print) -> dict:
     ).stdout.strip()
     say(f"chaos run across hosts: {len(faults)} faults, seed {seed}, code {commit or 'unknown'}")
     for fault in faults:
-        say(f"  plan {fault.number}: {fault.step}: {fault.moment} ({fault.component}; {fault.delay or fault.lasts} s)")
+        how = f"{fault.delay * 1000:.0f} ms for {fault.lasts:.0f}" if fault.moment == LATENCY else None
+        say(
+            f"  plan {fault.number}: {fault.step}: {fault.moment} ({fault.component}; {how or fault.delay or fault.lasts} s)"
+        )
     started = time.monotonic()
     for line in across_hosts.up(settings):
         say(f"    {line}")

@@ -161,6 +161,7 @@ class Kill:
     moment: str
     at: float
     task: dict | None = None  # the task instance the moment was about, if any
+    unanswered: int = 0  # lineage records stored whose senders never heard back: each may come again
 
 
 def _kill_program(
@@ -474,38 +475,42 @@ def shipper_after_accept(ctx: Context, tries: int = SENDER_TRIES) -> Kill:
     owner of the connection the server names) is killed before it hears back (and so before it writes
     its ledger); then the server answers. A sender that gave up waiting first (its request timeout, on a
     busy machine) is no longer there to kill: the record is let go and the next one held, ``tries``
-    times at most."""
+    times at most. Each record held went unanswered to its sender, who may send it again (``unanswered``)."""
     log, gone = ctx.server.log, []
-    for _ in range(tries):
-        Path(f"{log}.release").unlink(missing_ok=True)
+    Path(f"{log}.release").unlink(missing_ok=True)  # one left by a run stopped midway would answer at once
+    for held in range(1, tries + 1):
         Path(f"{log}.hold").touch()
         ctx.wait(lambda: Path(f"{log}.held").exists(), 3600, 0.1)
         address = Path(f"{log}.held").read_text()
-        sender = _owner_of(address, ctx.server.port)
-        running = ctx.now() if sender else ""
         killed = None
-        if sender is not None:
+        if (sender := _owner_of(address, ctx.server.port)) is not None:
             name = _name(sender)
             with contextlib.suppress(psutil.Error):  # one that exited meanwhile was not killed
                 sender.kill()
-                killed = Kill(
-                    "lineage shipper",
-                    [sender.pid],
-                    f"lineage shipper after the server stored a record: {name}, on {address} [{running}]",
-                    time.time(),
-                )
-        for name in ("hold", "held"):
-            Path(f"{log}.{name}").unlink(missing_ok=True)
-        ctx.server.release()
+                killed = Kill("lineage shipper", [sender.pid], "", time.time(), unanswered=held)
+        if killed is not None:  # what ran is asked after the kill: the API may take seconds to answer
+            killed.moment = f"lineage shipper after the server stored a record: {name}, on {address} [{ctx.now()}]"
+        _release(ctx.server)
         if killed is not None:
             return killed
         gone.append(address)
     said = f"lineage shipper after the server stored a record: each sender had gone ({', '.join(gone)})"
-    return Kill("lineage shipper", [], said, time.time())
+    return Kill("lineage shipper", [], said, time.time(), unanswered=tries)
+
+
+def _release(server) -> None:
+    """The held record answered: no other held after it (the hold taken off first), and back once the
+    server has seen the release (it takes the file away), so a next hold never meets this one's."""
+    for name in ("hold", "held"):
+        Path(f"{server.log}.{name}").unlink(missing_ok=True)
+    server.release()
+    if components.wait_for(lambda: not Path(f"{server.log}.release").exists(), 30, 0.05) is None:
+        raise RuntimeError("the lineage server never took the release of its held record")
 
 
 def _owner_of(address: str, port: int) -> psutil.Process | None:
-    """The process (not this one) whose open connection to the server's ``port`` is from ``address``."""
+    """The process (not this one) whose open connection to the server's ``port`` on 127.0.0.1 is from
+    ``address`` (host:port, as the server saw it)."""
     host, local = address.rsplit(":", 1)
     for c in psutil.net_connections("tcp"):
         if (
@@ -514,7 +519,7 @@ def _owner_of(address: str, port: int) -> psutil.Process | None:
             and c.laddr
             and (c.laddr.ip, c.laddr.port) == (host, int(local))
             and c.raddr
-            and c.raddr.port == port
+            and (c.raddr.ip, c.raddr.port) == ("127.0.0.1", port)
             and c.status == psutil.CONN_ESTABLISHED
         ):
             with contextlib.suppress(psutil.Error):

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hosts",
         action="store_true",
-        help="one run on the hosts layout (deployment/hosts.toml) under six faults of hosts and links (takes root)",
+        help="one run on the hosts layout (deployment/hosts.toml) under seven faults of hosts and links (takes root)",
     )
     args = parser.parse_args(argv)
     if args.faults < 1:  # a run with no fault compares nothing, and would pass

@@ -96,6 +96,7 @@ class Network:
         self.settings = settings
         self.layout = declared or layout()
         self.tag = hashlib.sha256(str(settings.state_dir.resolve()).encode()).hexdigest()[:6]
+        self._delayers: dict[str, subprocess.Popen] = {}  # a host's link's latency, held by this process
 
     # ---- names: all derived from the state directory -----------------------------------------------
     @property
@@ -265,7 +266,7 @@ class Network:
 
         return [f"{h.name}: {h.address} {state(h)}; programs {', '.join(h.programs)}" for h in self.layout.hosts]
 
-    # ---- faults of the network: a host cut off, a link that loses packets ----------------------------
+    # ---- faults of the network: a host cut off, a link that loses packets or is slow ------------------
     def cut(self, host: str) -> None:
         """Cut the host's link at the switch: the host runs on, and reaches nothing, as a pulled cable."""
         _ip("-n", self.switch, "link", "set", self.port(host), "down")
@@ -293,10 +294,34 @@ class Network:
                 match += ["-m", "statistic", "--mode", "random", "--probability", str(share)]
                 self.block(other.name, "INPUT", match, tag)
 
-    def block(self, host: str, chain: str, match: list[str], tag: str) -> None:
-        """Drop, on ``host``, what ``match`` matches in ``chain`` (iptables), marked ``tag`` so that
-        ``unblock`` and ``dropped`` find it: a partition made of what the host lets through."""
-        rule = [chain, *match, "-m", "comment", "--comment", f"nyc-taxi-{tag}", "-j", "DROP"]
+    def delay(self, host: str, seconds: float) -> None:
+        """Latency on the host's link: each packet it sends or receives there held ``seconds`` before it
+        goes on, in order, none lost (a netfilter queue that ``nyc_taxi.deployment.delay``, in the host's
+        network namespace, lets go: this machine's kernel has no ``tc netem``). 0 takes it off: the rules
+        first, then every packet still held is let go. What it held: ``counted(f"delay-{host}")``."""
+        tag = f"delay-{host}"
+        self.unblock(host, tag)
+        if (held := self._delayers.pop(host, None)) is not None:
+            held.terminate()
+            held.communicate(timeout=30)
+        if seconds <= 0:
+            return
+        argv = [sys.executable, "-m", "nyc_taxi.deployment.delay", "--queue", "1", "--ms", f"{seconds * 1000:g}"]
+        delayer = subprocess.Popen(
+            ["ip", "netns", "exec", self.namespace(host), *argv], stdout=subprocess.PIPE, text=True
+        )
+        if delayer.stdout.readline().strip() != "ready":
+            delayer.kill()
+            raise ServiceError(f"{tag}: the delayer did not start (exit {delayer.wait()})")
+        self._delayers[host] = delayer
+        queue = ["NFQUEUE", "--queue-num", "1", "--queue-bypass"]  # no delayer listening: packets pass at once
+        for chain, way in (("INPUT", "-i"), ("OUTPUT", "-o")):
+            self.block(host, chain, [way, "eth0"], tag, queue)
+
+    def block(self, host: str, chain: str, match: list[str], tag: str, target: list[str] | None = None) -> None:
+        """Drop (or send to ``target``), on ``host``, what ``match`` matches in ``chain`` (iptables), marked
+        ``tag`` so that ``unblock`` and ``counted`` find it: a partition made of what the host lets through."""
+        rule = [chain, *match, "-m", "comment", "--comment", f"nyc-taxi-{tag}", "-j", *(target or ["DROP"])]
         done = self._iptables(host, "-A", *rule)
         if done.returncode != 0:
             raise ServiceError(f"{tag} on {host}: iptables -A {' '.join(rule)}: {done.stderr.strip()}")
@@ -312,9 +337,9 @@ class Network:
                 if done.returncode != 0:  # a rule left would go on dropping, unseen
                     raise ServiceError(f"{tag} on {host}: iptables -D {line[3:]}: {done.stderr.strip()}")
 
-    def dropped(self, tag: str) -> int:
-        """Packets the rules marked ``tag`` dropped so far, on every host (their counters): a partition
-        that dropped nothing cut nothing."""
+    def counted(self, tag: str) -> int:
+        """Packets the rules marked ``tag`` matched so far, on every host (their counters): what a partition
+        or a loss dropped, what a delay held; one that matched nothing did nothing."""
         total = 0
         for host in self.layout.hosts:
             listed = self._iptables(host.name, "-L", "-n", "-v", "-x").stdout

@@ -156,8 +156,10 @@ def test_a_request_its_sender_was_killed_in_the_middle_of_is_not_stored(tmp_path
 
 
 _SENDER = """
-import sys, urllib.request
-request = urllib.request.Request(sys.argv[1], b'{"a": 1}', {"Content-Type": "application/json"})
+import json, sys, urllib.request
+value = {"value": json.dumps({"removed": sys.argv[3] == "removed"}), "contentType": "application/json"}
+record = {"proposal": {"entityUrn": "urn:li:dataset:x", "aspectName": "status", "aspect": value}}
+request = urllib.request.Request(sys.argv[1], json.dumps(record).encode(), {"Content-Type": "application/json"})
 try:
     urllib.request.urlopen(request, timeout=float(sys.argv[2])).read()
 except OSError:
@@ -176,7 +178,7 @@ def test_the_shipper_moment_kills_the_sender_the_server_names_and_holds_the_next
 
     server = LineageServer(tmp_path / "server.jsonl").start()
     url = server.url + DATAHUB_INGEST_PATH
-    impatient = subprocess.Popen([sys.executable, "-c", _SENDER, url, "0.5"], stdout=subprocess.PIPE, text=True)
+    impatient = subprocess.Popen([sys.executable, "-c", _SENDER, url, "0.5", "kept"], stdout=subprocess.PIPE, text=True)
     patient = []
 
     calls = []
@@ -184,7 +186,9 @@ def test_the_shipper_moment_kills_the_sender_the_server_names_and_holds_the_next
     def wait(ready, seconds=1800, step=0.2):  # the moment's waits for a held record, its hold placed
         calls.append(ready)
         if len(calls) == 2:  # the second hold: a sender that waits
-            patient.append(subprocess.Popen([sys.executable, "-c", _SENDER, url, "60"], stdout=subprocess.PIPE))
+            patient.append(
+                subprocess.Popen([sys.executable, "-c", _SENDER, url, "60", "removed"], stdout=subprocess.PIPE)
+            )
         deadline = time.monotonic() + 30
         while not ready():
             assert time.monotonic() < deadline
@@ -200,17 +204,27 @@ def test_the_shipper_moment_kills_the_sender_the_server_names_and_holds_the_next
         moment.start()
         moment.join(60)
         (kill,) = killed
-        assert kill.pids == [patient[0].pid] and patient[0].wait(10) == -9 and kill.unanswered == 2, kill
+        assert kill.pids == [patient[0].pid] and patient[0].wait(10) == -9, kill
+        # both records held went unanswered, each named as the delivery check names it
+        kept, removed = (_status_key(flag) for flag in (False, True))
+        assert kill.unanswered == [kept, removed], kill.unanswered
         assert "on 127.0.0.1:" in kill.moment and [r["status"] for r in server.requests()] == [200, 200]
         assert not any(Path(f"{server.log}.{name}").exists() for name in ("hold", "held"))
         # every sender gone each time: nothing killed, and the run says so
         gone = moments.shipper_after_accept(
             SimpleNamespace(server=server, wait=_send_and_give_up(url), now=lambda: ""), tries=2
         )
-        assert gone.pids == [] and "each sender had gone" in gone.moment and gone.unanswered == 2, gone
+        assert gone.pids == [] and "each sender had gone" in gone.moment and gone.unanswered == [kept, kept], gone
         assert [r["status"] for r in server.requests()] == [200] * 4  # four records stored, one per hold
     finally:
         server.stop()
+
+
+def _status_key(removed: bool) -> str:
+    value = {"value": json.dumps({"removed": removed}), "contentType": "application/json"}
+    return check.record_key(
+        DATAHUB_INGEST_PATH, {"proposal": {"entityUrn": "urn:li:dataset:x", "aspectName": "status", "aspect": value}}
+    )
 
 
 def _send_and_give_up(url):
@@ -218,7 +232,7 @@ def _send_and_give_up(url):
     import sys
 
     def wait(ready, seconds=1800, step=0.2):
-        sender = subprocess.run([sys.executable, "-c", _SENDER, url, "0.3"], capture_output=True, text=True)
+        sender = subprocess.run([sys.executable, "-c", _SENDER, url, "0.3", "kept"], capture_output=True, text=True)
         assert sender.stdout.strip() == "gave up" and ready()
         return True
 
@@ -536,12 +550,16 @@ def test_lineage_is_compared_as_the_server_received_it_and_datahub_delivery_coun
     settings = Settings(_env_file=None, state_dir=tmp_path / "state")
     outbox = Outbox(settings, "airflow")
     outbox.add_records([status])  # the outbox holds it once, the server accepted it twice
-    assert chaos_run._delivery(settings, server, unanswered=0)["once"] is False  # a record accepted twice
-    assert chaos_run._delivery(settings, server, unanswered=1)["once"] is True  # the one a killed shipper resent
+    again = check.record_key(DATAHUB_INGEST_PATH, proposal)
+    assert chaos_run._delivery(settings, server, unanswered=[])["once"] is False  # a record accepted twice
+    assert chaos_run._delivery(settings, server, unanswered=[again])["once"] is True  # the one a shipper resent
+    other = check.record_key(DATAHUB_INGEST_PATH, {"proposal": {**proposal["proposal"], "aspectName": "x"}})
+    said = chaos_run._delivery(settings, server, unanswered=[other])  # a record held was another one
+    assert said["once"] is False and said["sent again unexplained"] == [again], said
     # two runs wrote the same aspect with the same value (a dataset's status): two records, each sent once
     outbox.add_records([status])
-    assert chaos_run._delivery(settings, server, unanswered=0)["once"] is True
-    assert chaos_run._delivery(settings, server, unanswered=0)["sent again"] == 0
+    assert chaos_run._delivery(settings, server, unanswered=[])["once"] is True
+    assert chaos_run._delivery(settings, server, unanswered=[])["sent again"] == 0
 
 
 def test_the_chaos_runs_expectations_agree_with_the_suites_own_reading_of_the_files(tmp_path):

@@ -399,10 +399,11 @@ def test_a_blocked_port_drops_what_it_matches_counts_it_and_is_opened_again_and_
 
 
 @pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables (bash run setup installs it)")
-def test_a_delayed_link_holds_each_packet_each_way_loses_none_and_is_undone(network):
+def test_a_delayed_link_holds_each_packet_each_way_beside_a_loss_and_is_undone(network):
     """What `chaos --hosts` puts latency on a link with (no `tc netem` on this kernel): a TCP handshake
     from worker-a to control crosses worker-a's link twice (SYN out, SYN-ACK in), so it takes at least
-    twice the delay; worker-b's does not; every connection still made; the delay taken off, fast again."""
+    twice the delay; worker-b's does not; a block on the same link still drops (the delay's rules come
+    before the filter table's); the delayer counts what it held; the delay taken off, fast again."""
     control = network.layout.host("control")
     server = _listening_on_control(network, "\nwhile True: s.accept()[0].close()")
     handshakes = f"""
@@ -424,13 +425,17 @@ def test_a_delayed_link_holds_each_packet_each_way_loses_none_and_is_undone(netw
         before = handshake("worker-a")
         network.delay("worker-a", 0.15)
         slow, other = handshake("worker-a"), handshake("worker-b")
-        held = network.counted("delay-worker-a")
-        network.delay("worker-a", 0)
+        # a partition on the delayed host itself, of what arrives on the delayed link: still dropped
+        network.block("worker-a", "INPUT", ["-p", "tcp", "-s", control.address, "--sport", "8765"], "beside")
+        blocked, dropped = _python_on(network, "worker-a", handshakes), network.counted("beside")
+        network.unblock("worker-a", "beside")
+        held = network.delay("worker-a", 0)
         after = handshake("worker-a")
         assert before < 0.1 and other < 0.1 and after < 0.1, (before, other, after)
         assert 0.3 <= slow < 0.9, slow  # two crossings of 150 ms, and no SYN sent again (that waits 1 s)
-        assert held >= 10, held  # five handshakes' SYN and SYN-ACK, and their ACKs and FINs
-        assert network.counted("delay-worker-a") == 0 and not network._delayers  # the rules and the delayer gone
+        assert blocked.returncode != 0 and dropped >= 1, (blocked.stdout, dropped)  # dropped, once delayed
+        assert held >= 10, held  # the delayer's own count: five handshakes' SYN, SYN-ACK, ACK and FIN each
+        assert network.counted("delay-worker-a", table="mangle") == 0 and network.delay("worker-a", 0) is None
     finally:
         network.delay("worker-a", 0)
         server.kill()

@@ -374,8 +374,11 @@ def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_e
                     as_of = dt.datetime(year + month // 12, month % 12 + 1, 1)
                     counted = expected_actuals(files, as_of - dt.timedelta(days=28), as_of)
                     assert forecasts_of(control, as_of) == seasonal_naive(counted, as_of, 24), as_of
-            except (OSError, AssertionError) as error:  # the open defect of docs/operations.md#across-hosts
-                raise AssertionError(f"{error}\n{_commit_evidence(network, error)}") from error
+            except (OSError, AssertionError) as error:  # e.g. the open defect of docs/operations.md#across-hosts
+                said = _commit_evidence(network, error)
+                raise AssertionError(
+                    f"{error}\nthe hosts' logs, of the file or of a commit's trouble:\n{said}"
+                ) from error
         finally:
             server.stop()
     _lineage_arrived_on_control_once(settings, network)
@@ -393,7 +396,7 @@ def _commit_evidence(network, error: Exception, most: int = 80) -> str:
     """For a lake file found missing or wrong: the lines of every host's logs that name the file (first),
     then those that tell of a commit's trouble, so that the open defect's next occurrence says how it
     came about (the state is removed when the module ends). A log that goes away meanwhile is skipped."""
-    missing = re.search(r"([0-9a-f]{8}-[0-9a-f-]{27}[^/ ']*)", str(error))
+    missing = re.search(r"([0-9a-f]{8}-[0-9a-f-]{27}[\w.-]*)", str(error))  # a data file's or manifest's name
     naming, trouble = [], []
     for host in network.layout.hosts:
         for folder, _, names in os.walk(network.directory(host.name)):

@@ -69,8 +69,8 @@ HOST_DOWN = 20  # seconds a lost host stays down, its cable out, before it is st
 
 
 @dataclass
-class HostFault(Fault):
-    at: float = 0.0  # when it happened (time.time()); a latency's ``delay``: seconds each packet is held
+class HostFault(Fault):  # a latency's ``delay``: the seconds each packet is held, each way
+    at: float = 0.0  # when it happened (time.time())
     lasts: float = 0.0  # seconds a partition or a loss lasts (a host lost: until it is started again)
     ended: float = 0.0  # when it ended: the kill, the cable back, the rules taken off
 
@@ -92,10 +92,14 @@ def plan(seed: int) -> list[HostFault]:
         HostFault(0, 1, rng.choice(months), "lineage-receiver", RECEIVER_CUT_OFF, lasts=round(rng.uniform(45, 90))),
         HostFault(0, 1, "backtest", "worker host", LOST_IN_FLOW, FLOW, round(rng.uniform(5, 20), 1)),
     ]
-    # drawn last, so a seed's other faults stay as they were; in the month no host is lost in (a lost host's
-    # processes die with it, the delayer among them: its latency would end unseen)
-    held, lasts = round(rng.uniform(0.05, 0.15), 3), round(rng.uniform(60, 120))
-    faults.append(HostFault(0, 1, cut, rng.choice(workers), LATENCY, delay=held, lasts=lasts))
+    # drawn last, so a seed's other faults draw as they did; in the month no host is lost in (a lost host's
+    # processes die with it, the delayer among them: its latency would end unseen), on a link the 20 % loss is
+    # not on at the same time (the handshake that proves the latency would lose a packet to it)
+    held, lasts, slow = round(rng.uniform(0.05, 0.15), 3), round(rng.uniform(60, 120)), rng.choice(workers)
+    loss = next(f for f in faults if f.moment == LOSS)
+    if loss.step == cut and loss.component == slow:
+        slow = next(w for w in workers if w != slow)
+    faults.append(HostFault(0, 1, cut, slow, LATENCY, delay=held, lasts=lasts))
     order = [s.name for s in mission.STEPS]
     faults.sort(key=lambda f: order.index(f.step))
     for number, fault in enumerate(faults, 1):
@@ -369,24 +373,29 @@ def loss(hosts: Hosts, fault: HostFault) -> None:
 
 def latency(hosts: Hosts, fault: HostFault) -> None:
     """Each packet on the worker's link held ``fault.delay`` seconds each way (``Network.delay``), for the
-    fault's time; proven by the packets held and by control's handshake with the host, which crosses the
-    link twice: at least twice the delay once it is placed (at the step's start: the same month's cut at
-    the merge's commit, on this host or not, comes later)."""
+    fault's time or until its step ends; proven by the delayer's own count of the packets it held for the
+    whole delay (it must still run when taken off), and by control's handshake with the host, which crosses
+    the link twice: at least twice the delay once it is placed, and under a second (a SYN sent again, which
+    waits a second, is no proof of latency). Measured at the step's start: the same month's cut, at the
+    merge's commit, comes later."""
     hosts.step_started(fault)
     host, seconds = fault.component, fault.delay
     fault.killed = f"{host}'s link"
-    before, during = hosts.handshake(host), []
+    before, during, held = hosts.handshake(host), [], []
 
     def place() -> None:
         hosts.network.delay(host, seconds)
-        during.append(hosts.handshake(host))
+        during.append(sorted(hosts.handshake(host) or 9.0 for _ in range(3))[1])  # the median of three
 
-    held, _ = _for_its_time(hosts, fault, f"delay-{host}", place, lambda: hosts.network.delay(host, 0))
-    if not held or during[0] is None or during[0] < 2 * seconds:
+    def lift() -> None:
+        held.append(hosts.network.delay(host, 0))
+
+    _for_its_time(hosts, fault, f"delay-{host}", place, lift, within_step=True)
+    if not held or not held[0] or not during or not 2 * seconds <= during[0] < 1.0:
         raise RuntimeError(f"{host}'s link: {held} packets held, control's handshake {during} s: no latency shown")
     fault.proven = (
-        f"{held} packets to and from {host} held {seconds * 1000:.0f} ms each; control's handshake with it "
-        f"{during[0] * 1000:.0f} ms ({(before or 0) * 1000:.0f} ms before)"
+        f"{held[0]} packets to and from {host} held {seconds * 1000:.0f} ms each (the delayer's count); "
+        f"control's handshake with it {during[0] * 1000:.0f} ms ({(before or 0) * 1000:.0f} ms before)"
     )
     fault.target = f"{fault.ended - fault.at:.0f} s, {seconds * 1000:.0f} ms each way, from the step's first task on"
 
@@ -411,15 +420,21 @@ def receiver_cut_off(hosts: Hosts, fault: HostFault) -> None:
     fault.task = {"shipped": {w: _shipped(delivery, hosts.own(w)) for w in hosts.workers()}}
 
 
-def _for_its_time(hosts: Hosts, fault: HostFault, tag: str, place, lift, meanwhile=None) -> tuple[int, object]:
+def _for_its_time(
+    hosts: Hosts, fault: HostFault, tag: str, place, lift, meanwhile=None, within_step: bool = False
+) -> tuple[int, object]:
     """A partition, a loss or a latency (``place``: its rules, marked ``tag``) held for the fault's time,
     in its step, then taken off (``lift``) however it ends; the packets its rules matched (their counters,
-    read before they go) and what ``meanwhile`` found at its end, while it still held."""
+    read before they go) and what ``meanwhile`` found at its end, while it still held; ``within_step``: taken
+    off when its step ends, if that comes first."""
     try:
         place()
         fault.at = time.time()
         hosts.in_its_step(fault)
-        hosts.stop.wait(max(0.0, fault.lasts - (time.time() - fault.at)))
+        while (left := fault.lasts - (time.time() - fault.at)) > 0 and not hosts.stop.is_set():
+            if within_step and hosts.progress.step != fault.step:
+                break
+            hosts.stop.wait(min(left, 0.5))
         found = meanwhile() if meanwhile else None
         return hosts.network.counted(tag), found
     finally:

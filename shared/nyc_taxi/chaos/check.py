@@ -28,6 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from nyc_taxi.core import datasets as d
+from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH, identity
 
 # tables compared, and the key of a row (the primary key as the tables are declared, a staging table's
 # rows by the same key: a load that appended to staging instead of replacing it shows as doubled keys)
@@ -268,6 +269,21 @@ def lineage_edges(events: list[dict], resolve) -> tuple[set, set]:
                     for field in source.get("inputFields", []):
                         columns.add((job, f"{name}.{column}", f"{field['namespace']}/{field['name']}.{field['field']}"))
     return edges, columns
+
+
+def datahub_key(proposal: dict) -> str:
+    """What names a DataHub record: its entity, aspect and value (as sent: the value a JSON string)."""
+    value = proposal["aspect"].get("json")
+    value = json.loads(proposal["aspect"]["value"]) if value is None else value
+    return json.dumps([proposal["entityUrn"], proposal["aspectName"], json.dumps(value, sort_keys=True)])
+
+
+def record_key(path: str, body: dict) -> str:
+    """What names a record a lineage server received on ``path``: an OpenLineage event's identity, or a
+    DataHub record's entity, aspect and value (``sent_again`` compares records by it)."""
+    if path == OPENLINEAGE_PATH:
+        return identity(OPENLINEAGE_PATH, body)
+    return datahub_key(body["proposal"])
 
 
 def sent_again(accepted: list[str], held: list[str]) -> list[str]:

@@ -27,6 +27,7 @@ delivery); each is held open on purpose so that it is met every time, not by cha
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -38,7 +39,7 @@ from pathlib import Path
 import psutil
 
 from nyc_taxi.airflow_adapter.rest_api import RestApi
-from nyc_taxi.chaos import components
+from nyc_taxi.chaos import check, components
 from nyc_taxi.chaos.components import COMPONENTS, Component
 from nyc_taxi.core import jobs, team
 from nyc_taxi.core.datasets import YELLOW_TAXI_RAW
@@ -161,7 +162,7 @@ class Kill:
     moment: str
     at: float
     task: dict | None = None  # the task instance the moment was about, if any
-    unanswered: int = 0  # lineage records stored whose senders never heard back: each may come again
+    unanswered: list[str] = field(default_factory=list)  # records stored, never answered (check.record_key)
 
 
 def _kill_program(
@@ -475,19 +476,23 @@ def shipper_after_accept(ctx: Context, tries: int = SENDER_TRIES) -> Kill:
     owner of the connection the server names) is killed before it hears back (and so before it writes
     its ledger); then the server answers. A sender that gave up waiting first (its request timeout, on a
     busy machine) is no longer there to kill: the record is let go and the next one held, ``tries``
-    times at most. Each record held went unanswered to its sender, who may send it again (``unanswered``)."""
-    log, gone = ctx.server.log, []
-    Path(f"{log}.release").unlink(missing_ok=True)  # one left by a run stopped midway would answer at once
-    for held in range(1, tries + 1):
+    times at most. Each record held went unanswered to its sender, who may send it again: ``unanswered``
+    names them (check.record_key)."""
+    log, gone, unanswered = ctx.server.log, [], []
+    for name in ("release", "held", "hold"):  # left by a run stopped midway: a hold that is no longer there
+        Path(f"{log}.{name}").unlink(missing_ok=True)
+    for _ in range(tries):
         Path(f"{log}.hold").touch()
         ctx.wait(lambda: Path(f"{log}.held").exists(), 3600, 0.1)
-        address = Path(f"{log}.held").read_text()
+        held = json.loads(Path(f"{log}.held").read_text())
+        address = held["from"]
+        unanswered.append(check.record_key(held["path"], held["body"]))
         killed = None
         if (sender := _owner_of(address, ctx.server.port)) is not None:
             name = _name(sender)
             with contextlib.suppress(psutil.Error):  # one that exited meanwhile was not killed
                 sender.kill()
-                killed = Kill("lineage shipper", [sender.pid], "", time.time(), unanswered=held)
+                killed = Kill("lineage shipper", [sender.pid], "", time.time(), unanswered=unanswered)
         if killed is not None:  # what ran is asked after the kill: the API may take seconds to answer
             killed.moment = f"lineage shipper after the server stored a record: {name}, on {address} [{ctx.now()}]"
         _release(ctx.server)
@@ -495,7 +500,7 @@ def shipper_after_accept(ctx: Context, tries: int = SENDER_TRIES) -> Kill:
             return killed
         gone.append(address)
     said = f"lineage shipper after the server stored a record: each sender had gone ({', '.join(gone)})"
-    return Kill("lineage shipper", [], said, time.time(), unanswered=tries)
+    return Kill("lineage shipper", [], said, time.time(), unanswered=unanswered)
 
 
 def _release(server) -> None:

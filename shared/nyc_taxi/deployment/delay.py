@@ -1,13 +1,15 @@
 """Latency on a link, where the kernel has no ``tc netem``: iptables hands the link's packets to a
 netfilter queue (``-j NFQUEUE``), and this process, in the host's network namespace, lets each one go
 ``ms`` milliseconds after it came. The packets wait in the kernel, in order; nothing is copied or sent
-again, and none is lost (a packet that finds the queue full, or no one listening, passes at once:
-``--queue-bypass`` and the queue's fail-open flag).
+again. A packet that finds the queue full, or no one listening, passes at once, undelayed (the queue's
+fail-open flag, iptables' ``--queue-bypass``); packets held by a delayer that is killed are dropped by
+the kernel, as a cable's are when it is cut.
 
     ip netns exec NAMESPACE python -m nyc_taxi.deployment.delay --queue N --ms D
 
-It prints ``ready`` once it listens on the queue, and on SIGTERM lets every waiting packet go, then
-prints how many it delayed. It speaks nfnetlink_queue (``linux/netfilter/nfnetlink_queue.h``) with the
+It prints ``ready`` once it listens on the queue, and on SIGTERM (the rules taken off first: nothing new
+comes) reads what is still queued, lets every waiting packet go, then prints how many packets it held
+for the whole delay. It speaks nfnetlink_queue (``linux/netfilter/nfnetlink_queue.h``) with the
 standard library alone: the protocol's few messages, packed by hand, as no library for it is installed.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import os
 import select
 import signal
@@ -29,7 +32,9 @@ NFQNL_MSG_PACKET, NFQNL_MSG_CONFIG, NFQNL_MSG_VERDICT_BATCH = 0, 2, 3
 NFQA_CFG_CMD, NFQA_CFG_PARAMS, NFQA_CFG_QUEUE_MAXLEN, NFQA_CFG_MASK, NFQA_CFG_FLAGS = 1, 2, 3, 4, 5
 NFQNL_CFG_CMD_BIND, NFQNL_CFG_CMD_UNBIND = 1, 2
 NFQNL_COPY_META = 1  # the packet's header fields only, not its bytes
-NFQA_CFG_F_FAIL_OPEN = 1
+NFQA_CFG_F_FAIL_OPEN, NFQA_CFG_F_GSO = 1, 4  # a full queue passes packets; a GSO packet queued whole
+SO_RCVBUFFORCE = 33  # beyond the machine's rmem_max (root)
+NLA_TYPE_MASK = 0x3FFF
 NFQA_PACKET_HDR, NFQA_VERDICT_HDR = 1, 2
 NF_ACCEPT = 1
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
@@ -49,14 +54,20 @@ def _message(kind: int, queue: int, attributes: bytes, flags: int = NLM_F_REQUES
 
 
 def _ask(sock: socket.socket, kind: int, queue: int, attributes: bytes) -> None:
-    """Send a configuration message and read the kernel's answer: an error is raised, not ignored."""
+    """Send a configuration message and read the kernel's answer (its acknowledgement, past any queued
+    packet read meanwhile): an error is raised, not ignored."""
     sock.send(_message(kind, queue, attributes, NLM_F_REQUEST | NLM_F_ACK))
-    answer = sock.recv(65536)
-    _, message_type = struct.unpack_from("=IH", answer)
-    if message_type == NLMSG_ERROR:
-        (error,) = struct.unpack_from("=i", answer, 16)
-        if error:
-            raise OSError(-error, f"nfnetlink_queue: {os.strerror(-error)}")
+    for _ in range(100):
+        answer, offset = sock.recv(1 << 20), 0
+        while offset + 16 <= len(answer):
+            length, message_type = struct.unpack_from("=IH", answer, offset)
+            if message_type == NLMSG_ERROR:
+                (error,) = struct.unpack_from("=i", answer, offset + 16)
+                if error:
+                    raise OSError(-error, f"nfnetlink_queue: {os.strerror(-error)}")
+                return
+            offset += max(16, (length + 3) & ~3)
+    raise OSError("nfnetlink_queue: no acknowledgement")
 
 
 def _packet_ids(data: bytes) -> list[int]:
@@ -72,7 +83,7 @@ def _packet_ids(data: bytes) -> list[int]:
                 size, attribute = struct.unpack_from("=HH", data, at)
                 if size < 4:
                     break
-                if attribute & 0x7FFF == NFQA_PACKET_HDR:
+                if attribute & NLA_TYPE_MASK == NFQA_PACKET_HDR:
                     ids.append(struct.unpack_from("!I", data, at + 4)[0])
                 at += (size + 3) & ~3
         offset += (length + 3) & ~3
@@ -81,14 +92,18 @@ def _packet_ids(data: bytes) -> list[int]:
 
 def delay(queue: int, ms: float, out=sys.stdout) -> int:
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     sock.bind((0, 0))
     bind = _attribute(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_BIND, socket.AF_INET))
     _ask(sock, NFQNL_MSG_CONFIG, queue, bind)
     params = _attribute(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META))
     params += _attribute(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", QUEUE_LENGTH))
-    params += _attribute(NFQA_CFG_MASK, struct.pack("!I", NFQA_CFG_F_FAIL_OPEN))
-    params += _attribute(NFQA_CFG_FLAGS, struct.pack("!I", NFQA_CFG_F_FAIL_OPEN))
+    flags = NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO
+    params += _attribute(NFQA_CFG_MASK, struct.pack("!I", flags))
+    params += _attribute(NFQA_CFG_FLAGS, struct.pack("!I", flags))
     _ask(sock, NFQNL_MSG_CONFIG, queue, params)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
@@ -119,8 +134,11 @@ def delay(queue: int, ms: float, out=sys.stdout) -> int:
             delayed += 1
         if due is not None:
             let_go(due)
+    while select.select([sock], [], [], 0.1)[0]:  # what was queued before the rules went: let go too
+        with contextlib.suppress(OSError):
+            waiting.extend((0.0, packet) for packet in _packet_ids(sock.recv(1 << 20)))
     if waiting:
-        let_go(waiting[-1][1])
+        let_go(max(packet for _, packet in waiting))
     _ask(sock, NFQNL_MSG_CONFIG, queue, _attribute(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_UNBIND, 0)))
     print(f"delayed {delayed}", file=out, flush=True)
     return delayed

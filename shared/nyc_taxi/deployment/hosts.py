@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import ipaddress
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -294,55 +295,71 @@ class Network:
                 match += ["-m", "statistic", "--mode", "random", "--probability", str(share)]
                 self.block(other.name, "INPUT", match, tag)
 
-    def delay(self, host: str, seconds: float) -> None:
+    def delay(self, host: str, seconds: float) -> int | None:
         """Latency on the host's link: each packet it sends or receives there held ``seconds`` before it
-        goes on, in order, none lost (a netfilter queue that ``nyc_taxi.deployment.delay``, in the host's
-        network namespace, lets go: this machine's kernel has no ``tc netem``). 0 takes it off: the rules
-        first, then every packet still held is let go. What it held: ``counted(f"delay-{host}")``."""
+        goes on (a netfilter queue that ``nyc_taxi.deployment.delay``, in the host's network namespace,
+        lets go: this machine's kernel has no ``tc netem``). The rules are in the ``mangle`` table, whose
+        hooks come before ``filter``'s: a partition or a loss on the same link still applies. 0 takes it
+        off: the rules first, then every packet still held is let go. Returns how many packets the delay
+        taken off held for its whole time (None: there was none); one whose delayer had died is an error."""
         tag = f"delay-{host}"
-        self.unblock(host, tag)
-        if (held := self._delayers.pop(host, None)) is not None:
-            held.terminate()
-            held.communicate(timeout=30)
+        self.unblock(host, tag, table="mangle")
+        held = None
+        if (delayer := self._delayers.pop(host, None)) is not None:
+            died = delayer.poll()
+            delayer.terminate()
+            try:
+                said = delayer.communicate(timeout=30)[0]
+            except subprocess.TimeoutExpired:
+                delayer.kill()
+                said = delayer.communicate()[0]
+            if died is not None:
+                raise ServiceError(f"{tag}: the delayer had exited ({died}) before the delay was taken off")
+            held = int(said.split()[-1]) if said.split() and said.split()[-1].isdigit() else 0
         if seconds <= 0:
-            return
+            return held
         argv = [sys.executable, "-m", "nyc_taxi.deployment.delay", "--queue", "1", "--ms", f"{seconds * 1000:g}"]
         delayer = subprocess.Popen(
             ["ip", "netns", "exec", self.namespace(host), *argv], stdout=subprocess.PIPE, text=True
         )
-        if delayer.stdout.readline().strip() != "ready":
+        ready = select.select([delayer.stdout], [], [], 30)[0] and delayer.stdout.readline().strip() == "ready"
+        if not ready:
             delayer.kill()
             raise ServiceError(f"{tag}: the delayer did not start (exit {delayer.wait()})")
         self._delayers[host] = delayer
         queue = ["NFQUEUE", "--queue-num", "1", "--queue-bypass"]  # no delayer listening: packets pass at once
         for chain, way in (("INPUT", "-i"), ("OUTPUT", "-o")):
-            self.block(host, chain, [way, "eth0"], tag, queue)
+            self.block(host, chain, [way, "eth0"], tag, queue, table="mangle")
+        return held
 
-    def block(self, host: str, chain: str, match: list[str], tag: str, target: list[str] | None = None) -> None:
-        """Drop (or send to ``target``), on ``host``, what ``match`` matches in ``chain`` (iptables), marked
-        ``tag`` so that ``unblock`` and ``counted`` find it: a partition made of what the host lets through."""
+    def block(
+        self, host: str, chain: str, match: list[str], tag: str, target: list[str] | None = None, table: str = "filter"
+    ) -> None:
+        """Drop (or send to ``target``), on ``host``, what ``match`` matches in ``chain`` of ``table``
+        (iptables), marked ``tag`` so that ``unblock`` and ``counted`` find it: a partition made of what the
+        host lets through."""
         rule = [chain, *match, "-m", "comment", "--comment", f"nyc-taxi-{tag}", "-j", *(target or ["DROP"])]
-        done = self._iptables(host, "-A", *rule)
+        done = self._iptables(host, "-t", table, "-A", *rule)
         if done.returncode != 0:
             raise ServiceError(f"{tag} on {host}: iptables -A {' '.join(rule)}: {done.stderr.strip()}")
 
-    def unblock(self, host: str, tag: str) -> None:
-        """Every rule ``block`` made on ``host`` with ``tag``, removed."""
-        listed = self._iptables(host, "-S")
+    def unblock(self, host: str, tag: str, table: str = "filter") -> None:
+        """Every rule ``block`` made on ``host`` with ``tag`` in ``table``, removed."""
+        listed = self._iptables(host, "-t", table, "-S")
         if listed.returncode != 0:  # nothing read is not nothing there
             raise ServiceError(f"{tag} on {host}: iptables -S: {listed.stderr.strip()}")
         for line in listed.stdout.splitlines():
             if line.startswith("-A ") and f"nyc-taxi-{tag}" in line.split():
-                done = self._iptables(host, "-D", *shlex.split(line)[1:])
+                done = self._iptables(host, "-t", table, "-D", *shlex.split(line)[1:])
                 if done.returncode != 0:  # a rule left would go on dropping, unseen
                     raise ServiceError(f"{tag} on {host}: iptables -D {line[3:]}: {done.stderr.strip()}")
 
-    def counted(self, tag: str) -> int:
+    def counted(self, tag: str, table: str = "filter") -> int:
         """Packets the rules marked ``tag`` matched so far, on every host (their counters): what a partition
-        or a loss dropped, what a delay held; one that matched nothing did nothing."""
+        or a loss dropped, what a delay's queue was handed; one that matched nothing did nothing."""
         total = 0
         for host in self.layout.hosts:
-            listed = self._iptables(host.name, "-L", "-n", "-v", "-x").stdout
+            listed = self._iptables(host.name, "-t", table, "-L", "-n", "-v", "-x").stdout
             total += sum(int(line.split()[0]) for line in listed.splitlines() if f"/* nyc-taxi-{tag} */" in line)
         return total
 

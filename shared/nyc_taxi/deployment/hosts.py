@@ -252,8 +252,9 @@ class Network:
             try:
                 yield group
             finally:
-                _empty(tree, tree / group, before)
-                (tree / group).rmdir()
+                if (tree / group).exists():  # `team down` may have removed it meanwhile
+                    _empty(tree, tree / group, before)
+                    (tree / group).rmdir()
 
     def status(self) -> list[str]:
         made = set(self.namespaces())

@@ -177,6 +177,8 @@ def test_the_shipper_moment_kills_the_sender_the_server_names_and_holds_the_next
     from nyc_taxi.chaos import moments
 
     server = LineageServer(tmp_path / "server.jsonl").start()
+    for name, left in (("held", "{not json"), ("hold", "")):  # left by a run stopped midway
+        Path(f"{server.log}.{name}").write_text(left)
     url = server.url + DATAHUB_INGEST_PATH
     impatient = subprocess.Popen([sys.executable, "-c", _SENDER, url, "0.5", "kept"], stdout=subprocess.PIPE, text=True)
     patient = []
@@ -698,6 +700,8 @@ def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_
         assert by[hosts.LOST_IN_FLOW].step == "backtest" and by[hosts.LOSS].component in ("worker-a", "worker-b")
         # the latency in the month no host is lost in (the delayer would die with a lost host), 50-150 ms
         assert by[hosts.LATENCY].step == by[hosts.CUT_AT_COMMIT].step and 0.05 <= by[hosts.LATENCY].delay <= 0.15
+        latency, loss = by[hosts.LATENCY], by[hosts.LOSS]  # never on the link the loss is on at the same time
+        assert (latency.step, latency.component) != (loss.step, loss.component)
         assert all(f.lasts > 0 for f in faults if f.moment not in (hosts.LOST_MID_MERGE, hosts.LOST_IN_FLOW))
 
     def report(**changes) -> dict:

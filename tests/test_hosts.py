@@ -9,15 +9,17 @@ import contextlib
 import ipaddress
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from nyc_taxi.core.processes import alive
+from nyc_taxi.core.processes import ServiceError, alive
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment.hosts import TEST_RANGE, Network, layout
 
@@ -399,11 +401,12 @@ def test_a_blocked_port_drops_what_it_matches_counts_it_and_is_opened_again_and_
 
 
 @pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables (bash run setup installs it)")
-def test_a_delayed_link_holds_each_packet_each_way_beside_a_loss_and_is_undone(network):
+def test_a_delayed_link_holds_each_packet_each_way_beside_a_block_and_is_undone_and_a_dead_delayer_is_an_error(network):
     """What `chaos --hosts` puts latency on a link with (no `tc netem` on this kernel): a TCP handshake
     from worker-a to control crosses worker-a's link twice (SYN out, SYN-ACK in), so it takes at least
     twice the delay; worker-b's does not; a block on the same link still drops (the delay's rules come
-    before the filter table's); the delayer counts what it held; the delay taken off, fast again."""
+    before the filter table's); the delayer counts what it held; the delay taken off, fast again; a
+    delayer that died meanwhile (its packets then pass undelayed) is an error when the delay is taken off."""
     control = network.layout.host("control")
     server = _listening_on_control(network, "\nwhile True: s.accept()[0].close()")
     handshakes = f"""
@@ -436,6 +439,13 @@ def test_a_delayed_link_holds_each_packet_each_way_beside_a_loss_and_is_undone(n
         assert blocked.returncode != 0 and dropped >= 1, (blocked.stdout, dropped)  # dropped, once delayed
         assert held >= 10, held  # the delayer's own count: five handshakes' SYN, SYN-ACK, ACK and FIN each
         assert network.counted("delay-worker-a", table="mangle") == 0 and network.delay("worker-a", 0) is None
+        network.delay("worker-a", 0.15)
+        (delayer,) = [p for p in network.pids() if "nyc_taxi.deployment.delay" in " ".join(psutil.Process(p).cmdline())]
+        os.kill(delayer, signal.SIGKILL)
+        assert handshake("worker-a") < 0.1  # nobody listens on the queue: packets pass at once
+        with pytest.raises(ServiceError, match="the delayer had exited"):
+            network.delay("worker-a", 0)
+        assert network.counted("delay-worker-a", table="mangle") == 0  # its rules taken off all the same
     finally:
         network.delay("worker-a", 0)
         server.kill()

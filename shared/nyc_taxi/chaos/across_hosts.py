@@ -362,8 +362,13 @@ def loss(hosts: Hosts, fault: HostFault) -> None:
     hosts.step_started(fault)
     host = fault.component
     fault.killed = f"{host}'s link"
-    dropped, _ = _for_its_time(
-        hosts, fault, f"loss-{host}", lambda: hosts.network.lose(host, 0.2), lambda: hosts.network.lose(host, 0)
+    dropped, _ = _for_its_time(  # ended with its step: a next month's latency on this link starts clean
+        hosts,
+        fault,
+        f"loss-{host}",
+        lambda: hosts.network.lose(host, 0.2),
+        lambda: hosts.network.lose(host, 0),
+        within_step=True,
     )
     if not dropped:
         raise RuntimeError(f"{host}'s link lost nothing in {fault.lasts:.0f} s: the loss proves nothing")
@@ -390,7 +395,7 @@ def latency(hosts: Hosts, fault: HostFault) -> None:
     def lift() -> None:
         held.append(hosts.network.delay(host, 0))
 
-    _for_its_time(hosts, fault, f"delay-{host}", place, lift, within_step=True)
+    _for_its_time(hosts, fault, f"delay-{host}", place, lift, within_step=True, table="mangle")
     if not held or not held[0] or not during or not 2 * seconds <= during[0] < 1.0:
         raise RuntimeError(f"{host}'s link: {held} packets held, control's handshake {during} s: no latency shown")
     fault.proven = (
@@ -421,7 +426,14 @@ def receiver_cut_off(hosts: Hosts, fault: HostFault) -> None:
 
 
 def _for_its_time(
-    hosts: Hosts, fault: HostFault, tag: str, place, lift, meanwhile=None, within_step: bool = False
+    hosts: Hosts,
+    fault: HostFault,
+    tag: str,
+    place,
+    lift,
+    meanwhile=None,
+    within_step: bool = False,
+    table: str = "filter",
 ) -> tuple[int, object]:
     """A partition, a loss or a latency (``place``: its rules, marked ``tag``) held for the fault's time,
     in its step, then taken off (``lift``) however it ends; the packets its rules matched (their counters,
@@ -436,10 +448,12 @@ def _for_its_time(
                 break
             hosts.stop.wait(min(left, 0.5))
         found = meanwhile() if meanwhile else None
-        return hosts.network.counted(tag), found
+        return hosts.network.counted(tag, table), found
     finally:
-        lift()
-        fault.ended = time.time()
+        try:
+            lift()
+        finally:  # a lift that fails (a delayer found dead) still ends the fault, at this time
+            fault.ended = time.time()
 
 
 def _shipped(delivery, own: Settings) -> dict[str, int]:

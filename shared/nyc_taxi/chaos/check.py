@@ -283,7 +283,9 @@ def record_key(path: str, body: dict) -> str:
     DataHub record's entity, aspect and value (``sent_again`` compares records by it)."""
     if path == OPENLINEAGE_PATH:
         return identity(OPENLINEAGE_PATH, body)
-    return datahub_key(body["proposal"])
+    if isinstance(body.get("proposal"), dict):
+        return datahub_key(body["proposal"])
+    return json.dumps([path, body], sort_keys=True)  # any other record, by all it says
 
 
 def sent_again(accepted: list[str], held: list[str]) -> list[str]:

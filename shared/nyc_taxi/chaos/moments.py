@@ -484,18 +484,21 @@ def shipper_after_accept(ctx: Context, tries: int = SENDER_TRIES) -> Kill:
     for _ in range(tries):
         Path(f"{log}.hold").touch()
         ctx.wait(lambda: Path(f"{log}.held").exists(), 3600, 0.1)
-        held = json.loads(Path(f"{log}.held").read_text())
-        address = held["from"]
-        unanswered.append(check.record_key(held["path"], held["body"]))
         killed = None
-        if (sender := _owner_of(address, ctx.server.port)) is not None:
-            name = _name(sender)
-            with contextlib.suppress(psutil.Error):  # one that exited meanwhile was not killed
-                sender.kill()
-                killed = Kill("lineage shipper", [sender.pid], "", time.time(), unanswered=unanswered)
-        if killed is not None:  # what ran is asked after the kill: the API may take seconds to answer
-            killed.moment = f"lineage shipper after the server stored a record: {name}, on {address} [{ctx.now()}]"
-        _release(ctx.server)
+        try:
+            held = json.loads(Path(f"{log}.held").read_text())
+            address = held["from"]
+            unanswered.append(check.record_key(held["path"], held["body"]))
+            if (sender := _owner_of(address, ctx.server.port)) is not None:
+                name = _name(sender)
+                with contextlib.suppress(psutil.Error):  # one that exited meanwhile was not killed
+                    sender.kill()
+                    killed = Kill("lineage shipper", [sender.pid], "", time.time(), unanswered=unanswered)
+            if killed is not None:  # what ran is asked after the kill: the API may take seconds to answer
+                said = f"{name}, on {address} [{ctx.now()}]"
+                killed.moment = f"lineage shipper after the server stored a record: {said}"
+        finally:  # the held record is let go whatever happened
+            _release(ctx.server)
         if killed is not None:
             return killed
         gone.append(address)

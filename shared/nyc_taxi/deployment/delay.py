@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import itertools
 import os
 import select
 import signal
@@ -40,6 +41,7 @@ NF_ACCEPT = 1
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
 NLMSG_ERROR = 2
 QUEUE_LENGTH = 65536
+_SEQUENCE = itertools.count(1)
 
 
 def _attribute(kind: int, payload: bytes) -> bytes:
@@ -47,21 +49,22 @@ def _attribute(kind: int, payload: bytes) -> bytes:
     return head + payload + b"\0" * (-len(payload) % 4)
 
 
-def _message(kind: int, queue: int, attributes: bytes, flags: int = NLM_F_REQUEST) -> bytes:
+def _message(kind: int, queue: int, attributes: bytes, flags: int = NLM_F_REQUEST, sequence: int = 0) -> bytes:
     family = struct.pack("=BB", socket.AF_UNSPEC, 0) + struct.pack("!H", queue)  # nfgenmsg, version 0
     body = family + attributes
-    return struct.pack("=IHHII", 16 + len(body), (NFNL_SUBSYS_QUEUE << 8) | kind, flags, 0, 0) + body
+    return struct.pack("=IHHII", 16 + len(body), (NFNL_SUBSYS_QUEUE << 8) | kind, flags, sequence, 0) + body
 
 
 def _ask(sock: socket.socket, kind: int, queue: int, attributes: bytes) -> None:
     """Send a configuration message and read the kernel's answer (its acknowledgement, past any queued
     packet read meanwhile): an error is raised, not ignored."""
-    sock.send(_message(kind, queue, attributes, NLM_F_REQUEST | NLM_F_ACK))
+    sequence = next(_SEQUENCE)  # its answer echoes it: a verdict's error (sequence 0) is not this answer
+    sock.send(_message(kind, queue, attributes, NLM_F_REQUEST | NLM_F_ACK, sequence))
     for _ in range(100):
         answer, offset = sock.recv(1 << 20), 0
         while offset + 16 <= len(answer):
-            length, message_type = struct.unpack_from("=IH", answer, offset)
-            if message_type == NLMSG_ERROR:
+            length, message_type, _, echoed = struct.unpack_from("=IHHI", answer, offset)
+            if message_type == NLMSG_ERROR and echoed == sequence:
                 (error,) = struct.unpack_from("=i", answer, offset + 16)
                 if error:
                     raise OSError(-error, f"nfnetlink_queue: {os.strerror(-error)}")

@@ -252,7 +252,7 @@ class Network:
             try:
                 yield group
             finally:
-                if (tree / group).exists():  # `team down` may have removed it meanwhile
+                with contextlib.suppress(FileNotFoundError):  # `team down` may have removed it meanwhile
                     _empty(tree, tree / group, before)
                     (tree / group).rmdir()
 
@@ -313,7 +313,8 @@ class Network:
                 said = delayer.communicate(timeout=30)[0]
             except subprocess.TimeoutExpired:
                 delayer.kill()
-                said = delayer.communicate()[0]
+                delayer.communicate()
+                raise ServiceError(f"{tag}: the delayer hung when taken off (killed: what it held, dropped)") from None
             if died is not None:
                 raise ServiceError(f"{tag}: the delayer had exited ({died}) before the delay was taken off")
             held = int(said.split()[-1]) if said.split() and said.split()[-1].isdigit() else 0

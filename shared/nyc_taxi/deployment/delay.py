@@ -142,8 +142,10 @@ def delay(queue: int, ms: float, out=sys.stdout) -> int:
             waiting.extend((0.0, packet) for packet in _packet_ids(sock.recv(1 << 20)))
     if waiting:
         let_go(max(packet for _, packet in waiting))
-    _ask(sock, NFQNL_MSG_CONFIG, queue, _attribute(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_UNBIND, 0)))
     print(f"delayed {delayed}", file=out, flush=True)
+    with contextlib.suppress(OSError):  # closing the socket unbinds it too
+        _ask(sock, NFQNL_MSG_CONFIG, queue, _attribute(NFQA_CFG_CMD, struct.pack("!BxH", NFQNL_CFG_CMD_UNBIND, 0)))
+    sock.close()
     return delayed
 
 

@@ -722,6 +722,11 @@ def run(seed: int, rows: int, retries: int, work: Path, say=print) -> dict:
             for thread in threads:
                 thread.join(timeout=max(0.0, deadline - time.monotonic()))
         checks = problems(hosts, runs, wanted)
+    lake = check.catalog(hosts.control.state_dir)  # what the checks read: a later reading tells if it changed
+    snapshots = {}
+    for identifier in lake.list_tables("nyc_taxi"):
+        current = lake.load_table(identifier).current_snapshot()
+        snapshots[identifier[-1]] = current and {"id": current.snapshot_id, "manifest list": current.manifest_list}
     report = {
         "seed": seed,
         "rows": rows,
@@ -730,6 +735,7 @@ def run(seed: int, rows: int, retries: int, work: Path, say=print) -> dict:
         "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "faults": [asdict(f) for f in faults],
         "checks": checks,
+        "snapshots": snapshots,
         "seconds": round(time.monotonic() - started),
     }
     report["passed"] = passed(report)

@@ -71,8 +71,8 @@ def test_a_chaos_run_across_hosts_survives_seven_proven_host_and_link_faults_and
 
                 now = load_table(YELLOW_TAXI_RAW, control).current_snapshot()
                 raise AssertionError(
-                    f"{error}\nraw's snapshot when the run's checks read every file: "
-                    f"{report['snapshots'].get('yellow_taxi_raw')}; now: {now.snapshot_id} {now.manifest_list}"
+                    f"{error}\nraw's snapshot when the run's checks began: "
+                    f"{report['snapshots'].get(YELLOW_TAXI_RAW.name)}; now: {now.snapshot_id} {now.manifest_list}"
                 ) from error
         assert len(sorted(site.rglob("yellow_tripdata_*.parquet"))) == len(mission.MONTHS)
     finally:

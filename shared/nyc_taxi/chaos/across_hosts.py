@@ -721,12 +721,12 @@ def run(seed: int, rows: int, retries: int, work: Path, say=print) -> dict:
             deadline = time.monotonic() + TASK_BOUND
             for thread in threads:
                 thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        # each table's snapshot as the checks begin: the same one later means a file they read went away since
+        lake, snapshots = check.catalog(hosts.control.state_dir), {}
+        for identifier in lake.list_tables(hosts.control.database):
+            current = lake.load_table(identifier).current_snapshot()
+            snapshots[identifier[-1]] = current and {"id": current.snapshot_id, "manifest list": current.manifest_list}
         checks = problems(hosts, runs, wanted)
-    lake = check.catalog(hosts.control.state_dir)  # what the checks read: a later reading tells if it changed
-    snapshots = {}
-    for identifier in lake.list_tables("nyc_taxi"):
-        current = lake.load_table(identifier).current_snapshot()
-        snapshots[identifier[-1]] = current and {"id": current.snapshot_id, "manifest list": current.manifest_list}
     report = {
         "seed": seed,
         "rows": rows,

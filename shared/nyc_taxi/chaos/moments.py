@@ -482,10 +482,10 @@ def shipper_after_accept(ctx: Context, tries: int = SENDER_TRIES) -> Kill:
     for name in ("release", "held", "hold"):  # left by a run stopped midway: a hold that is no longer there
         Path(f"{log}.{name}").unlink(missing_ok=True)
     for _ in range(tries):
-        Path(f"{log}.hold").touch()
-        ctx.wait(lambda: Path(f"{log}.held").exists(), 3600, 0.1)
         killed = None
         try:
+            Path(f"{log}.hold").touch()
+            ctx.wait(lambda: Path(f"{log}.held").exists(), 3600, 0.1)
             held = json.loads(Path(f"{log}.held").read_text())
             address = held["from"]
             unanswered.append(check.record_key(held["path"], held["body"]))

@@ -361,7 +361,10 @@ class Network:
         or a loss dropped, what a delay's queue was handed; one that matched nothing did nothing."""
         total = 0
         for host in self.layout.hosts:
-            listed = self._iptables(host.name, "-t", table, "-L", "-n", "-v", "-x").stdout
+            listed = self._iptables(host.name, "-t", table, "-L", "-n", "-v", "-x")
+            if listed.returncode != 0:  # nothing read is not nothing matched
+                raise ServiceError(f"{tag} on {host.name}: iptables -L: {listed.stderr.strip()}")
+            listed = listed.stdout
             total += sum(int(line.split()[0]) for line in listed.splitlines() if f"/* nyc-taxi-{tag} */" in line)
         return total
 

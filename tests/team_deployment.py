@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import datetime as dt
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -263,3 +265,127 @@ def processes_of(state: Path) -> list[list[str]]:
         except psutil.Error:
             continue
     return left
+
+
+# what a commit that Iceberg believed failed, and cleaned up after, leaves in the logs
+_COMMIT_TROUBLE = re.compile(
+    r"CommitFailedException|ValidationException|UncheckedSQLException|CommitStateUnknown|SQLSTATE|"
+    r"Retrying task after failure|Failed to commit"
+)
+_PROGRAM_ENDED = re.compile(r" (exited|gave up|stopped): ")  # supervisord's words for a program's end
+_SEAWEEDFS_ERROR = re.compile(r"^[EF]\d{4} ")  # glog's error and fatal lines
+_LOGGED_AT = re.compile(r"(?:^[IWEF]\d{4} |\d{4}-\d\d-\d\d[T ])(\d\d:\d\d:\d\d)")  # glog's, ISO's (UTC here)
+NEAR_S = 3
+_LAKE_FILE = re.compile(r"(?:s3a?://)?([\w.-]+/[\w./=-]*[0-9a-f]{8}-[0-9a-f-]{27}[\w.-]*)")
+
+
+def missing_lake_file_story(network, error: Exception, most: int = 40) -> str:
+    """For a lake file found missing or wrong on the hosts layout (the open defect of
+    docs/operations.md#across-hosts), everything that can tell how it came about, gathered before the
+    module's state is removed: whether the object reads now and 20 s later (a false "not found" under load,
+    or gone); the filer's own history of the path (each create, update and delete, with its time and
+    chunks: deleted, or never written); every program's end on every host (supervisord); the lines of every
+    host's logs that name the file, tell of a commit's trouble or are SeaweedFS's errors. Called in the
+    network of control. Nothing it fails to gather hides the error: each part says what it could not read."""
+    from nyc_taxi.core import team as services
+    from nyc_taxi.core.processes import read_record
+    from nyc_taxi.deployment.across_hosts import host_settings
+    from nyc_taxi.deployment.services import ObjectStorage
+
+    said, found = [], _LAKE_FILE.search(str(error))
+    control = host_settings(network.settings, network, "control")
+    if found:
+        bucket, _, key = found.group(1).partition("/")
+        store = services.ObjectStore(control)
+        for wait in (0, 20):
+            time.sleep(wait)
+            try:
+                head = store.client().head_object(Bucket=bucket, Key=key)
+                said.append(
+                    f"HEAD {bucket}/{key} after {wait} s more: {head['ContentLength']} bytes, {head['LastModified']}"
+                )
+            except Exception as failed:
+                said.append(f"HEAD {bucket}/{key} after {wait} s more: {failed}")
+        try:
+            record = read_record(services.services_record(control))["seaweedfs"]
+            filer = f"{services.address(control, 'seaweedfs-filer')}:{record['filer_port']}.{record['filer_grpc_port']}"
+            directory = str(ObjectStorage(control, {}).directory)  # where weed reads security.toml
+            weed = [*_weed(), "filer.meta.tail", f"-filer={filer}", f"-pathPrefix=/buckets/{bucket}/{key}",
+                    "-timeAgo=24h", "-untilTimeAgo=1ms"]  # fmt: skip
+            # it follows the log on after its last event: 30 s is the whole history of a module's run
+            tail = network.command("control", ["sh", "-c", 'cd "$0" && exec timeout 30 "$@"', directory, *weed])
+            history = subprocess.run(tail, capture_output=True, text=True, timeout=60)
+            said.append(f"the filer's history of /buckets/{bucket}/{key}:")
+            said.extend(_filer_events(history.stdout) or [f"(no event) {history.stderr[-500:]}"])
+        except Exception as failed:
+            said.append(f"the filer's history could not be read: {failed}")
+    else:
+        said.append("the error names no lake file")
+    deletions = [line.split(" ", 1)[0] for line in said if re.match(r"\d\d:\d\d:\d\d\.\d+ deleted ", line)]
+    naming, ended, trouble, weed_errors, meanwhile = [], [], [], [], []
+    for host in network.layout.hosts:
+        for folder, _, names in os.walk(network.directory(host.name)):
+            for name in sorted(n for n in names if n.endswith(".log") and not n[0].isdigit()):  # not LevelDB's
+                try:
+                    with open(os.path.join(folder, name), errors="replace") as lines:
+                        for line in lines:
+                            where = f"{host.name} {name}: {line.strip()[:300]}"
+                            if found and found.group(1).rsplit("/", 1)[-1] in line:
+                                naming.append(where)
+                            elif name.startswith("supervisord") and _PROGRAM_ENDED.search(line):
+                                ended.append(where)
+                            elif _COMMIT_TROUBLE.search(line):
+                                trouble.append(where)
+                            elif name.startswith("seaweedfs") and _SEAWEEDFS_ERROR.match(line):
+                                weed_errors.append(where)
+                            if (at := _LOGGED_AT.search(line)) and any(_near(at.group(1), t) for t in deletions):
+                                meanwhile.append(where)
+                except OSError:
+                    continue
+    for title, lines in (("lines naming the file", naming), ("programs that ended", ended),
+                         ("a commit's trouble", trouble), ("SeaweedFS's errors", weed_errors),
+                         (f"lines logged within {NEAR_S} s of its deletion", meanwhile)):  # fmt: skip
+        said.append(f"{title}: {len(lines)}")
+        said.extend(lines[: most * (2 if lines is meanwhile else 1)])
+    return "\n".join(said)
+
+
+def _weed() -> list[str]:
+    import shutil
+
+    return [shutil.which("weed") or str(Path(sys.executable).with_name("weed"))]  # as services.environment finds it
+
+
+def _filer_events(text: str) -> list[str]:
+    """`weed filer.meta.tail`'s events (JSON objects one after another), one line each: the time, what
+    happened to which name, its size and its chunks (volume,key: on which volume the bytes are)."""
+    decoder, events, at = json.JSONDecoder(), [], 0
+    while (at := text.find("{", at)) >= 0:
+        try:
+            event, at = decoder.raw_decode(text, at)
+        except ValueError:
+            at += 1
+            continue
+        notification = event.get("eventNotification") or {}
+        old, new = notification.get("oldEntry"), notification.get("newEntry")
+        kind = "created" if new and not old else "deleted" if old and not new else "updated"
+        entry = new or old or {}
+        chunks = [f"{c['fid']['volumeId']},{c['fid'].get('fileKey')}" for c in entry.get("chunks", []) if c.get("fid")]
+        when = dt.datetime.fromtimestamp(int(event.get("tsNs", 0)) / 1e9, dt.UTC)
+        events.append(
+            f"{when:%H:%M:%S.%f} {kind} {event.get('directory')}/{entry.get('name')} "
+            f"{(entry.get('attributes') or {}).get('fileSize')} bytes, chunks {' '.join(chunks) or '-'}"
+            + (
+                f", into {notification['newParentPath']}"
+                if notification.get("newParentPath") not in (None, "", event.get("directory"))
+                else ""
+            )
+            + (", its chunks deleted" if notification.get("deleteChunks") else "")
+        )
+    return events
+
+
+def _near(logged: str, deleted: str) -> bool:
+    """Whether a log line's time of day (hh:mm:ss) lies within NEAR_S seconds of a deletion's."""
+    seconds = [sum(int(x) * f for x, f in zip(t[:8].split(":"), (3600, 60, 1), strict=True)) for t in (logged, deleted)]
+    return abs(seconds[0] - seconds[1]) <= NEAR_S

@@ -311,11 +311,49 @@ ROWS = 20_000
 
 
 @pytest.mark.system
+def test_a_lake_file_found_missing_is_told_from_the_filers_own_history_of_its_path(hosts):
+    """What the DAG test below prints when a file of the lake is missing (the hosts layout's open defect,
+    docs/operations.md#across-hosts) tells a file deleted after it was written: the store's answer now and
+    later, and the filer's record of its creation and of its deletion, in that order."""
+    import uuid
+
+    from team_deployment import missing_lake_file_story
+
+    from nyc_taxi.core import team as services
+    from nyc_taxi.deployment.across_hosts import host_settings
+
+    settings, _, network, _ = hosts
+    with network_of(network.namespace("control")):
+        store = services.ObjectStore(host_settings(settings, network, "control"))
+        key = f"warehouse/story/{uuid.uuid4()}-m0.avro"
+        store.client().put_object(Bucket=store.bucket, Key=key, Body=b"written, then deleted")
+        store.client().delete_object(Bucket=store.bucket, Key=key)
+        story = missing_lake_file_story(network, FileNotFoundError(f"Cannot open s3://{store.bucket}/{key}"))
+    lines = story.splitlines()
+    assert [line for line in lines if line.startswith("HEAD ")] == [
+        f"HEAD {store.bucket}/{key} after {wait} s more: An error occurred (404) when calling the HeadObject "
+        "operation: Not Found"
+        for wait in (0, 20)
+    ], story
+    history = lines[lines.index(f"the filer's history of /buckets/{store.bucket}/{key}:") + 1 :][:2]
+    path = f"/buckets/{store.bucket}/{key}"
+    assert [line.split(" ", 1)[1].split(",")[0] for line in history] == [
+        f"created {path} 21 bytes",
+        f"deleted {path} 21 bytes",
+    ], story
+    assert "its chunks deleted" in history[1], story
+    # the gateway's log names the request that deleted it, and so do the lines logged about then
+    assert any("DeleteObjectHandler" in line and key in line for line in lines), story
+    meanwhile = lines[lines.index(next(line for line in lines if line.startswith("lines logged within"))) :]
+    assert any("DeleteObjectHandler" in line for line in meanwhile), story
+
+
+@pytest.mark.system
 def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_equal_the_published_files(
     hosts, tmp_path
 ):
     from expected_loads import expected_actuals, seasonal_naive
-    from team_deployment import check_weather, forecasts_of, raw_holds_exactly
+    from team_deployment import check_weather, forecasts_of, missing_lake_file_story, raw_holds_exactly
 
     from nyc_taxi.airflow_adapter.environment import WORKER_LOG_SERVER_PORT
     from nyc_taxi.airflow_adapter.rest_api import RestApi
@@ -375,43 +413,11 @@ def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_e
                     counted = expected_actuals(files, as_of - dt.timedelta(days=28), as_of)
                     assert forecasts_of(control, as_of) == seasonal_naive(counted, as_of, 24), as_of
             except (OSError, AssertionError) as error:  # e.g. the open defect of docs/operations.md#across-hosts
-                said = _commit_evidence(network, error)
-                raise AssertionError(
-                    f"{error}\nthe hosts' logs, of the file or of a commit's trouble:\n{said}"
-                ) from error
+                raise AssertionError(f"{error}\n{missing_lake_file_story(network, error)}") from error
         finally:
             server.stop()
     _lineage_arrived_on_control_once(settings, network)
     _the_flows_run_is_read_on_every_host(hosts, f"airflow_dag_run:train_forecast_model/{training[0]['dag_run_id']}")
-
-
-# what a commit that Iceberg believed failed, and cleaned up after, leaves in the logs
-_COMMIT_TROUBLE = re.compile(
-    r"CommitFailedException|ValidationException|UncheckedSQLException|CommitStateUnknown|SQLSTATE|"
-    r"Retrying task after failure|Failed to commit"
-)
-
-
-def _commit_evidence(network, error: Exception, most: int = 80) -> str:
-    """For a lake file found missing or wrong: the lines of every host's logs that name the file (first),
-    then those that tell of a commit's trouble, so that the open defect's next occurrence says how it
-    came about (the state is removed when the module ends). A log that goes away meanwhile is skipped."""
-    missing = re.search(r"([0-9a-f]{8}-[0-9a-f-]{27}[\w.-]*)", str(error))  # a data file's or manifest's name
-    naming, trouble = [], []
-    for host in network.layout.hosts:
-        for folder, _, names in os.walk(network.directory(host.name)):
-            for name in sorted(n for n in names if n.endswith(".log")):
-                try:
-                    with open(os.path.join(folder, name), errors="replace") as lines:
-                        for line in lines:
-                            if missing and missing.group(1) in line:
-                                naming.append(f"{host.name} {name}: {line.strip()[:300]}")
-                            elif _COMMIT_TROUBLE.search(line):
-                                trouble.append(f"{host.name} {name}: {line.strip()[:300]}")
-                except OSError:
-                    continue
-    said = (naming + trouble)[:most]
-    return "\n".join(said) or "no log line names the file or a commit's trouble"
 
 
 _RUNS_OF_THE_FLOW = """

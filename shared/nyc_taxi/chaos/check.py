@@ -28,7 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from nyc_taxi.core import datasets as d
-from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH, identity
+from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH, datahub_identity, identity
 
 # tables compared, and the key of a row (the primary key as the tables are declared, a staging table's
 # rows by the same key: a load that appended to staging instead of replacing it shows as doubled keys)
@@ -271,20 +271,13 @@ def lineage_edges(events: list[dict], resolve) -> tuple[set, set]:
     return edges, columns
 
 
-def datahub_key(proposal: dict) -> str:
-    """What names a DataHub record: its entity, aspect and value (as sent: the value a JSON string)."""
-    value = proposal["aspect"].get("json")
-    value = json.loads(proposal["aspect"]["value"]) if value is None else value
-    return json.dumps([proposal["entityUrn"], proposal["aspectName"], json.dumps(value, sort_keys=True)])
-
-
 def record_key(path: str, body: dict) -> str:
     """What names a record a lineage server received on ``path``: an OpenLineage event's identity, or a
     DataHub record's entity, aspect and value (``sent_again`` compares records by it)."""
     if path == OPENLINEAGE_PATH:
         return identity(OPENLINEAGE_PATH, body)
     if isinstance(body.get("proposal"), dict):
-        return datahub_key(body["proposal"])
+        return datahub_identity(body["proposal"])
     return json.dumps([path, body], sort_keys=True)  # any other record, by all it says
 
 

@@ -31,7 +31,7 @@ from nyc_taxi.core import jobs
 from nyc_taxi.core.processes import alive, free_port
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment.services import answering
-from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH, LineageServer
+from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH, LineageServer, datahub_identity
 from nyc_taxi.fixtures.server import FixtureServer
 
 RECOVERY_BOUND = 120  # seconds: a killed component runs and answers again within this, or the run fails
@@ -441,14 +441,14 @@ def _datahub_outbox(settings: Settings) -> list[str]:
     from nyc_taxi.lineage.write.delivery import DataHubServer
 
     local = DataHubServer(settings)
-    return [check.datahub_key(r) for path in local.files() for r in local.read(path)]
+    return [datahub_identity(r) for path in local.files() for r in local.read(path)]
 
 
 def _datahub_missing(settings: Settings, server: LineageServer) -> int:
     """DataHub records of the outbox the server does not hold (by entity, aspect and value)."""
     from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH
 
-    stored = {check.datahub_key(request["body"]["proposal"]) for request in server.stored(DATAHUB_INGEST_PATH)}
+    stored = {datahub_identity(request["body"]["proposal"]) for request in server.stored(DATAHUB_INGEST_PATH)}
     return len(set(_datahub_outbox(settings)) - stored)
 
 

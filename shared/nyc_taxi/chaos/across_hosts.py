@@ -69,7 +69,8 @@ HOST_DOWN = 20  # seconds a lost host stays down, its cable out, before it is st
 
 
 @dataclass
-class HostFault(Fault):  # a latency's ``delay``: the seconds each packet is held, each way
+class HostFault(Fault):
+    held: float = 0.0  # a latency's seconds each packet is held, each way (``delay`` is how far into a task)
     at: float = 0.0  # when it happened (time.time())
     lasts: float = 0.0  # seconds a partition or a loss lasts (a host lost: until it is started again)
     ended: float = 0.0  # when it ended: the kill, the cable back, the rules taken off
@@ -99,7 +100,7 @@ def plan(seed: int) -> list[HostFault]:
     loss = next(f for f in faults if f.moment == LOSS)
     if loss.step == cut and loss.component == slow:
         slow = next(w for w in workers if w != slow)
-    faults.append(HostFault(0, 1, cut, slow, LATENCY, delay=held, lasts=lasts))
+    faults.append(HostFault(0, 1, cut, slow, LATENCY, held=held, lasts=lasts))
     order = [s.name for s in mission.STEPS]
     faults.sort(key=lambda f: order.index(f.step))
     for number, fault in enumerate(faults, 1):
@@ -377,14 +378,14 @@ def loss(hosts: Hosts, fault: HostFault) -> None:
 
 
 def latency(hosts: Hosts, fault: HostFault) -> None:
-    """Each packet on the worker's link held ``fault.delay`` seconds each way (``Network.delay``), for the
+    """Each packet on the worker's link held ``fault.held`` seconds each way (``Network.delay``), for the
     fault's time or until its step ends; proven by the delayer's own count of the packets it held for the
     whole delay (it must still run when taken off), and by control's handshake with the host, which crosses
     the link twice: at least twice the delay once it is placed, and under a second (a SYN sent again, which
     waits a second, is no proof of latency). Measured at the step's start: the same month's cut, at the
     merge's commit, comes later."""
     hosts.step_started(fault)
-    host, seconds = fault.component, fault.delay
+    host, seconds = fault.component, fault.held
     fault.killed = f"{host}'s link"
     before, during, held = hosts.handshake(host), [], []
 
@@ -687,7 +688,7 @@ def run(seed: int, rows: int, retries: int, work: Path, say=print) -> dict:
     ).stdout.strip()
     say(f"chaos run across hosts: {len(faults)} faults, seed {seed}, code {commit or 'unknown'}")
     for fault in faults:
-        how = f"{fault.delay * 1000:.0f} ms for {fault.lasts:.0f}" if fault.moment == LATENCY else None
+        how = f"{fault.held * 1000:.0f} ms for {fault.lasts:.0f}" if fault.moment == LATENCY else None
         say(
             f"  plan {fault.number}: {fault.step}: {fault.moment} ({fault.component}; {how or fault.delay or fault.lasts} s)"
         )

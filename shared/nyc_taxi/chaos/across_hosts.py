@@ -316,19 +316,26 @@ def scheduler_from_postgres(hosts: Hosts, fault: HostFault) -> None:
 
         def at_its_end() -> dict:
             now = {p["name"]: p["pid"] for p in supervisor.programs()}["airflow-scheduler"]
-            answers = services.answering(hosts.control, "airflow-scheduler")
-            return {"others": _postgres_answers(hosts), "same scheduler": now == scheduler, "answers": answers}
+            beat = services.latest_heartbeat(hosts.control, "airflow-scheduler")  # None: the API did not say
+            return {
+                "others": _postgres_answers(hosts),
+                "same scheduler": now == scheduler,
+                "heartbeat age": None if beat is None else round(time.time() - beat, 1),
+            }
 
         dropped, seen = _for_its_time(hosts, fault, tag, place, lambda: hosts.network.unblock(CONTROL, tag), at_its_end)
     if not dropped:
         raise RuntimeError("the scheduler sent PostgreSQL nothing while it was cut off: the partition proves nothing")
     if not seen["others"]:
         raise RuntimeError("another client on control did not reach PostgreSQL either: more than the scheduler was cut")
-    if not seen["same scheduler"] or seen["answers"]:  # a new one is outside the cgroup; one answering was not cut
-        raise RuntimeError(f"at the partition's end the scheduler was not the one cut off, or still answered: {seen}")
+    if not seen["same scheduler"]:  # a new one is outside the cgroup
+        raise RuntimeError(f"at the partition's end the scheduler was not the one cut off: {seen}")
+    if seen["heartbeat age"] is None or seen["heartbeat age"] < services.HEARTBEAT_FRESH:  # one beating was not cut
+        raise RuntimeError(f"at the partition's end the scheduler's heartbeat was unread or fresh: {seen}")
     fault.proven = (
         f"{dropped} packets between the scheduler ({len(ports)} open connections) and PostgreSQL dropped; at "
-        "the end its heartbeats stale, the same process, and another client on control answered by PostgreSQL"
+        f"the end its latest heartbeat {seen['heartbeat age']:.0f} s old (by the API server), the same process, "
+        "and another client on control answered by PostgreSQL"
     )
     fault.target = f"{fault.ended - fault.at:.0f} s, from the step's first task on [{running}]"
 

@@ -487,22 +487,28 @@ HEARTBEATS = {
 HEARTBEAT_FRESH = 20  # seconds: four heartbeats missed (a busy 2-core machine delays one), and it does not answer
 
 
+def latest_heartbeat(settings: Settings, program: str) -> float | None:
+    """When the program (any process of it) last sent a heartbeat, as the API server's health answer says
+    (time.time()'s scale); None when the API server does not answer or names none."""
+    import datetime as dt
+
+    part = HEARTBEATS[program]
+    beat = ((health(base_url(settings)) or {}).get(part) or {}).get(f"latest_{part}_heartbeat")
+    return dt.datetime.fromisoformat(beat).timestamp() if beat else None
+
+
 def _beats(settings: Settings, program: str) -> bool:
     """Whether the program's process running now has sent a heartbeat, recently. Airflow's own "healthy"
     trusts the latest heartbeat for 30 s: a process killed or frozen seconds ago is healthy by it, and one
     that has not beaten yet since supervisord ran it again is healthy by its predecessor's."""
-    import datetime as dt
-
-    part = HEARTBEATS[program]
     info = {p["name"]: p for p in Supervisor(settings).programs()}.get(program)
     if not info or info["statename"] != "RUNNING":
         return False
     if not alive(info["pid"]):  # killed a moment ago, before supervisord saw it go: whatever the heartbeat says
         return False
-    beat = ((health(base_url(settings)) or {}).get(part) or {}).get(f"latest_{part}_heartbeat")
-    if not beat:
+    beat_at = latest_heartbeat(settings, program)
+    if beat_at is None:
         return False
-    beat_at = dt.datetime.fromisoformat(beat).timestamp()
     # supervisord's start is whole seconds, rounded down (and so is the kernel's boot time under psutil's):
     # the predecessor's last beat may fall in the same second, never after the next one. A new process's
     # first beat comes seconds after its start (Airflow's imports).

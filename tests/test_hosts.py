@@ -452,6 +452,44 @@ def test_a_delayed_link_holds_each_packet_each_way_beside_a_block_and_is_undone_
 
 
 @pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables (bash run setup installs it)")
+def test_a_link_is_clean_again_only_once_its_loss_and_its_latency_are_taken_off(network):
+    """What `chaos --hosts` calls a lossy or slow link back: twenty handshakes across it, each at once. A
+    20 % loss or a 50 ms latency (the least it draws) still on worker-a's link is not clean; taken off, it is."""
+    import socket
+
+    from team_deployment import network_of
+
+    from nyc_taxi.chaos.across_hosts import link_clean
+
+    control = network.layout.host("control")
+    server = _listening_on_control(network, "\nwhile True: s.accept()[0].close()")
+
+    def handshake() -> float | None:
+        with network_of(network.namespace("worker-a")):
+            start = time.monotonic()
+            try:
+                socket.create_connection((control.address, 8765), timeout=2).close()
+            except OSError:
+                return None
+            return time.monotonic() - start
+
+    try:
+        assert link_clean(handshake)
+        network.delay("worker-a", 0.05)
+        assert not link_clean(handshake)
+        network.delay("worker-a", 0)
+        assert link_clean(handshake)
+        network.lose("worker-a", 0.2)
+        assert not any(link_clean(handshake) for _ in range(3))
+        network.lose("worker-a", 0)
+        assert link_clean(handshake)
+    finally:
+        network.delay("worker-a", 0)
+        network.lose("worker-a", 0)
+        server.kill()
+
+
+@pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables (bash run setup installs it)")
 def test_a_confined_process_is_told_apart_by_its_cgroup_and_down_removes_a_cgroup_left_behind(network):
     """What `chaos --hosts` cuts the scheduler from PostgreSQL with: a process on control moved into the
     deployment's cgroup, its new connections dropped by a rule on that cgroup while another process on

@@ -495,7 +495,19 @@ def _back(hosts: Hosts, fault: HostFault) -> bool:
             )
             for w in hosts.workers()
         )
+    if fault.moment in (LOSS, LATENCY):  # its programs never stopped: the link itself must carry at once
+        return hosts.answers(fault.component) and link_clean(lambda: hosts.handshake(fault.component))
     return hosts.answers(fault.component)
+
+
+CLEAN_HANDSHAKE_S = 0.08  # under the least latency's two crossings (2 × 50 ms); a SYN lost is sent again after 1 s
+CLEAN_HANDSHAKES = 20  # under a 20 % loss on the link, all twenty answered at once: 0.8 ** 40, about 1 in 7,500
+
+
+def link_clean(handshake) -> bool:
+    """A link without loss or latency: ``handshake()`` (a TCP handshake's seconds across it, None for no
+    answer) CLEAN_HANDSHAKES times in a row, each under CLEAN_HANDSHAKE_S."""
+    return all((took := handshake()) is not None and took < CLEAN_HANDSHAKE_S for _ in range(CLEAN_HANDSHAKES))
 
 
 def inject(hosts: Hosts, fault: HostFault, say) -> None:

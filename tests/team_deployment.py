@@ -236,7 +236,8 @@ def bucket(settings) -> dict[str, str]:
 def network_of(namespace: str):
     """This thread in ``namespace``'s network (Linux's setns: a thread's network namespace is its own), as
     a machine of the hosts' network: what it connects to or serves meanwhile is there, and so is every
-    thread it starts."""
+    thread it starts. Not a thread a pool started before (pyiceberg's readers, Arrow's IO threads): what
+    reads the lake runs through ``in_network`` instead."""
     libc, new_network = ctypes.CDLL(None, use_errno=True), 0x40000000  # CLONE_NEWNET
     here = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     there = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
@@ -248,6 +249,75 @@ def network_of(namespace: str):
         libc.setns(here, new_network)
         os.close(here)
         os.close(there)
+
+
+_CALL = """
+import json, sys
+from importlib import import_module
+sys.path.insert(0, sys.argv[1])
+module, name = sys.argv[2].split(":")
+print(json.dumps(getattr(import_module(module), name)(*json.loads(sys.argv[3])), default=str))
+"""
+
+
+def in_network(namespace: str, call: str, *args):
+    """``call`` ("module:function" of the tests' own modules) with ``args`` (JSON's) in a process of its
+    own in ``namespace``'s network, every thread of it there; what it returns. A reading of the lake from
+    a pool's thread that ``network_of`` left in the machine's own network would leave through the machine's
+    route: here an egress proxy answers every address of the hosts' range with an empty 404, which readers
+    report as a file that does not exist. A failure is an AssertionError with the end of what it said."""
+    done = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            namespace,
+            sys.executable,
+            "-c",
+            _CALL,
+            str(Path(__file__).parent),
+            call,
+            json.dumps(args),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"{call} in {namespace}'s network: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def thread_networks(threads: int) -> list[int]:
+    """The network namespace (its inode) of this thread and of each of a pool's ``threads`` threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def network() -> int:
+        time.sleep(0.1)  # each task held a moment: the pool starts a thread for each
+        return os.stat("/proc/thread-self/ns/net").st_ino
+
+    with ThreadPoolExecutor(threads) as pool:
+        return [network(), *pool.map(lambda _: network(), range(threads))]
+
+
+def lake_as_published(state_dir: str, taxi_files: list[str], site: str, months: list, forecasts: bool) -> int:
+    """Run by ``in_network`` on a host of the hosts layout (``state_dir``, its own): raw holds each published
+    taxi file's rows exactly, weather_raw each month's published weather and, with ``forecasts``, the
+    forecast from each month's end is the seasonal-naive count a week earlier; the files read."""
+    from expected_loads import expected_actuals, seasonal_naive
+
+    from nyc_taxi.core.settings import Settings
+
+    settings, files = Settings(_env_file=None, profile="team", state_dir=state_dir), [Path(f) for f in taxi_files]
+    for taxi_file in files:
+        raw_holds_exactly(settings, taxi_file)
+    for year, month in months:
+        check_weather(settings, Path(site), year, month)
+        if forecasts:
+            as_of = dt.datetime(year + month // 12, month % 12 + 1, 1)
+            counted = expected_actuals(files, as_of - dt.timedelta(days=28), as_of)
+            assert forecasts_of(settings, as_of) == seasonal_naive(counted, as_of, 24), as_of
+    return len(files)
 
 
 def processes_of(state: Path) -> list[list[str]]:
@@ -380,7 +450,7 @@ def _filer_events(text: str) -> list[str]:
                 if notification.get("newParentPath") not in (None, "", event.get("directory"))
                 else ""
             )
-            + (", its chunks deleted" if notification.get("deleteChunks") else "")
+            + (", its chunks deleted" if kind == "deleted" and notification.get("deleteChunks") else "")
         )
     return events
 

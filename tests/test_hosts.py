@@ -489,6 +489,30 @@ def test_a_link_is_clean_again_only_once_its_loss_and_its_latency_are_taken_off(
         server.kill()
 
 
+def test_a_pools_thread_started_before_network_of_stays_in_the_machines_network_and_in_network_runs_all_there(
+    network,
+):
+    """Why the hosts tests read the lake through ``in_network``: ``network_of`` moves the calling thread
+    alone, so a pool's thread started before (pyiceberg's readers, Arrow's IO threads) still connects from
+    the machine's own network, where an address of the hosts' range is whatever the machine's route reaches
+    (here an egress proxy's empty 404: "Path does not exist"). ``in_network`` runs a process of its own
+    there, every thread it starts there too."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from team_deployment import in_network, network_of
+
+    def here() -> int:
+        return os.stat("/proc/thread-self/ns/net").st_ino
+
+    machine, control = here(), os.stat(f"/run/netns/{network.namespace('control')}").st_ino
+    assert machine != control
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(here).result() == machine  # its thread started in the machine's network
+        with network_of(network.namespace("control")):
+            assert here() == control and pool.submit(here).result() == machine  # the pool's thread stayed
+    assert in_network(network.namespace("control"), "team_deployment:thread_networks", 4) == [control] * 5
+
+
 @pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables (bash run setup installs it)")
 def test_a_confined_process_is_told_apart_by_its_cgroup_and_down_removes_a_cgroup_left_behind(network):
     """What `chaos --hosts` cuts the scheduler from PostgreSQL with: a process on control moved into the

@@ -188,12 +188,14 @@ def thaw(pids) -> None:
         os.kill(pid, signal.SIGCONT)
 
 
-def raw_holds_exactly(settings, taxi_file: Path) -> None:
-    """raw's rows of the file equal an independent reading of it: nothing lost, nothing doubled."""
+def raw_holds_exactly(settings, taxi_file: Path) -> int:
+    """raw's rows of the file equal an independent reading of it: nothing lost, nothing doubled; how many."""
     from nyc_taxi.core.catalog import load_table
 
     raw = load_table(registry.YELLOW_TAXI_RAW, settings).scan(row_filter=f"source_file == '{taxi_file.name}'")
-    assert comparable(raw.to_arrow()).equals(comparable(expected_taxi_rows(taxi_file)))
+    rows = raw.to_arrow()
+    assert comparable(rows).equals(comparable(expected_taxi_rows(taxi_file)))
+    return rows.num_rows
 
 
 def check_weather(settings, site, year: int, month: int) -> None:
@@ -236,8 +238,9 @@ def bucket(settings) -> dict[str, str]:
 def network_of(namespace: str):
     """This thread in ``namespace``'s network (Linux's setns: a thread's network namespace is its own), as
     a machine of the hosts' network: what it connects to or serves meanwhile is there, and so is every
-    thread it starts. Not a thread a pool started before (pyiceberg's readers, Arrow's IO threads): what
-    reads the lake runs through ``in_network`` instead."""
+    thread it starts. Not a thread a pool started before (pyiceberg's readers, Arrow's IO threads), which
+    stays in the machine's network; and a thread a pool starts meanwhile stays in this namespace after it,
+    even once the layout is gone. What reads the lake runs through ``in_network`` instead."""
     libc, new_network = ctypes.CDLL(None, use_errno=True), 0x40000000  # CLONE_NEWNET
     here = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     there = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
@@ -260,12 +263,13 @@ print(json.dumps(getattr(import_module(module), name)(*json.loads(sys.argv[3])),
 """
 
 
-def in_network(namespace: str, call: str, *args):
+def in_network(namespace: str, call: str, *args, env: dict | None = None):
     """``call`` ("module:function" of the tests' own modules) with ``args`` (JSON's) in a process of its
     own in ``namespace``'s network, every thread of it there; what it returns. A reading of the lake from
     a pool's thread that ``network_of`` left in the machine's own network would leave through the machine's
     route: here an egress proxy answers every address of the hosts' range with an empty 404, which readers
-    report as a file that does not exist. A failure is an AssertionError with the end of what it said."""
+    report as a file that does not exist. ``env``: the deployment's environment (this session's stays out).
+    A failure is an AssertionError with the end of what it said."""
     done = subprocess.run(
         [
             "ip",
@@ -282,6 +286,7 @@ def in_network(namespace: str, call: str, *args):
         capture_output=True,
         text=True,
         timeout=900,
+        env=env,
     )
     if done.returncode != 0:
         raise AssertionError(f"{call} in {namespace}'s network: {done.stderr[-3000:]}")
@@ -300,24 +305,33 @@ def thread_networks(threads: int) -> list[int]:
         return [network(), *pool.map(lambda _: network(), range(threads))]
 
 
-def lake_as_published(state_dir: str, taxi_files: list[str], site: str, months: list, forecasts: bool) -> int:
-    """Run by ``in_network`` on a host of the hosts layout (``state_dir``, its own): raw holds each published
-    taxi file's rows exactly, weather_raw each month's published weather and, with ``forecasts``, the
-    forecast from each month's end is the seasonal-naive count a week earlier; the files read."""
+def settings_given(settings) -> dict:
+    """A host's settings as ``in_network`` passes them on (JSON's; its secrets as they are, never printed)."""
+    from pydantic import SecretStr
+
+    fields = {k: v.get_secret_value() if isinstance(v, SecretStr) else v for k, v in settings if v is not None}
+    return json.loads(json.dumps(fields, default=str))
+
+
+def lake_as_published(settings: dict, taxi_files: list[str], site: str, months: list, forecasts: bool) -> int:
+    """Run by ``in_network`` on a host of the hosts layout (``settings``: its own, as ``settings_given``):
+    raw holds each published taxi file's rows exactly, weather_raw each month's published weather and, with
+    ``forecasts``, the forecast from each month's end is the seasonal-naive count a week earlier; the rows
+    of raw it read."""
     from expected_loads import expected_actuals, seasonal_naive
 
     from nyc_taxi.core.settings import Settings
 
-    settings, files = Settings(_env_file=None, profile="team", state_dir=state_dir), [Path(f) for f in taxi_files]
+    settings, files, read = Settings(_env_file=None, **settings), [Path(f) for f in taxi_files], 0
     for taxi_file in files:
-        raw_holds_exactly(settings, taxi_file)
+        read += raw_holds_exactly(settings, taxi_file)
     for year, month in months:
         check_weather(settings, Path(site), year, month)
         if forecasts:
             as_of = dt.datetime(year + month // 12, month % 12 + 1, 1)
             counted = expected_actuals(files, as_of - dt.timedelta(days=28), as_of)
             assert forecasts_of(settings, as_of) == seasonal_naive(counted, as_of, 24), as_of
-    return len(files)
+    return read
 
 
 def processes_of(state: Path) -> list[list[str]]:
@@ -350,13 +364,14 @@ _LAKE_FILE = re.compile(r"(?:s3a?://)?([\w.-]+/[\w./=-]*[0-9a-f]{8}-[0-9a-f-]{27
 
 
 def missing_lake_file_story(network, error: Exception, most: int = 40) -> str:
-    """For a lake file found missing or wrong on the hosts layout (the open defect of
-    docs/operations.md#across-hosts), everything that can tell how it came about, gathered before the
-    module's state is removed: whether the object reads now and 20 s later (a false "not found" under load,
-    or gone); the filer's own history of the path (each create, update and delete, with its time and
-    chunks: deleted, or never written); every program's end on every host (supervisord); the lines of every
-    host's logs that name the file, tell of a commit's trouble or are SeaweedFS's errors. Called in the
-    network of control. Nothing it fails to gather hides the error: each part says what it could not read."""
+    """For a lake file found missing or wrong on the hosts layout, everything that can tell how it came
+    about, gathered before the module's state is removed: whether the object reads now and 20 s later
+    (there all along: a reader outside the hosts' network, docs/operations.md#across-hosts; or gone); the
+    filer's own history of the path (each create, update and delete, with its time and chunks: deleted, or
+    never written); every program's end on every host (supervisord); the lines of every host's logs that
+    name the file, tell of a commit's trouble, are SeaweedFS's errors or were logged about its deletion.
+    Called in the network of control. Nothing it fails to gather hides the error: each part says what it
+    could not read."""
     from nyc_taxi.core import team as services
     from nyc_taxi.core.processes import read_record
     from nyc_taxi.deployment.across_hosts import host_settings
@@ -441,7 +456,7 @@ def _filer_events(text: str) -> list[str]:
         kind = "created" if new and not old else "deleted" if old and not new else "updated"
         entry = new or old or {}
         chunks = [f"{c['fid']['volumeId']},{c['fid'].get('fileKey')}" for c in entry.get("chunks", []) if c.get("fid")]
-        when = dt.datetime.fromtimestamp(int(event.get("tsNs", 0)) / 1e9, dt.UTC)
+        when = dt.datetime.fromtimestamp(int(event.get("tsNs", 0)) / 1e9)  # local, as glog and supervisord log
         events.append(
             f"{when:%H:%M:%S.%f} {kind} {event.get('directory')}/{entry.get('name')} "
             f"{(entry.get('attributes') or {}).get('fileSize')} bytes, chunks {' '.join(chunks) or '-'}"
@@ -456,6 +471,8 @@ def _filer_events(text: str) -> list[str]:
 
 
 def _near(logged: str, deleted: str) -> bool:
-    """Whether a log line's time of day (hh:mm:ss) lies within NEAR_S seconds of a deletion's."""
+    """Whether a log line's time of day (hh:mm:ss, local: Airflow's UTC lines match on a machine in UTC)
+    lies within NEAR_S seconds of a deletion's, across midnight too."""
     seconds = [sum(int(x) * f for x, f in zip(t[:8].split(":"), (3600, 60, 1), strict=True)) for t in (logged, deleted)]
-    return abs(seconds[0] - seconds[1]) <= NEAR_S
+    apart = abs(seconds[0] - seconds[1])
+    return min(apart, 86400 - apart) <= NEAR_S

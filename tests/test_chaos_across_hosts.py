@@ -10,9 +10,11 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from team_deployment import in_network, missing_lake_file_story, network_of, processes_of, team_cli
+from expected_loads import expected_taxi_rows
+from team_deployment import in_network, missing_lake_file_story, network_of, processes_of, settings_given, team_cli
 
 pytestmark = [
     pytest.mark.team,
@@ -64,12 +66,16 @@ def test_a_chaos_run_across_hosts_survives_seven_proven_host_and_link_faults_and
         try:
             read = in_network(
                 network.namespace("control"), "team_deployment:lake_as_published",
-                str(control.state_dir), taxi_files, str(site), mission.MONTHS, False,
+                settings_given(control), taxi_files, str(site), mission.MONTHS, False, env=env,
             )  # fmt: skip
         except AssertionError as error:  # a file of the lake missing or wrong: all that tells how
             with network_of(network.namespace("control")):
-                raise AssertionError(f"{error}\n{missing_lake_file_story(network, error)}") from error
-        assert read == len(taxi_files) == len(mission.MONTHS), read
+                story = missing_lake_file_story(network, error)
+            raise AssertionError(
+                f"{error}\nthe snapshots as the run's checks began: {report['snapshots']}\n{story}"
+            ) from error
+        assert len(taxi_files) == len(mission.MONTHS), taxi_files
+        assert read == sum(expected_taxi_rows(Path(f)).num_rows for f in taxi_files) > 0, read
     finally:
         down = team_cli(env | {"PROFILE": "team", "STATE_DIR": str(state)}, "down", "--delete-data")
     assert down.returncode == 0, down.stdout + down.stderr

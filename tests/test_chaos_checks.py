@@ -756,3 +756,76 @@ def test_a_training_try_s_log_says_which_run_it_ran_and_which_it_resumed_as_the_
         "TrainForecastModelFlow/9",
     )
     assert run_logged([{"event": "TrainForecastModelFlow/7 finished in an earlier try"}]) == ("", "")
+
+
+def test_a_datahub_record_is_one_record_whether_its_value_came_as_a_string_or_an_object_in_any_key_order(tmp_path):
+    """The chaos checks and the fixture server name a DataHub record by one function: its value sent as a
+    string (REST) or held as an object (a file's record), its keys in any order, is the same record; and
+    the server's store keeps one of two such acceptances."""
+    from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, LineageServer, datahub_identity
+
+    urn, value = (
+        "urn:li:dataset:(urn:li:dataPlatform:iceberg,nyc_taxi.yellow_taxi_raw,PROD)",
+        {"removed": False, "n": [1, 2]},
+    )
+    sent = {
+        "entityUrn": urn,
+        "aspectName": "status",
+        "aspect": {"value": json.dumps(value), "contentType": "application/json"},
+    }
+    held = {"entityUrn": urn, "aspectName": "status", "aspect": {"json": dict(reversed(value.items()))}}
+    assert datahub_identity(sent) == datahub_identity(held) == check.record_key(DATAHUB_INGEST_PATH, {"proposal": held})
+    assert datahub_identity(sent) != datahub_identity({**held, "aspect": {"json": {"removed": False, "n": [2, 1]}}})
+    server = LineageServer(tmp_path / "requests.log").start()
+    try:
+        for proposal in (
+            sent,
+            {**sent, "aspect": {**sent["aspect"], "value": json.dumps(dict(reversed(value.items())))}},
+        ):
+            request = urllib.request.Request(
+                f"{server.url}{DATAHUB_INGEST_PATH}",
+                data=json.dumps({"proposal": proposal}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            urllib.request.urlopen(request, timeout=10).close()
+        assert len(server.accepted(DATAHUB_INGEST_PATH)) == 2 and len(server.stored(DATAHUB_INGEST_PATH)) == 1
+    finally:
+        server.stop()
+
+
+def test_a_programs_latest_heartbeat_is_what_the_api_servers_health_says_and_none_when_it_does_not_say(tmp_path):
+    """What the scheduler's partition is proven by (its heartbeat's age): the API server's health answer,
+    read on the deployment's address; None when it does not answer or names no heartbeat (no proof)."""
+    import datetime as dt
+    import http.server
+    import threading
+
+    from nyc_taxi.core.settings import Settings
+    from nyc_taxi.deployment.services import latest_heartbeat
+
+    answers = [{"scheduler": {"status": "healthy", "latest_scheduler_heartbeat": "2026-11-29T12:00:05.5+00:00"}}, {}]
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps(answers.pop(0) if self.path == "/api/v2/monitor/health" else {}).encode()
+            self.send_response(200 if self.path == "/api/v2/monitor/health" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings = Settings(_env_file=None, state_dir=tmp_path, airflow_port=server.server_address[1])
+    try:
+        assert (
+            latest_heartbeat(settings, "airflow-scheduler")
+            == dt.datetime(2026, 11, 29, 12, 0, 5, 500000, dt.UTC).timestamp()
+        )
+        assert latest_heartbeat(settings, "airflow-scheduler") is None  # it answered, naming none
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert latest_heartbeat(settings, "airflow-scheduler") is None  # it does not answer

@@ -453,8 +453,9 @@ def test_a_delayed_link_holds_each_packet_each_way_beside_a_block_and_is_undone_
 
 @pytest.mark.skipif(shutil.which("iptables") is None, reason="iptables (bash run setup installs it)")
 def test_a_link_is_clean_again_only_once_its_loss_and_its_latency_are_taken_off(network):
-    """What `chaos --hosts` calls a lossy or slow link back: twenty handshakes across it, each at once. A
-    20 % loss or a 50 ms latency (the least it draws) still on worker-a's link is not clean; taken off, it is."""
+    """What `chaos --hosts` calls a lossy or slow link back: its rules gone and twenty handshakes across it,
+    each at once. A 20 % loss or a 50 ms latency (the least it draws) still on worker-a's link is neither;
+    taken off, it is both."""
     import socket
 
     from team_deployment import network_of
@@ -476,13 +477,13 @@ def test_a_link_is_clean_again_only_once_its_loss_and_its_latency_are_taken_off(
     try:
         assert link_clean(handshake)
         network.delay("worker-a", 0.05)
-        assert not link_clean(handshake)
+        assert not link_clean(handshake) and network.placed("delay-worker-a", "mangle") > 0
         network.delay("worker-a", 0)
-        assert link_clean(handshake)
+        assert link_clean(handshake) and network.placed("delay-worker-a", "mangle") == 0
         network.lose("worker-a", 0.2)
-        assert not any(link_clean(handshake) for _ in range(3))
+        assert not any(link_clean(handshake) for _ in range(3)) and network.placed("loss-worker-a") > 0
         network.lose("worker-a", 0)
-        assert link_clean(handshake)
+        assert link_clean(handshake) and network.placed("loss-worker-a") == 0
     finally:
         network.delay("worker-a", 0)
         network.lose("worker-a", 0)

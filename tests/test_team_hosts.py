@@ -312,9 +312,9 @@ ROWS = 20_000
 
 @pytest.mark.system
 def test_a_lake_file_found_missing_is_told_from_the_filers_own_history_of_its_path(hosts):
-    """What the DAG test below prints when a file of the lake is missing (the hosts layout's open defect,
-    docs/operations.md#across-hosts) tells a file deleted after it was written: the store's answer now and
-    later, and the filer's record of its creation and of its deletion, in that order."""
+    """What the DAG test below prints when a file of the lake is missing or wrong tells a file deleted
+    after it was written: the store's answer now and later, and the filer's record of its creation and of
+    its deletion, in that order."""
     import uuid
 
     from team_deployment import missing_lake_file_story
@@ -352,7 +352,8 @@ def test_a_lake_file_found_missing_is_told_from_the_filers_own_history_of_its_pa
 def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_equal_the_published_files(
     hosts, tmp_path
 ):
-    from team_deployment import in_network, missing_lake_file_story
+    from expected_loads import expected_taxi_rows
+    from team_deployment import in_network, missing_lake_file_story, settings_given
 
     from nyc_taxi.airflow_adapter.environment import WORKER_LOG_SERVER_PORT
     from nyc_taxi.airflow_adapter.rest_api import RestApi
@@ -361,7 +362,7 @@ def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_e
     from nyc_taxi.deployment.across_hosts import host_settings
     from nyc_taxi.fixtures.server import FixtureServer
 
-    settings, _, network, _ = hosts
+    settings, env, network, _ = hosts
     control = host_settings(settings, network, "control")
     workers = {h.address: h.name for h in network.layout.hosts if h.name != "control"}
     site = tmp_path / "site"
@@ -406,9 +407,9 @@ def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_e
             try:
                 read = in_network(
                     network.namespace("control"), "team_deployment:lake_as_published",
-                    str(control.state_dir), [str(f) for f in files], str(site), MONTHS, True,
+                    settings_given(control), [str(f) for f in files], str(site), MONTHS, True, env=env,
                 )  # fmt: skip
-                assert read == len(files) > 0, read
+                assert read == sum(expected_taxi_rows(f).num_rows for f in files) > 0, read
             except AssertionError as error:  # a file of the lake missing or wrong: all that tells how
                 raise AssertionError(f"{error}\n{missing_lake_file_story(network, error)}") from error
         finally:

@@ -394,20 +394,20 @@ def latency(hosts: Hosts, fault: HostFault) -> None:
     hosts.step_started(fault)
     host, seconds = fault.component, fault.held
     fault.killed = f"{host}'s link"
-    before, during, held = hosts.handshake(host), [], []
+    before, during, counts = hosts.handshake(host), [], []
 
     def place() -> None:
         hosts.network.delay(host, seconds)
         during.append(sorted(hosts.handshake(host) or 9.0 for _ in range(3))[1])  # the median of three
 
     def lift() -> None:
-        held.append(hosts.network.delay(host, 0))
+        counts.append(hosts.network.delay(host, 0))
 
     _for_its_time(hosts, fault, f"delay-{host}", place, lift, within_step=True, table="mangle")
-    if not held or not held[0] or not during or not 2 * seconds <= during[0] < 1.0:
-        raise RuntimeError(f"{host}'s link: {held} packets held, control's handshake {during} s: no latency shown")
+    if not counts or not counts[0] or not during or not 2 * seconds <= during[0] < 1.0:
+        raise RuntimeError(f"{host}'s link: {counts} packets held, control's handshake {during} s: no latency shown")
     fault.proven = (
-        f"{held[0]} packets to and from {host} held {seconds * 1000:.0f} ms each (the delayer's count); "
+        f"{counts[0]} packets to and from {host} held {seconds * 1000:.0f} ms each (the delayer's count); "
         f"control's handshake with it {during[0] * 1000:.0f} ms ({(before or 0) * 1000:.0f} ms before)"
     )
     fault.target = f"{fault.ended - fault.at:.0f} s, {seconds * 1000:.0f} ms each way, from the step's first task on"
@@ -495,13 +495,20 @@ def _back(hosts: Hosts, fault: HostFault) -> bool:
             )
             for w in hosts.workers()
         )
-    if fault.moment in (LOSS, LATENCY):  # its programs never stopped: the link itself must carry at once
-        return hosts.answers(fault.component) and link_clean(lambda: hosts.handshake(fault.component))
+    if fault.moment in (LOSS, LATENCY):  # its programs never stopped: its rules gone, the link carries at once
+        tag, table = (
+            (f"loss-{fault.component}", "filter") if fault.moment == LOSS else (f"delay-{fault.component}", "mangle")
+        )
+        return (
+            hosts.network.placed(tag, table) == 0
+            and hosts.answers(fault.component)
+            and link_clean(lambda: hosts.handshake(fault.component))
+        )
     return hosts.answers(fault.component)
 
 
 CLEAN_HANDSHAKE_S = 0.08  # under the least latency's two crossings (2 × 50 ms); a SYN lost is sent again after 1 s
-CLEAN_HANDSHAKES = 20  # under a 20 % loss on the link, all twenty answered at once: 0.8 ** 40, about 1 in 7,500
+CLEAN_HANDSHAKES = 20  # under a 20 % loss on the link, one poll's twenty all answered at once: 0.8 ** 40, 1 in 7,500
 
 
 def link_clean(handshake) -> bool:

@@ -359,14 +359,21 @@ class Network:
     def counted(self, tag: str, table: str = "filter") -> int:
         """Packets the rules marked ``tag`` matched so far, on every host (their counters): what a partition
         or a loss dropped, what a delay's queue was handed; one that matched nothing did nothing."""
-        total = 0
+        return sum(int(line.split()[0]) for line in self._tagged(tag, table))
+
+    def placed(self, tag: str, table: str = "filter") -> int:
+        """How many rules marked ``tag`` are in ``table`` on every host: none once a fault is taken off."""
+        return len(self._tagged(tag, table))
+
+    def _tagged(self, tag: str, table: str) -> list[str]:
+        """The lines of every host's listing of ``table`` (with counters) that are rules marked ``tag``."""
+        lines = []
         for host in self.layout.hosts:
             listed = self._iptables(host.name, "-t", table, "-L", "-n", "-v", "-x")
             if listed.returncode != 0:  # nothing read is not nothing matched
                 raise ServiceError(f"{tag} on {host.name}: iptables -L: {listed.stderr.strip()}")
-            listed = listed.stdout
-            total += sum(int(line.split()[0]) for line in listed.splitlines() if f"/* nyc-taxi-{tag} */" in line)
-        return total
+            lines += [line for line in listed.stdout.splitlines() if f"/* nyc-taxi-{tag} */" in line]
+        return lines
 
     def _iptables(self, host: str, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(

@@ -358,7 +358,7 @@ _COMMIT_TROUBLE = re.compile(
 )
 _PROGRAM_ENDED = re.compile(r" (exited|gave up|stopped): ")  # supervisord's words for a program's end
 _SEAWEEDFS_ERROR = re.compile(r"^[EF]\d{4} ")  # glog's error and fatal lines
-_LOGGED_AT = re.compile(r"(?:^[IWEF]\d{4} |\d{4}-\d\d-\d\d[T ])(\d\d:\d\d:\d\d)")  # glog's, ISO's (UTC here)
+_LOGGED_AT = re.compile(r"(?:^[IWEF]\d{4} |\d{4}-\d\d-\d\d[T ])(\d\d:\d\d:\d\d)")  # glog's, ISO's
 NEAR_S = 3
 _LAKE_FILE = re.compile(r"(?:s3a?://)?([\w.-]+/[\w./=-]*[0-9a-f]{8}-[0-9a-f-]{27}[\w.-]*)")
 
@@ -375,7 +375,7 @@ def missing_lake_file_story(network, error: Exception, most: int = 40) -> str:
     from nyc_taxi.core import team as services
     from nyc_taxi.core.processes import read_record
     from nyc_taxi.deployment.across_hosts import host_settings
-    from nyc_taxi.deployment.services import ObjectStorage
+    from nyc_taxi.deployment.services import ObjectStorage, weed_binary
 
     said, found = [], _LAKE_FILE.search(str(error))
     control = host_settings(network.settings, network, "control")
@@ -395,7 +395,7 @@ def missing_lake_file_story(network, error: Exception, most: int = 40) -> str:
             record = read_record(services.services_record(control))["seaweedfs"]
             filer = f"{services.address(control, 'seaweedfs-filer')}:{record['filer_port']}.{record['filer_grpc_port']}"
             directory = str(ObjectStorage(control, {}).directory)  # where weed reads security.toml
-            weed = [*_weed(), "filer.meta.tail", f"-filer={filer}", f"-pathPrefix=/buckets/{bucket}/{key}",
+            weed = [weed_binary(), "filer.meta.tail", f"-filer={filer}", f"-pathPrefix=/buckets/{bucket}/{key}",
                     "-timeAgo=24h", "-untilTimeAgo=1ms"]  # fmt: skip
             # it follows the log on after its last event: 30 s is the whole history of a module's run
             tail = network.command("control", ["sh", "-c", 'cd "$0" && exec timeout 30 "$@"', directory, *weed])
@@ -433,12 +433,6 @@ def missing_lake_file_story(network, error: Exception, most: int = 40) -> str:
         said.append(f"{title}: {len(lines)}")
         said.extend(lines[: most * (2 if lines is meanwhile else 1)])
     return "\n".join(said)
-
-
-def _weed() -> list[str]:
-    import shutil
-
-    return [shutil.which("weed") or str(Path(sys.executable).with_name("weed"))]  # as services.environment finds it
 
 
 def _filer_events(text: str) -> list[str]:

@@ -373,7 +373,7 @@ def loss(hosts: Hosts, fault: HostFault) -> None:
     dropped, _ = _for_its_time(  # ended with its step: a next month's latency on this link starts clean
         hosts,
         fault,
-        f"loss-{host}",
+        hosts.network.loss_rules(host)[0],
         lambda: hosts.network.lose(host, 0.2),
         lambda: hosts.network.lose(host, 0),
         within_step=True,
@@ -403,7 +403,8 @@ def latency(hosts: Hosts, fault: HostFault) -> None:
     def lift() -> None:
         counts.append(hosts.network.delay(host, 0))
 
-    _for_its_time(hosts, fault, f"delay-{host}", place, lift, within_step=True, table="mangle")
+    tag, table = hosts.network.delay_rules(host)
+    _for_its_time(hosts, fault, tag, place, lift, within_step=True, table=table)
     if not counts or not counts[0] or not during or not 2 * seconds <= during[0] < 1.0:
         raise RuntimeError(f"{host}'s link: {counts} packets held, control's handshake {during} s: no latency shown")
     fault.proven = (
@@ -496,9 +497,8 @@ def _back(hosts: Hosts, fault: HostFault) -> bool:
             for w in hosts.workers()
         )
     if fault.moment in (LOSS, LATENCY):  # its programs never stopped: its rules gone, the link carries at once
-        tag, table = (
-            (f"loss-{fault.component}", "filter") if fault.moment == LOSS else (f"delay-{fault.component}", "mangle")
-        )
+        rules = hosts.network.loss_rules if fault.moment == LOSS else hosts.network.delay_rules
+        tag, table = rules(fault.component)
         return (
             hosts.network.placed(tag, table) == 0
             and hosts.answers(fault.component)

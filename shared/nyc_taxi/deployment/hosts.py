@@ -283,12 +283,22 @@ class Network:
                 raise ServiceError(f"{host}'s link has no carrier 10 s after it was mended")
             time.sleep(0.05)
 
+    @staticmethod
+    def loss_rules(host: str) -> tuple[str, str]:
+        """The tag and the iptables table of ``lose``'s rules for the host's link."""
+        return f"loss-{host}", "filter"
+
+    @staticmethod
+    def delay_rules(host: str) -> tuple[str, str]:
+        """The tag and the iptables table of ``delay``'s rules for the host's link."""
+        return f"delay-{host}", "mangle"
+
     def lose(self, host: str, share: float) -> None:
         """Drop ``share`` of the packets on the host's link, each way, at random, as a bad cable does:
         silently, where they arrive (iptables' ``statistic`` match on eth0's INPUT: the host's own for
         what reaches it, every other host's for what it sends; a drop where a packet leaves would tell
         its sender). 0 takes it off. This machine's kernel has no ``tc netem``."""
-        source, tag = self.layout.host(host).address, f"loss-{host}"
+        source, tag = self.layout.host(host).address, self.loss_rules(host)[0]
         for other in self.layout.hosts:
             self.unblock(other.name, tag)  # this link's loss set before, whatever its share
             if share > 0:
@@ -303,8 +313,8 @@ class Network:
         hooks come before ``filter``'s: a partition or a loss on the same link still applies. 0 takes it
         off: the rules first, then every packet still held is let go. Returns how many packets the delay
         taken off held for its whole time (None: there was none); one whose delayer had died is an error."""
-        tag = f"delay-{host}"
-        self.unblock(host, tag, table="mangle")
+        tag, table = self.delay_rules(host)
+        self.unblock(host, tag, table=table)
         held = None
         if (delayer := self._delayers.pop(host, None)) is not None:
             died = delayer.poll()
@@ -331,7 +341,7 @@ class Network:
         self._delayers[host] = delayer
         queue = ["NFQUEUE", "--queue-num", "1", "--queue-bypass"]  # no delayer listening: packets pass at once
         for chain, way in (("INPUT", "-i"), ("OUTPUT", "-o")):
-            self.block(host, chain, [way, "eth0"], tag, queue, table="mangle")
+            self.block(host, chain, [way, "eth0"], tag, queue, table=table)
         return held
 
     def block(

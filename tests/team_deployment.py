@@ -259,7 +259,7 @@ import json, sys
 from importlib import import_module
 sys.path.insert(0, sys.argv[1])
 module, name = sys.argv[2].split(":")
-print(json.dumps(getattr(import_module(module), name)(*json.loads(sys.argv[3])), default=str))
+print(json.dumps(getattr(import_module(module), name)(*json.load(sys.stdin)), default=str))
 """
 
 
@@ -270,26 +270,13 @@ def in_network(namespace: str, call: str, *args, env: dict | None = None):
     route: here an egress proxy answers every address of the hosts' range with an empty 404, which readers
     report as a file that does not exist. ``env``: the deployment's environment (this session's stays out).
     A failure is an AssertionError with the end of what it said."""
-    done = subprocess.run(
-        [
-            "ip",
-            "netns",
-            "exec",
-            namespace,
-            sys.executable,
-            "-c",
-            _CALL,
-            str(Path(__file__).parent),
-            call,
-            json.dumps(args),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"{call} in {namespace}'s network: {done.stderr[-3000:]}")
+    command = ["ip", "netns", "exec", namespace, sys.executable, "-c", _CALL, str(Path(__file__).parent), call]
+    try:  # the arguments on stdin: a host's settings hold its secrets, which no command line shows
+        done = subprocess.run(command, input=json.dumps(args), capture_output=True, text=True, timeout=900, env=env)
+    except subprocess.TimeoutExpired as expired:
+        raise AssertionError(f"{call} in {namespace}'s network: no answer in {expired.timeout} s") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        raise AssertionError(f"{call} in {namespace}'s network: exit {done.returncode}: {done.stderr[-3000:]}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
@@ -377,6 +364,10 @@ def missing_lake_file_story(network, error: Exception, most: int = 40) -> str:
     from nyc_taxi.deployment.across_hosts import host_settings
     from nyc_taxi.deployment.services import ObjectStorage, weed_binary
 
+    here, there = os.stat("/proc/thread-self/ns/net").st_ino, os.stat(f"/run/netns/{network.namespace('control')}")
+    assert here == there.st_ino, (
+        "the story is told from control's network (network_of): elsewhere a HEAD meets the machine's route"
+    )
     said, found = [], _LAKE_FILE.search(str(error))
     control = host_settings(network.settings, network, "control")
     if found:

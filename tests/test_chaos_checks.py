@@ -691,7 +691,9 @@ def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_
 
     plans = [hosts.plan(seed) for seed in range(1, 9)]
     assert [asdict(f) for f in hosts.plan(3)] == [asdict(f) for f in plans[2]]
-    assert len({tuple((f.step, f.component, f.delay, f.lasts) for f in p) for p in plans}) > 1  # the seed chooses
+    assert (
+        len({tuple((f.step, f.component, f.delay, f.held, f.lasts) for f in p) for p in plans}) > 1
+    )  # the seed chooses
     for faults in plans:
         assert [f.number for f in faults] == list(range(1, 8))
         assert {f.moment for f in faults} == set(hosts.MOMENTS)  # every kind once, the four the issue names among them
@@ -762,20 +764,24 @@ def test_a_datahub_record_is_one_record_whether_its_value_came_as_a_string_or_an
     """The chaos checks and the fixture server name a DataHub record by one function: its value sent as a
     string (REST) or held as an object (a file's record), its keys in any order, is the same record; and
     the server's store keeps one of two such acceptances."""
+    import datahub.metadata.schema_classes as dhs
+    from datahub.emitter.mcp import MetadataChangeProposalWrapper
+
+    from nyc_taxi.core import datasets as registry
+    from nyc_taxi.core.naming import identity
+    from nyc_taxi.core.settings import Settings
     from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, LineageServer, datahub_identity
 
-    urn, value = (
-        "urn:li:dataset:(urn:li:dataPlatform:iceberg,nyc_taxi.yellow_taxi_raw,PROD)",
-        {"removed": False, "n": [1, 2]},
+    urn = identity(registry.YELLOW_TAXI_RAW, Settings(_env_file=None, state_dir=tmp_path)).datahub_urn
+    aspect = dhs.DatasetPropertiesClass(
+        name="yellow_taxi_raw", description="trips", customProperties={"a": "1", "b": "2"}
     )
-    sent = {
-        "entityUrn": urn,
-        "aspectName": "status",
-        "aspect": {"value": json.dumps(value), "contentType": "application/json"},
-    }
-    held = {"entityUrn": urn, "aspectName": "status", "aspect": {"json": dict(reversed(value.items()))}}
+    sent = MetadataChangeProposalWrapper(entityUrn=urn, aspect=aspect).make_mcp().to_obj()  # REST: the value a string
+    value = json.loads(sent["aspect"]["value"])
+    held = {**sent, "aspect": {"json": dict(reversed(value.items()))}}  # a file's record, its keys in another order
     assert datahub_identity(sent) == datahub_identity(held) == check.record_key(DATAHUB_INGEST_PATH, {"proposal": held})
-    assert datahub_identity(sent) != datahub_identity({**held, "aspect": {"json": {"removed": False, "n": [2, 1]}}})
+    other = {**held, "aspect": {"json": {**value, "description": "other trips"}}}
+    assert datahub_identity(sent) != datahub_identity(other)
     server = LineageServer(tmp_path / "requests.log").start()
     try:
         for proposal in (
@@ -829,3 +835,23 @@ def test_a_programs_latest_heartbeat_is_what_the_api_servers_health_says_and_non
         server.shutdown()
         server.server_close()
     assert latest_heartbeat(settings, "airflow-scheduler") is None  # it does not answer
+
+
+def test_a_shipper_moment_stopped_while_it_waits_for_a_held_record_ends_with_that_error_and_leaves_no_hold(tmp_path):
+    """A run stopped while the moment waits for the server to hold a record: the moment ends with the
+    stop's own error at once (not a release nobody takes), and no hold or release stays for a later run."""
+    from nyc_taxi.chaos import moments
+
+    server = LineageServer(tmp_path / "server.jsonl").start()
+
+    def wait(ready, seconds=1800, step=0.2):
+        raise TimeoutError("the run was stopped")
+
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="the run was stopped"):
+            moments.shipper_after_accept(SimpleNamespace(server=server, wait=wait))
+        assert time.monotonic() - started < 5
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith((".hold", ".held", ".release"))]
+    finally:
+        server.stop()

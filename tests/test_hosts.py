@@ -477,13 +477,13 @@ def test_a_link_is_clean_again_only_once_its_loss_and_its_latency_are_taken_off(
     try:
         assert link_clean(handshake)
         network.delay("worker-a", 0.05)
-        assert not link_clean(handshake) and network.placed("delay-worker-a", "mangle") > 0
+        assert not link_clean(handshake) and network.placed(*network.delay_rules("worker-a")) > 0
         network.delay("worker-a", 0)
-        assert link_clean(handshake) and network.placed("delay-worker-a", "mangle") == 0
+        assert link_clean(handshake) and network.placed(*network.delay_rules("worker-a")) == 0
         network.lose("worker-a", 0.2)
-        assert not any(link_clean(handshake) for _ in range(3)) and network.placed("loss-worker-a") > 0
+        assert not any(link_clean(handshake) for _ in range(3)) and network.placed(*network.loss_rules("worker-a")) > 0
         network.lose("worker-a", 0)
-        assert link_clean(handshake) and network.placed("loss-worker-a") == 0
+        assert link_clean(handshake) and network.placed(*network.loss_rules("worker-a")) == 0
     finally:
         network.delay("worker-a", 0)
         network.lose("worker-a", 0)

@@ -321,8 +321,12 @@ def scheduler_from_postgres(hosts: Hosts, fault: HostFault) -> None:
                 "others": _postgres_answers(hosts),
                 "same scheduler": now == scheduler,
                 "heartbeat age": None if beat is None else round(time.time() - beat, 1),
+                "beat after the cut": None if beat is None else round(beat - fault.at, 1),
             }
 
+        before = services.latest_heartbeat(hosts.control, "airflow-scheduler")
+        if before is None or time.time() - before >= services.HEARTBEAT_FRESH:  # a stalled one proves no cut
+            raise RuntimeError(f"the scheduler's heartbeat was unread or stale before the partition: {before}")
         dropped, seen = _for_its_time(hosts, fault, tag, place, lambda: hosts.network.unblock(CONTROL, tag), at_its_end)
     if not dropped:
         raise RuntimeError("the scheduler sent PostgreSQL nothing while it was cut off: the partition proves nothing")
@@ -330,8 +334,15 @@ def scheduler_from_postgres(hosts: Hosts, fault: HostFault) -> None:
         raise RuntimeError("another client on control did not reach PostgreSQL either: more than the scheduler was cut")
     if not seen["same scheduler"]:  # a new one is outside the cgroup
         raise RuntimeError(f"at the partition's end the scheduler was not the one cut off: {seen}")
-    if seen["heartbeat age"] is None or seen["heartbeat age"] < services.HEARTBEAT_FRESH:  # one beating was not cut
-        raise RuntimeError(f"at the partition's end the scheduler's heartbeat was unread or fresh: {seen}")
+    # fresh before, and at the end none since a heartbeat's interval (5 s) after the cut: the cut stopped it
+    if (
+        seen["heartbeat age"] is None
+        or seen["heartbeat age"] < services.HEARTBEAT_FRESH
+        or seen["beat after the cut"] > 5
+    ):
+        raise RuntimeError(
+            f"at the partition's end the scheduler's heartbeat was unread, fresh or later than the cut: {seen}"
+        )
     fault.proven = (
         f"{dropped} packets between the scheduler ({len(ports)} open connections) and PostgreSQL dropped; at "
         f"the end its latest heartbeat {seen['heartbeat age']:.0f} s old (by the API server), the same process, "
@@ -748,7 +759,7 @@ def run(seed: int, rows: int, retries: int, work: Path, say=print) -> dict:
             deadline = time.monotonic() + TASK_BOUND
             for thread in threads:
                 thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        # each table's snapshot as the checks begin: the same one later means a file they read went away since
+        # each table's snapshot as the checks begin, in the report (a later reading of the lake can compare)
         lake, snapshots = check.catalog(hosts.control.state_dir), {}
         for identifier in lake.list_tables(hosts.control.database):
             current = lake.load_table(identifier).current_snapshot()

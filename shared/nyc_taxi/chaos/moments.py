@@ -509,8 +509,12 @@ def shipper_after_accept(ctx: Context, tries: int = SENDER_TRIES) -> Kill:
 def _release(server) -> None:
     """The held record answered: no other held after it (the hold taken off first), and back once the
     server has seen the release (it takes the file away), so a next hold never meets this one's."""
+    held = Path(f"{server.log}.held").exists()
     for name in ("hold", "held"):
         Path(f"{server.log}.{name}").unlink(missing_ok=True)
+    if not held:  # stopped while it waited: nothing to let go, and no release left for a later hold
+        Path(f"{server.log}.release").unlink(missing_ok=True)
+        return
     server.release()
     if components.wait_for(lambda: not Path(f"{server.log}.release").exists(), 30, 0.05) is None:
         raise RuntimeError("the lineage server never took the release of its held record")

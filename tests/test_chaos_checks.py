@@ -691,9 +691,8 @@ def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_
 
     plans = [hosts.plan(seed) for seed in range(1, 9)]
     assert [asdict(f) for f in hosts.plan(3)] == [asdict(f) for f in plans[2]]
-    assert (
-        len({tuple((f.step, f.component, f.delay, f.held, f.lasts) for f in p) for p in plans}) > 1
-    )  # the seed chooses
+    assert len({tuple((f.step, f.component, f.delay, f.lasts) for f in p) for p in plans}) > 1  # the seed chooses
+    assert len({next(f.held for f in p if f.moment == hosts.LATENCY) for p in plans}) > 1  # the latency's too
     for faults in plans:
         assert [f.number for f in faults] == list(range(1, 8))
         assert {f.moment for f in faults} == set(hosts.MOMENTS)  # every kind once, the four the issue names among them
@@ -774,7 +773,7 @@ def test_a_datahub_record_is_one_record_whether_its_value_came_as_a_string_or_an
 
     urn = identity(registry.YELLOW_TAXI_RAW, Settings(_env_file=None, state_dir=tmp_path)).datahub_urn
     aspect = dhs.DatasetPropertiesClass(
-        name="yellow_taxi_raw", description="trips", customProperties={"a": "1", "b": "2"}
+        name=registry.YELLOW_TAXI_RAW.name, description="trips", customProperties={"a": "1", "b": "2"}
     )
     sent = MetadataChangeProposalWrapper(entityUrn=urn, aspect=aspect).make_mcp().to_obj()  # REST: the value a string
     value = json.loads(sent["aspect"]["value"])

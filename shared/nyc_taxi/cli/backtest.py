@@ -16,36 +16,10 @@ import json
 
 from nyc_taxi.core import comparison, jobs
 from nyc_taxi.core.datasets import YELLOW_TAXI_RAW
-from nyc_taxi.core.settings import Settings, get_settings
+from nyc_taxi.core.settings import get_settings
+from nyc_taxi.forecast.origins import latest_origin, weekly_origins
 
-WEEK = dt.timedelta(days=7)
 MAX_ORIGINS = 52  # a year of weekly origins: each is a DAG run per model
-
-
-def weekly_origins(last: dt.datetime, count: int) -> list[dt.datetime]:
-    """``count`` origins a week apart, the last one ``last``; oldest first."""
-    return [last - WEEK * n for n in reversed(range(count))]
-
-
-def latest_origin(horizon_hours: int, settings: Settings) -> dt.datetime | None:
-    """The latest midnight whose horizon ends by the end of the latest month raw holds (its commits' own
-    record of the month they loaded); None when raw holds none."""
-    from pyiceberg.exceptions import NoSuchTableError
-
-    from nyc_taxi.core.catalog import load_table
-    from nyc_taxi.core.snapshots import MONTH, ancestors
-
-    try:
-        table = load_table(YELLOW_TAXI_RAW, settings)
-    except NoSuchTableError:
-        return None
-    months = {s.summary.get(MONTH) for s in ancestors(table) if s.summary is not None and s.summary.get(MONTH)}
-    if not months:
-        return None
-    year, month = map(int, max(months).split("-"))
-    end = dt.datetime(year + month // 12, month % 12 + 1, 1)
-    last = end - dt.timedelta(hours=horizon_hours)
-    return last.replace(hour=0)
 
 
 def dag_runs(origins: list[dt.datetime], models: list[str], lookback_days: int, horizon_hours: int) -> list[str]:
@@ -95,9 +69,11 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as bad:
         parser.error(str(bad))
     settings = get_settings()
-    last = last or latest_origin(horizon, settings)
     if last is None:
-        parser.error(f"{YELLOW_TAXI_RAW.name} holds no month yet: load some, or give --last")
+        latest = latest_origin(horizon, settings)
+        if latest is None:
+            parser.error(f"{YELLOW_TAXI_RAW.name} holds no month yet: load some, or give --last")
+        last = latest[0]
     origins = weekly_origins(last, args.origins)
     if not args.no_run:
         from nyc_taxi.cli import dag_run_results

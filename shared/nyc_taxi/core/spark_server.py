@@ -135,7 +135,9 @@ def detach(session) -> None:
     if (accumulators := getattr(sc, "_accumulatorServer", None)) is not None:
         # Its serve loop sees a shutdown only at its next half-second poll: not waited for (0.4 s of every
         # attached process's exit); the thread is a daemon, and a new context starts a server of its own.
-        threading.Thread(target=accumulators.shutdown, name="accumulator-server-shutdown", daemon=True).start()
+        # At exit (atexit) Python 3.12 starts no thread: the process's end stops the server with it.
+        with contextlib.suppress(RuntimeError):
+            threading.Thread(target=accumulators.shutdown, name="accumulator-server-shutdown", daemon=True).start()
     _forget_context()
     _release_java_objects(gateway)
     gateway.close()  # not shutdown(): that would stop the server's gateway

@@ -4,7 +4,9 @@ A lineage server of our own (tests/lineage_receiver.py, a process on 127.0.0.1 t
 OpenLineage's endpoint and DataHub GMS's ingestion endpoint and logs every request) is live, killed
 in the middle of a DAG run (a closed port from then on), answers 500 for a while, or accepts
 connections and never answers. Each time the weather DAG runs for real (`airflow dags test`) with
-both OPENLINEAGE_URL and DATAHUB_GMS_URL pointing at it, and:
+the tools' own settings pointing at it (the live server: an openlineage.yml named by Airflow's
+`[openlineage] config_path` and a `datahub_rest_default` connection; the others: OPENLINEAGE_URL and
+DATAHUB_GMS_URL), and:
 - the DAG succeeds, and the extra time lineage can cost is bounded by what the server's own log
   shows: each end of a task tries at most one record per server, each try at most the request timeout;
 - the local files are complete: event for event the same as a live run's (run ids and times aside);
@@ -46,10 +48,11 @@ DAG_TASKS = 4  # create_tables, download, stage, merge: each ships at its end, a
 # ---- runs and what they left ---------------------------------------------------------------------------
 
 
-def _run_weather_dag(site, airflow_state, state: Path, **variables: str) -> SimpleNamespace:
+def _run_weather_dag(site, airflow_state, state: Path, month: str = "2023-06", **variables: str) -> SimpleNamespace:
     """`airflow dags test ingest_weather_data` in its own state directory, with these environment
-    variables (lineage URLs, credentials) set as a user's shell would have them."""
-    from nyc_taxi.airflow_adapter.environment import airflow_environment
+    variables (lineage settings, credentials) set as a user's shell would have them; the month is
+    published first, unless it is one the fixture site never publishes."""
+    from nyc_taxi.airflow_adapter.environment import airflow_process_environment
     from nyc_taxi.core.settings import Settings
 
     settings = Settings(
@@ -57,11 +60,21 @@ def _run_weather_dag(site, airflow_state, state: Path, **variables: str) -> Simp
         **{name.lower(): value for name, value in variables.items() if name.lower() in Settings.model_fields},
     )
     airflow_state(settings)
-    env = {**os.environ, "STATE_DIR": str(state), **variables, **airflow_environment(settings)}
-    add_weather_month(site, 2023, 6, n_counties=60)
+    env = airflow_process_environment(settings, {**os.environ, "STATE_DIR": str(state), **variables})
+    if month == "2023-06":
+        add_weather_month(site, 2023, 6, n_counties=60)
     started = time.monotonic()
     run = subprocess.run(
-        [sys.executable, "-m", "airflow", "dags", "test", "ingest_weather_data", "--conf", '{"month": "2023-06"}'],
+        [
+            sys.executable,
+            "-m",
+            "airflow",
+            "dags",
+            "test",
+            "ingest_weather_data",
+            "--conf",
+            json.dumps({"month": month}),
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -155,18 +168,31 @@ def _same_files(run, reference) -> None:
 
 # ---- the live reference --------------------------------------------------------------------------------
 
-SECRETS = {"DATAHUB_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16)}
+SECRETS = {"DATAHUB_GMS_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16)}
+
+
+def users_lineage_settings(root: Path, url: str) -> dict[str, str]:
+    """Lineage configured as a team that runs Airflow with both integrations has it: an openlineage.yml
+    named by Airflow's ``[openlineage] config_path`` (an HTTP transport with an API key) and the DataHub
+    plugin's documented connection, ``datahub_rest_default`` (its password the token)."""
+    config = root / "openlineage.yml"
+    auth = {"type": "api_key", "apiKey": SECRETS["OPENLINEAGE_API_KEY"]}
+    config.write_text(json.dumps({"transport": {"type": "http", "url": url, "auth": auth}}))
+    connection = {"conn_type": "datahub-rest", "host": url, "password": SECRETS["DATAHUB_GMS_TOKEN"]}
+    return {
+        "AIRFLOW__OPENLINEAGE__CONFIG_PATH": str(config),
+        "AIRFLOW_CONN_DATAHUB_REST_DEFAULT": json.dumps(connection),
+    }
 
 
 @pytest.fixture(scope="module")
 def live(site, airflow_state, tmp_path_factory):
-    """The weather DAG with a live server taking both record kinds, with a token and an API key."""
+    """The weather DAG with a live server taking both record kinds, with a token and an API key, named the
+    way each tool's own settings name a server (``users_lineage_settings``)."""
     root = tmp_path_factory.mktemp("live")
     server = Receiver(root / "receiver.jsonl").start("ok")
     try:
-        run = _run_weather_dag(
-            site, airflow_state, root / "state", OPENLINEAGE_URL=server.url, DATAHUB_GMS_URL=server.url, **SECRETS
-        )
+        run = _run_weather_dag(site, airflow_state, root / "state", **users_lineage_settings(root, server.url))
         run.during = SimpleNamespace(
             openlineage=[r["body"] for r in server.accepted(OPENLINEAGE_PATH)], datahub=received_records(server)
         )
@@ -201,11 +227,24 @@ def test_a_live_server_receives_every_local_record_once_in_order(live):
 def test_tokens_reach_the_server_and_no_file_or_output(live):
     headers = {(r["path"], r["headers"].get("Authorization")) for r in live.server.requests()}
     assert {h for p, h in headers if p == OPENLINEAGE_PATH} == {f"Bearer {SECRETS['OPENLINEAGE_API_KEY']}"}
-    assert {h for p, h in headers if p == DATAHUB_INGEST_PATH} == {f"Bearer {SECRETS['DATAHUB_TOKEN']}"}
+    assert {h for p, h in headers if p == DATAHUB_INGEST_PATH} == {f"Bearer {SECRETS['DATAHUB_GMS_TOKEN']}"}
     assert _files_containing(live.state, SECRETS) == []
     assert [
         name for name, value in SECRETS.items() if value in live.output + live.replay.stdout + live.replay.stderr
     ] == []
+
+
+def test_with_openlineage_disabled_no_event_is_made_or_sent_and_the_dag_succeeds(
+    site, airflow_state, tmp_path, receiver
+):
+    """OPENLINEAGE_DISABLED=true (OpenLineage's own switch), with an openlineage.yml naming a live server:
+    the DAG run succeeds, Airflow's provider makes no event and nothing is sent; DataHub's records go on."""
+    server = receiver("ok")
+    settings = users_lineage_settings(tmp_path, server.url)
+    run = _run_weather_dag(site, airflow_state, tmp_path / "state", "2099-01", OPENLINEAGE_DISABLED="true", **settings)
+    assert not [r for r in server.requests() if r["path"] == OPENLINEAGE_PATH]
+    assert local_lineage(run.settings).openlineage == []
+    assert [r for r in server.requests() if r["path"] == DATAHUB_INGEST_PATH and r["status"] in (200, 201)]
 
 
 def _files_containing(root: Path, needles: dict[str, str]) -> list[str]:

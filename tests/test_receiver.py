@@ -18,11 +18,22 @@ import urllib.request
 import uuid
 
 import pytest
-from pydantic import SecretStr
 
 from nyc_taxi.core.processes import free_port, write_private
 from nyc_taxi.core.settings import Settings
+from nyc_taxi.lineage.write import delivery
+from nyc_taxi.lineage.write.destinations import DataHubTarget, OpenLineageTarget
 from nyc_taxi.lineage.write.receiver import OPENLINEAGE_PATH
+
+TARGETS: dict = {}  # a host's state directory -> the receiver it ships to, with its token
+
+
+def ship(settings: Settings) -> delivery.ShipResult:
+    return delivery.ship(settings, **TARGETS[settings.state_dir])
+
+
+def servers(settings: Settings) -> list:
+    return delivery.servers(settings, **TARGETS[settings.state_dir])
 
 
 def _records(settings: Settings, count: int) -> None:
@@ -98,11 +109,16 @@ def receiver(tmp_path):
     url = f"http://127.0.0.1:{port}"
 
     def host(name: str, token: str) -> Settings:
+        """A host's settings, and the receiver it ships to with its token (what ``delivery.servers`` gives
+        a host of the layout: ``LineageReceiver``)."""
         settings = Settings(_env_file=None, state_dir=tmp_path / name)
-        key = SecretStr(token)
-        return settings.model_copy(
-            update={"openlineage_url": url, "openlineage_api_key": key, "datahub_gms_url": url, "datahub_token": key}
-        )
+        TARGETS[settings.state_dir] = {
+            "openlineage": [
+                OpenLineageTarget({"type": "http", "url": url, "auth": {"type": "api_key", "apiKey": token}}, "")
+            ],
+            "datahub": [DataHubTarget(url, token)],
+        }
+        return settings
 
     yield control, tokens, host, url, process, start
     for each in running:
@@ -112,13 +128,12 @@ def receiver(tmp_path):
 
 def test_a_hosts_lineage_arrives_whole_and_once_in_controls_files_whatever_its_ledger_says(receiver):
     from nyc_taxi.lineage.read.runs import Runs
-    from nyc_taxi.lineage.write import delivery
     from nyc_taxi.lineage.write.receiver import stored_path
 
     control, tokens, host, _, _, _ = receiver
     worker = host("worker-a", tokens["worker-a"])
     _records(worker, 3)
-    shipped = delivery.ship(worker)
+    shipped = ship(worker)
     assert [(s.sent, s.pending, s.error) for s in shipped.shipments] == [(3, 0, None), (6, 0, None)]
 
     def received(kind) -> list[dict]:
@@ -142,18 +157,18 @@ def test_a_hosts_lineage_arrives_whole_and_once_in_controls_files_whatever_its_l
 
     # the host's ledgers one record short of each file (the receiver stored it, its answer never arrived):
     # each file's last record is sent again, answered as accepted, and not stored twice
-    for server in delivery.servers(worker):
+    for server in servers(worker):
         ledger = json.loads(server.ledger_path.read_text())
         for entry in ledger.values():
             entry["shipped"] -= 1
         server.ledger_path.write_text(json.dumps(ledger))
-    again = delivery.ship(worker)
+    again = ship(worker)
     assert [(s.sent, s.error) for s in again.shipments] == [(1, None), (3, None)]  # one event file, three segments
     arrived_once()
     # the ledgers lost altogether: every record is sent again, none stored twice
-    for server in delivery.servers(worker):
+    for server in servers(worker):
         server.ledger_path.unlink()
-    assert [(s.sent, s.error) for s in delivery.ship(worker).shipments] == [(3, None), (6, None)]
+    assert [(s.sent, s.error) for s in ship(worker).shipments] == [(3, None), (6, None)]
     arrived_once()
 
     # new records go on where each file left off; a record the same as the one before it is a record too
@@ -161,7 +176,7 @@ def test_a_hosts_lineage_arrives_whole_and_once_in_controls_files_whatever_its_l
     repeated = sent(delivery.OpenLineageServer)[-1]
     with (worker.lineage_dir / "openlineage" / "airflow_events.jsonl").open("a") as out:
         out.write(json.dumps(repeated) + "\n")
-    assert delivery.ship(worker).sent == 4
+    assert ship(worker).sent == 4
     arrived_once()
     assert len(received(delivery.OpenLineageServer)) == 5
 
@@ -222,7 +237,6 @@ def test_a_record_that_comes_late_or_after_a_gap_is_not_stored(receiver):
 
 
 def test_the_receiver_refuses_a_request_without_a_hosts_token_or_a_file_of_its_own_and_stores_nothing(receiver):
-    from nyc_taxi.lineage.write import delivery
 
     control, tokens, host, url, process, _ = receiver
     event = _event(0)
@@ -250,7 +264,7 @@ def test_the_receiver_refuses_a_request_without_a_hosts_token_or_a_file_of_its_o
     # a host with a wrong token ships nothing and keeps everything for later; the same host's token works
     stranger = host("worker-a", "a-wrong-token")
     _records(stranger, 1)
-    refused = delivery.ship(stranger)
+    refused = ship(stranger)
     assert [s.sent for s in refused.shipments] == [0, 0] and all(s.error for s in refused.shipments)
     assert not list((control.state_dir / "lineage").rglob("*.json*"))
     assert post({**source, "Authorization": f"Bearer {tokens['worker-b']}"}) == 201
@@ -311,12 +325,11 @@ def test_the_receiver_refuses_what_a_server_would_and_stores_it_nowhere(receiver
     assert event_at(0, elsewhere) == (201, "")
 
     # a host shipping a record the receiver refuses is told why, and so is the receiver's log
-    from nyc_taxi.lineage.write import delivery
 
     worker = host("worker-b", tokens["worker-b"])
     (worker.lineage_dir / "openlineage").mkdir(parents=True)
     (worker.lineage_dir / "openlineage" / "airflow_events.jsonl").write_text(json.dumps(no_type) + "\n")
-    shipment = delivery.ship(worker).shipments[0]
+    shipment = ship(worker).shipments[0]
     assert shipment.sent == 0 and "not an OpenLineage run event" in shipment.error, shipment
     process.kill()
     assert "refused worker-b's airflow_events.jsonl record: 400 not an OpenLineage run event" in process.stdout.read()

@@ -46,13 +46,13 @@ def test_secrets_are_not_printed(tmp_path):
     s = Settings(
         _env_file=None,
         state_dir=tmp_path,
-        datahub_token="very-secret-token",
+        datahub_gms_token="very-secret-token",
         postgres_url="postgresql://team:very-secret-db@db.internal:5432",
         redis_url="redis://:very-secret-broker@cache.internal:6379/0",
     )
     for secret in ("very-secret-token", "very-secret-db", "very-secret-broker"):
         assert secret not in repr(s) and secret not in str(s.model_dump())
-    assert s.datahub_token.get_secret_value() == "very-secret-token"
+    assert s.datahub_gms_token.get_secret_value() == "very-secret-token"
 
 
 def test_the_state_directorys_settings_file_is_read_when_a_process_starts_and_the_environment_wins(

@@ -153,7 +153,7 @@ def rerun(backtest, tmp_path_factory):
     root = tmp_path_factory.mktemp("rerun")
     openlineage = Receiver(root / "openlineage.jsonl").start("die-after:6")
     datahub = Receiver(root / "datahub.jsonl").start("fail-first:100000")
-    secret = {"DATAHUB_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16)}
+    secret = {"DATAHUB_GMS_TOKEN": "dh-" + secrets.token_hex(16), "OPENLINEAGE_API_KEY": "ol-" + secrets.token_hex(16)}
     try:
         mark = len(ol_events())
         result = run_flow(*BACKTEST, env={"OPENLINEAGE_URL": openlineage.url, "DATAHUB_GMS_URL": datahub.url, **secret})
@@ -260,12 +260,15 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
 
 
 def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as_computed(
-    loaded, backtest, site, settings, lineage_backend
+    loaded, backtest, site, settings, lineage_backend, tmp_path
 ):
-    # with a live OpenLineage backend too: it gets each event once, the same as the local file
+    # with a live OpenLineage backend too, named in an openlineage.yml (OpenLineage's own configuration):
+    # it gets each event once, the same as the local file
     backend = lineage_backend(201)
+    config = tmp_path / "openlineage.yml"
+    config.write_text(json.dumps({"transport": {"type": "http", "url": backend.url}}))
     mark = len(ol_events())
-    result = run_flow(*BACKTEST, "--model", "weather_adjusted", env={"OPENLINEAGE_URL": backend.url})
+    result = run_flow(*BACKTEST, "--model", "weather_adjusted", env={"OPENLINEAGE_CONFIG": str(config)})
     assert result.returncode == 0, result.stderr[-4000:]
     events = ol_events(mark)
     # the local files are shipped at the end of every step: the backend got every event they held at the
@@ -360,6 +363,51 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
     }
 
 
+def test_the_users_path_trains_at_the_latest_origin_with_the_users_metaflow_profile_and_openlineage_off(
+    loaded, backtest, settings, lineage_backend, tmp_path
+):
+    """`bash run training-flow run`, exactly as the README's path writes it, on a machine whose user has a
+    Metaflow profile of their own (METAFLOW_PROFILE: its own datastore and metadata) and has turned
+    OpenLineage off (OPENLINEAGE_DISABLED, with an openlineage.yml naming a live server): the flow trains at
+    the latest origin whose horizon raw holds and says so, its run is kept where the profile says, and no
+    OpenLineage event is made or sent; its DataHub records are written as ever."""
+    from nyc_taxi.lineage.write.outbox import read_datahub_records
+
+    home, store = tmp_path / "metaflowconfig", tmp_path / "their-datastore"
+    home.mkdir()
+    profile = {"METAFLOW_DEFAULT_DATASTORE": "local", "METAFLOW_DEFAULT_METADATA": "local"}
+    (home / "config_theirs.json").write_text(json.dumps({**profile, "METAFLOW_DATASTORE_SYSROOT_LOCAL": str(store)}))
+    backend = lineage_backend(201)
+    config = tmp_path / "openlineage.yml"
+    config.write_text(json.dumps({"transport": {"type": "http", "url": backend.url}}))
+    user = {"METAFLOW_HOME": str(home), "METAFLOW_PROFILE": "theirs", "OPENLINEAGE_DISABLED": "true"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("METAFLOW_") and k != "NYC_TAXI_METAFLOW_SET"}
+    env |= {**user, "OPENLINEAGE_CONFIG": str(config)}
+    events, records = len(ol_events()), len(read_datahub_records(settings, "metaflow"))
+    result = subprocess.run(
+        ["bash", "run", "training-flow", "run"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    said = result.stdout + result.stderr
+    assert result.returncode == 0, said[-4000:]
+    # raw holds 2024-09 and 2024-10: the latest midnight whose 24 hours end by November is October 31st
+    assert "--as_of_datetime not given: training at 2024-10-31T00:00" in said and "2024-10" in said, said[-3000:]
+    origin = dt.datetime(2024, 10, 31)
+    forecasts = table_rows(
+        registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", origin, origin + dt.timedelta(days=1)
+    )
+    assert forecasts and {r["as_of_datetime"] for r in forecasts} == {origin}
+    # the run is in their datastore, found by Metaflow's client with their profile; not in the project's
+    run_id = run_id_of(result)
+    assert (store / ".metaflow" / "TrainForecastModelFlow" / run_id).is_dir()
+    assert not (settings.metaflow_home / ".metaflow" / "TrainForecastModelFlow" / run_id).exists()
+    probe = f"from metaflow import Run, namespace\nnamespace(None)\nprint(Run('TrainForecastModelFlow/{run_id}').successful)"
+    found = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert found.stdout.strip().endswith("True"), found.stderr[-2000:]
+    # OpenLineage off: no event made, none sent; DataHub's records as ever
+    assert len(ol_events()) == events and backend.requests == []
+    assert len(read_datahub_records(settings, "metaflow")) > records
+
+
 def test_as_of_without_data_fails_clearly_and_lineage_shows_the_failure(loaded):
     """A forecast origin whose window raw holds no trips of: refused, naming the days and the months to load."""
     mark = len(ol_events())
@@ -411,7 +459,7 @@ def test_lineage_servers_that_die_or_refuse_cost_the_flow_no_record_and_no_secre
     assert received_records(datahub) == local_records(local.datahub)
     assert "openlineage: 0 records sent" in again.stdout and "datahub: 0 records sent" in again.stdout
     assert {r["headers"].get("Authorization") for r in datahub.requests() if r["path"] == DATAHUB_INGEST_PATH} == {
-        f"Bearer {secret['DATAHUB_TOKEN']}"
+        f"Bearer {secret['DATAHUB_GMS_TOKEN']}"
     }
 
     # no secret in what the flow and the replay left or printed (Metaflow's datastore and metadata included)

@@ -34,3 +34,25 @@ def plugin_emitter():
         return None
     hook = DatahubGenericHook(conn_ids[0]) if len(conn_ids) == 1 else DatahubCompositeHook(conn_ids)
     return hook.make_emitter()
+
+
+def shipping_targets(settings) -> list:
+    """The DataHub servers Airflow's tasks ship the local records to: each connection ``DATAHUB_CONN_ID``
+    names (the user's ``[datahub] conn_id``; the plugin's default, ``datahub_rest_default``, otherwise) that
+    exists and is a ``datahub-rest`` one, read as the plugin reads it (its host and port, its password the
+    token). None of them: DataHub's own settings (``destinations.datahub_target``) decide."""
+    from airflow.sdk import BaseHook
+
+    from nyc_taxi.lineage.write.destinations import DataHubTarget
+
+    targets = []
+    for conn_id in filter(None, (c.strip() for c in settings.datahub_conn_id.split(","))):
+        try:
+            conn = BaseHook.get_connection(conn_id)
+        except Exception:  # not defined (AirflowNotFoundException), or no way to ask here
+            continue
+        if conn.conn_type.replace("_", "-") != "datahub-rest" or not conn.host:
+            continue
+        host = f"{conn.host}:{conn.port}" if conn.port else conn.host
+        targets.append(DataHubTarget(host, conn.password or None, f"the Airflow connection {conn_id}"))
+    return targets

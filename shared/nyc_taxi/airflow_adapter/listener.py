@@ -10,8 +10,9 @@ records to the local files by then:
    last good run is written again: a run that failed is a failed run of the job, not a new job.
 2. The plugin's live record file becomes a segment of its own (its file emitter rewrites the whole
    file for every record: it must stay short).
-3. What the servers have not accepted yet is shipped, within ``LINEAGE_SHIP_SECONDS``; the rest waits
-   for the next task or `bash run lineage-replay`.
+3. What the servers have not accepted yet is shipped, within ``LINEAGE_SHIP_SECONDS``, to the DataHub of
+   the user's connection (``[datahub] conn_id``, default ``datahub_rest_default``) where one is defined, and
+   to the servers the tools' own settings name; the rest waits for the next task or `bash run lineage-replay`.
 """
 
 from __future__ import annotations
@@ -64,7 +65,14 @@ def _at_the_end(run, succeeded: bool) -> None:
         rotate(get_settings())
     except Exception as error:
         log.warning("DataHub record file not rotated: %s", error)
-    ship_at_end_of(".".join(filter(None, [run.dag_id, getattr(run, "task_id", None)])))
+    try:
+        from nyc_taxi.airflow_adapter.datahub_connection import shipping_targets
+
+        datahub = shipping_targets(get_settings())
+    except Exception as error:
+        log.warning("the DataHub connection to ship to not read: %s", error)
+        datahub = []
+    ship_at_end_of(".".join(filter(None, [run.dag_id, getattr(run, "task_id", None)])), datahub=datahub)
 
 
 class AtTheEndOfEveryTask:

@@ -273,7 +273,6 @@ class RunFlowOperator(ReportsLineage):
         tag = f"airflow_dag_run:{ti.dag_id}/{ti.run_id}"
         # Metaflow reads its configuration when it is imported: set before the first import
         os.environ.update(self.environment())
-        Path(os.environ["METAFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
         earlier = self._earlier_run(tag)
         if earlier is not None and earlier.successful:
             log.info("%s finished in an earlier try of this task: nothing left to run", earlier.pathspec)

@@ -6,7 +6,6 @@ not only in a log."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -17,10 +16,10 @@ def run(specs: list[str], settings: Settings, what: str) -> list[dict]:
     """``specs`` (``DAG_ID:CONF_JSON``) one after another through Airflow (``airflow_adapter.dag_runs``: the
     team deployment's scheduler where it runs, else ``dag.test()``); their results. RuntimeError naming the
     failed tasks' errors when one fails: the runs before it stand (each is its own commits)."""
-    from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+    from nyc_taxi.airflow_adapter.environment import airflow_process_environment, prepare_directories
 
     prepare_directories(settings)
-    env = {**os.environ, **airflow_environment(settings)}
+    env = airflow_process_environment(settings)
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
     done = subprocess.run(
         [sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *specs], env=env, capture_output=True, text=True

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+from nyc_taxi.airflow_adapter.environment import airflow_process_environment, prepare_directories
 from nyc_taxi.cli import backtest
 from nyc_taxi.core import comparison
 from nyc_taxi.core import datasets as d
@@ -83,6 +83,14 @@ def _dag_runs() -> list[str]:
     return runs + backtest.dag_runs(list(ORIGINS), list(MODELS), LOOKBACK_DAYS, HORIZON_HOURS)
 
 
+def _metaflow_on_its_local_default(settings) -> None:
+    """The demo's flows keep their runs under its state directory, offline, whatever Metaflow configuration
+    (``~/.metaflowconfig``, ``METAFLOW_PROFILE``) the machine has: `bash run training-flow` uses that one."""
+    if profile := os.environ.pop("METAFLOW_PROFILE", None):
+        print(f"    (METAFLOW_PROFILE={profile} is not used by the demo: it runs Metaflow locally, offline)")
+    os.environ["METAFLOW_HOME"] = str(settings.metaflow_home)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bash run demo", description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=Path, help="where the lineage picture goes (default: <state>/lineage/picture)")
@@ -112,7 +120,8 @@ def main(argv: list[str] | None = None) -> None:
             os.environ["SPARK_SERVER"] = "false"
         get_settings.cache_clear()
         settings = get_settings()
-        env = {**os.environ, **airflow_environment(settings)}
+        _metaflow_on_its_local_default(settings)
+        env = airflow_process_environment(settings)
         prepare_directories(settings)
         with _warm_spark(settings, not args.own_jvms):
             _say(

@@ -1,7 +1,11 @@
 """`bash run lineage-replay`: ship what the local lineage files hold and the servers have not accepted yet.
 
-bash run lineage-replay            send it (OPENLINEAGE_URL, DATAHUB_GMS_URL), in order, each record once
+bash run lineage-replay            send it, in order, each record once
 bash run lineage-replay --status   what is pending, per server and file
+
+The servers are those each tool's settings name: OpenLineage's transport (openlineage.yml,
+OPENLINEAGE_CONFIG, OPENLINEAGE_URL), DataHub's (the Airflow connection [datahub] conn_id names,
+default datahub_rest_default; DATAHUB_GMS_URL and DATAHUB_GMS_TOKEN; ~/.datahubenv).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nyc_taxi.airflow_adapter.datahub_connection import shipping_targets
 from nyc_taxi.core.settings import get_settings
 from nyc_taxi.lineage.write.delivery import servers, ship, status
 from nyc_taxi.metaflow_adapter.recorder import record_leftovers
@@ -21,15 +26,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", action="store_true", help="say what is pending; send nothing")
     args = parser.parse_args(argv)
     settings = get_settings()
-    if not servers(settings):
-        print("error: nothing to ship to: set OPENLINEAGE_URL and/or DATAHUB_GMS_URL", file=sys.stderr)
+    datahub = shipping_targets(settings)
+    if not servers(settings, datahub):
+        print(
+            "error: nothing to ship to: configure OpenLineage (openlineage.yml, OPENLINEAGE_URL) or DataHub "
+            "(a datahub_rest_default connection, DATAHUB_GMS_URL, `datahub init`)",
+            file=sys.stderr,
+        )
         return 2
     if args.status:
-        for row in status(settings):
+        for row in status(settings, datahub):
             print(f"{row.server:12s} {row.total - row.shipped:6d} pending of {row.total:6d}  {row.file}")
         return 0
     record_leftovers(settings)  # a Metaflow step's lineage whose recorder was killed: local first
-    result = ship(settings)
+    result = ship(settings, datahub=datahub)
     failed = False
     for shipment in result.shipments:
         print(f"{shipment.server}: {shipment.sent} records sent to {shipment.url}, {shipment.pending} pending")

@@ -65,13 +65,18 @@ class Settings(BaseSettings):
     tlc_base_url: str = TLC_BASE_URL
     noaa_base_url: str = NOAA_BASE_URL
 
-    # Lineage identity and destinations.
+    # Lineage identity. Where lineage is sent is each tool's own setting (lineage/write/destinations.py):
+    # OpenLineage's client reads its own (openlineage.yml, OPENLINEAGE_URL, ...); DataHub's are these two.
     datahub_env: str = "PROD"
     datahub_platform_instance: str | None = None
-    datahub_gms_url: str | None = None
-    datahub_token: SecretStr | None = None
-    openlineage_url: str | None = None
-    openlineage_api_key: SecretStr | None = None
+    datahub_gms_url: str | None = Field(None, description="DataHub's GMS (DataHub's own DATAHUB_GMS_URL).")
+    datahub_gms_token: SecretStr | None = Field(None, description="Its token (DataHub's own DATAHUB_GMS_TOKEN).")
+    datahub_conn_id: str = Field(
+        "datahub_rest_default",
+        description="The Airflow connection(s) Airflow's tasks ship DataHub records to: the DataHub plugin's "
+        "[datahub] conn_id as you set it (the plugin itself writes to the local files; `bash run` hands "
+        "your value on under this name).",
+    )
     openlineage_namespace: str = Field(
         "nyc_taxi", description="OpenLineage job namespace shared by both orchestrators."
     )
@@ -128,7 +133,6 @@ class Settings(BaseSettings):
         "s3_endpoint_url",
         "datahub_platform_instance",
         "datahub_gms_url",
-        "openlineage_url",
         "openlineage_parent_id",
         "openlineage_root_parent_id",
         "parent_airflow_task",

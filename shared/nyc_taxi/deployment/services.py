@@ -28,7 +28,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from nyc_taxi.airflow_adapter.environment import airflow_environment, prepare_directories
+from nyc_taxi.airflow_adapter.environment import airflow_process_environment, prepare_directories
 from nyc_taxi.airflow_adapter.rest_api import base_url, health, healthy
 from nyc_taxi.core import team
 from nyc_taxi.core.processes import (
@@ -679,8 +679,7 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
     postgres = Postgres(settings, record)
     weed = weed_binary()
     return {
-        **os.environ,
-        **airflow_environment(settings),
+        **airflow_process_environment(settings),
         "PROFILE": "team",
         "STATE_DIR": str(settings.state_dir),
         "AIRFLOW_PORT": str(settings.airflow_port),

@@ -71,7 +71,6 @@ def main(argv: list[str]) -> None:
     lakehouse().create()
     arguments = with_an_origin(argv[1:]) if jobs.AS_OF_DATETIME in flow.parameters else argv[1:]
     os.environ.update(metaflow_environment())
-    os.makedirs(os.environ["METAFLOW_HOME"], exist_ok=True)
     os.execv(sys.executable, [sys.executable, str(REPO_ROOT / flow.code), "--no-pylint", *arguments])
 
 

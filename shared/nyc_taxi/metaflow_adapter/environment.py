@@ -1,13 +1,27 @@
-"""Metaflow's configuration from the project settings: local datastore and metadata under the state
-directory. `python -m nyc_taxi.metaflow_adapter.environment` prints it as `export` lines for the task runner."""
+"""Metaflow's configuration: the user's where they gave one, the project's local default where not.
+`python -m nyc_taxi.metaflow_adapter.environment` prints it as `export` lines for the task runner.
+
+Metaflow reads a setting from its ``METAFLOW_…`` variable, else from its configuration file: ``config.json``
+(or ``config_<METAFLOW_PROFILE>.json``) in ``METAFLOW_HOME``, ``~/.metaflowconfig`` by default. The project
+sets only the settings the user gave in neither: local metadata and datastore under the state directory's
+``metaflow`` (across hosts, a mount of the filer every host shares), or the team profile's bucket. So a
+user's Metaflow profile (a metadata service, an S3 datastore) is the one the flow runs with, and the
+lineage, `--reproduce` and the DAG's resume find its runs through Metaflow's client wherever they are.
+"""
 
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import shlex
+from pathlib import Path
 
+from nyc_taxi.core.environments import mark, project_set
 from nyc_taxi.core.settings import Settings, get_settings
+
+# The METAFLOW_ names the project set in this environment: a later reading tells its own from a user's.
+PROJECT_SET = "NYC_TAXI_METAFLOW_SET"
 
 
 def _user() -> str:
@@ -17,12 +31,24 @@ def _user() -> str:
     return "nyc-taxi"
 
 
-def metaflow_environment(settings: Settings | None = None) -> dict[str, str]:
-    settings = settings or get_settings()
+def users_metaflow_config(environ: dict[str, str] | None = None) -> tuple[Path | None, dict]:
+    """The configuration file Metaflow would read, and what it holds (None, {} when there is none). A
+    METAFLOW_PROFILE without its file is refused, as Metaflow refuses it."""
+    environ = os.environ if environ is None else environ
+    home = Path(environ.get("METAFLOW_HOME") or "~/.metaflowconfig").expanduser()
+    profile = environ.get("METAFLOW_PROFILE")
+    path = home / (f"config_{profile}.json" if profile else "config.json")
+    if not path.is_file():
+        if profile:
+            raise RuntimeError(f"METAFLOW_PROFILE={profile}: Metaflow's configuration {path} does not exist")
+        return None, {}
+    return path, json.loads(path.read_text() or "{}")
+
+
+def project_metaflow_settings(settings: Settings) -> dict[str, str]:
+    """The project's Metaflow settings for this profile, before a user's are applied."""
     home = settings.metaflow_home
-    _refuse_an_unmounted_home(settings)
     return {
-        "METAFLOW_HOME": str(home),
         "METAFLOW_DEFAULT_DATASTORE": "local",
         "METAFLOW_DEFAULT_METADATA": "local",
         "METAFLOW_DATASTORE_SYSROOT_LOCAL": str(home),
@@ -31,6 +57,21 @@ def metaflow_environment(settings: Settings | None = None) -> dict[str, str]:
         "METAFLOW_USER": _user(),
         **_datastore(settings),
     }
+
+
+def metaflow_environment(settings: Settings | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """What to set in the environment of a flow's processes: the project's settings the user gave in
+    neither a METAFLOW_ variable nor their Metaflow configuration."""
+    settings = settings or get_settings()
+    environ = os.environ if environ is None else environ
+    _refuse_an_unmounted_home(settings)
+    ours = project_set(environ, PROJECT_SET)
+    _, configured = users_metaflow_config(environ)
+    given = {k for k in environ if k.startswith("METAFLOW_") and k not in ours} | set(configured)
+    kept = {k: v for k, v in project_metaflow_settings(settings).items() if k not in given}
+    if "METAFLOW_DATASTORE_SYSROOT_LOCAL" in kept:
+        Path(kept["METAFLOW_DATASTORE_SYSROOT_LOCAL"]).mkdir(parents=True, exist_ok=True)
+    return {**kept, PROJECT_SET: mark(kept)}
 
 
 def _refuse_an_unmounted_home(settings: Settings) -> None:
@@ -65,7 +106,5 @@ def _datastore(settings: Settings) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    environment = metaflow_environment()
-    os.makedirs(environment["METAFLOW_HOME"], exist_ok=True)
-    for key, value in environment.items():
+    for key, value in metaflow_environment().items():
         print(f"export {key}={shlex.quote(value)}")

@@ -186,10 +186,12 @@ class _StepRecords:
         )
 
     def _record(self, events: list, records: list) -> None:
+        from nyc_taxi.lineage.write.destinations import openlineage_disabled
         from nyc_taxi.lineage.write.outbox import Outbox
 
         outbox = Outbox(self.settings, TOOL)
-        outbox.add_events(events)
+        if not openlineage_disabled():  # OPENLINEAGE_DISABLED: no event, as Airflow's provider makes none
+            outbox.add_events(events)
         outbox.add_records(records)
 
     def started(self) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.settings import REPO_ROOT, Settings, get_settings
 from nyc_taxi.lineage.write.delivery import datahub_emitter
+from nyc_taxi.lineage.write.destinations import DataHubTarget, datahub_target
 from nyc_taxi.lineage.write.outbox import Outbox, datahub_files, read_datahub_file
 
 INGESTION_PROJECT = REPO_ROOT / "infra" / "datahub-ingestion"  # DataHub's sources run in their own environment
@@ -21,26 +22,33 @@ class NoDataHubServer(RuntimeError):
     pass
 
 
-def rest_sink(settings: Settings) -> dict:
-    if not settings.datahub_gms_url:
+def server(settings: Settings) -> DataHubTarget:
+    """The DataHub DataHub's own settings name (``destinations.datahub_target``), or NoDataHubServer."""
+    target = datahub_target(settings)
+    if target is None:
         raise NoDataHubServer(
-            "DATAHUB_GMS_URL is not set: say which DataHub to send to (e.g. http://localhost:8080 "
-            "after `bash run datahub-up`), plus DATAHUB_TOKEN if it needs one"
+            "no DataHub is configured: set DATAHUB_GMS_URL (e.g. http://localhost:58080 after `bash run "
+            "datahub-up`) and DATAHUB_GMS_TOKEN if it asks for one, or run `datahub init`"
         )
-    config = {"server": settings.datahub_gms_url}
-    if settings.datahub_token:
-        config["token"] = settings.datahub_token.get_secret_value()
+    return target
+
+
+def rest_sink(target: DataHubTarget) -> dict:
+    config = {"server": target.url}
+    if target.token:
+        config["token"] = target.token
     return {"type": "datahub-rest", "config": config}
 
 
 def push(settings: Settings | None = None) -> dict[str, int]:
-    """Send every recorded DataHub record to DATAHUB_GMS_URL (upserts: sending twice stores nothing twice)."""
+    """Send every recorded DataHub record to the configured DataHub (upserts: sending twice stores nothing twice)."""
     settings = settings or get_settings()
-    sink, sent = rest_sink(settings), {}
+    target = server(settings)
+    sink, sent = rest_sink(target), {}
     # one try first: a server that is down is said at once, not after the sink's retries with
     # backoff (about 30 s); a server that answers gets them for its transient errors
     try:
-        datahub_emitter(settings).test_connection()
+        datahub_emitter(target, settings.lineage_request_timeout).test_connection()
     except OSError as down:  # requests' errors: refused, timed out, no such host
         raise ConnectionError(f"DataHub did not answer ({type(down).__name__}, one try)") from down
     for path in datahub_files(settings):

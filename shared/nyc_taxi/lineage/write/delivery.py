@@ -1,13 +1,14 @@
 """Shipping the local lineage files to the servers, exactly once and in order.
 
-The local files (``outbox``) are the source of truth. For each server that is configured
-(OpenLineage events to ``OPENLINEAGE_URL``, DataHub records to ``DATAHUB_GMS_URL``) a ledger
-remembers, per local file, how many of its records the server has accepted. Shipping sends the
-records after that, in file order, one at a time, and writes the ledger after each one; it stops at
-the first failure (down, refusing, too slow) so that order is kept, and whoever ships next — the
-next task or step, or `bash run lineage-replay` — continues from there. Every task and step ships
-at its end within a time budget (``LINEAGE_SHIP_SECONDS``); a server that is down costs a task at
-most that, and never a record.
+The local files (``outbox``) are the source of truth. For each server the user's settings name
+(``destinations``: OpenLineage's transport as its client finds it, DataHub's GMS) a ledger remembers,
+per local file, how many of its records the server has accepted. Shipping sends the records after
+that, in file order, one at a time, and writes the ledger after each one; it stops at the first
+failure (down, refusing, too slow) so that order is kept, and whoever ships next — the next task or
+step, or `bash run lineage-replay` — continues from there. Every task and step ships at its end within
+a time budget (``LINEAGE_SHIP_SECONDS``); a server that is down costs a task at most that, and never a
+record. A transport that does not raise when an event is lost (Kafka's producer logs a failed
+delivery) is taken at its word.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nyc_taxi.core.settings import Settings, get_settings
-from nyc_taxi.lineage.write.destinations import openlineage_events_dir
+from nyc_taxi.lineage.write.destinations import (
+    DataHubTarget,
+    OpenLineageTarget,
+    datahub_target,
+    openlineage_events_dir,
+    openlineage_targets,
+)
 from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_file, read_openlineage_file, replace_file
 
 log = logging.getLogger(__name__)
@@ -42,11 +49,13 @@ class Server:
 
     name: str
 
-    def __init__(self, settings: Settings):
-        self.settings = settings
+    def __init__(self, settings: Settings, target: OpenLineageTarget | DataHubTarget | None = None):
+        self.settings, self.target = settings, target  # no target: only its files are read
 
     @property
-    def url(self) -> str: ...
+    def url(self) -> str:
+        """What the server is, for people (never a key or token)."""
+        return self.target.label
 
     def files(self) -> list[Path]: ...
 
@@ -57,17 +66,12 @@ class Server:
 
     @property
     def ledger_path(self) -> Path:
-        """One ledger per server (its URL): another server of the same kind gets every record again."""
-        server = hashlib.sha256(self.url.rstrip("/").encode()).hexdigest()[:12]
-        return self.settings.lineage_dir / "delivery" / f"{self.name}-{server}_ledger.json"
+        """One ledger per server (its URL, its transport): another server gets every record again."""
+        return self.settings.lineage_dir / "delivery" / f"{self.name}-{self.target.key}_ledger.json"
 
 
 class OpenLineageServer(Server):
     name = "openlineage"
-
-    @property
-    def url(self) -> str:
-        return self.settings.openlineage_url
 
     def files(self) -> list[Path]:
         return sorted(openlineage_events_dir(self.settings).glob("*.jsonl"))
@@ -76,15 +80,11 @@ class OpenLineageServer(Server):
         return read_openlineage_file(path)
 
     def sender(self) -> Callable[[dict, dict[str, str]], None]:
-        from openlineage.client.transport.http import HttpConfig, HttpTransport
-
-        config = {"url": self.url, "timeout": self.settings.lineage_request_timeout, "retry": {"total": 0}}
-        if self.settings.openlineage_api_key:
-            config["auth"] = {"type": "api_key", "apiKey": self.settings.openlineage_api_key.get_secret_value()}
-        transport = HttpTransport(HttpConfig.from_dict(config))
+        transport = self.target.transport(self.settings.lineage_request_timeout)
 
         def send(record: dict, headers: dict[str, str]) -> None:
-            transport.config.custom_headers = headers  # read by every request the transport makes
+            if transport.kind == "http":  # read by every request the transport makes
+                transport.config.custom_headers = {**self.target.config.get("custom_headers", {}), **headers}
             transport.emit(record)
 
         return send
@@ -92,10 +92,6 @@ class OpenLineageServer(Server):
 
 class DataHubServer(Server):
     name = "datahub"
-
-    @property
-    def url(self) -> str:
-        return self.settings.datahub_gms_url
 
     def files(self) -> list[Path]:
         return datahub_files(self.settings)
@@ -107,7 +103,7 @@ class DataHubServer(Server):
         def send(record: dict, headers: dict[str, str]) -> None:
             # an emitter per record: DataHub's takes its headers once, into its session (one request each:
             # without OpenAPI ingestion it asks the server nothing else)
-            emitter = datahub_emitter(self.settings, headers)
+            emitter = datahub_emitter(self.target, self.settings.lineage_request_timeout, headers)
             try:
                 emitter.emit(_proposal(copy.deepcopy(record)))  # DataHub's from_obj changes what it is given
             finally:
@@ -116,15 +112,14 @@ class DataHubServer(Server):
         return send
 
 
-def datahub_emitter(settings: Settings, headers: dict[str, str] | None = None):
-    """DataHub's REST emitter to DATAHUB_GMS_URL making one try per request, cut off by the request
-    timeout: whoever ships next tries again, so retries here would only make a task wait."""
+def datahub_emitter(target: DataHubTarget, timeout: float, headers: dict[str, str] | None = None):
+    """DataHub's REST emitter to the target making one try per request, cut off by the request timeout:
+    whoever ships next tries again, so retries here would only make a task wait."""
     from datahub.emitter.rest_emitter import DataHubRestEmitter
 
-    timeout = settings.lineage_request_timeout
     return DataHubRestEmitter(
-        settings.datahub_gms_url,
-        token=settings.datahub_token.get_secret_value() if settings.datahub_token else None,
+        target.url,
+        token=target.token,
         retry_max_times=0,
         connect_timeout_sec=timeout,
         read_timeout_sec=timeout,
@@ -143,28 +138,32 @@ def _proposal(record: dict):
     return MetadataChangeProposalWrapper.from_obj(record)
 
 
-def servers(settings: Settings) -> list[Server]:
-    """The servers this state directory ships to: those configured; on a host of the team deployment
-    across hosts other than the receiver's, the lineage receiver on control instead, which speaks both
-    endpoints (control ships on to the servers configured there)."""
-    from pydantic import SecretStr
-
+def servers(
+    settings: Settings,
+    datahub: list[DataHubTarget] | None = None,
+    openlineage: list[OpenLineageTarget] | None = None,
+) -> list[Server]:
+    """The servers this state directory ships to: those the user's settings name (``datahub``: the
+    DataHub servers an Airflow task's connection names, before DataHub's own settings; ``openlineage``:
+    transports given instead of OpenLineage's own settings); on a host of the
+    team deployment across hosts other than the receiver's, the lineage receiver on control instead,
+    which speaks both endpoints (control ships on to the servers configured there)."""
     from nyc_taxi.core.team import LineageReceiver
 
     receiver = LineageReceiver(settings)
     if receiver.elsewhere():
-        url, token = receiver.url(), SecretStr(receiver.token())
-        settings = settings.model_copy(
-            update={
-                "openlineage_url": url,
-                "openlineage_api_key": token,
-                "datahub_gms_url": url,
-                "datahub_token": token,
-            }
-        )
-    return ([OpenLineageServer(settings)] if settings.openlineage_url else []) + (
-        [DataHubServer(settings)] if settings.datahub_gms_url else []
-    )
+        url, token = receiver.url(), receiver.token()
+        auth = {"type": "api_key", "apiKey": token}
+        return [
+            OpenLineageServer(settings, OpenLineageTarget({"type": "http", "url": url, "auth": auth}, "the receiver")),
+            DataHubServer(settings, DataHubTarget(url, token, "the receiver")),
+        ]
+    targets = datahub if datahub else [t for t in [datahub_target(settings)] if t]
+    unique = {}
+    for target in targets:
+        unique.setdefault(target.key, target)
+    openlineage = openlineage if openlineage is not None else openlineage_targets()
+    return [OpenLineageServer(settings, t) for t in openlineage] + [DataHubServer(settings, t) for t in unique.values()]
 
 
 def file_head(records: list[dict]) -> str:
@@ -209,14 +208,19 @@ class ShipResult:
         return sum(s.pending for s in self.shipments)
 
 
-def ship(settings: Settings | None = None, budget_seconds: float | None = None) -> ShipResult:
+def ship(
+    settings: Settings | None = None,
+    budget_seconds: float | None = None,
+    datahub: list[DataHubTarget] | None = None,
+    openlineage: list[OpenLineageTarget] | None = None,
+) -> ShipResult:
     """Send every record not sent yet to every configured server; within ``budget_seconds`` if given."""
     from filelock import FileLock, Timeout
 
     settings = settings or get_settings()
     deadline = time.monotonic() + budget_seconds if budget_seconds is not None else None
     result = ShipResult()
-    for server in servers(settings):
+    for server in servers(settings, datahub, openlineage):
         shipment = Shipment(server.name, server.url)
         result.shipments.append(shipment)
         server.ledger_path.parent.mkdir(parents=True, exist_ok=True)
@@ -257,13 +261,13 @@ def _why(error: Exception) -> str:
     return f"{said}: {body[:500]}" if body else said
 
 
-def ship_at_end_of(what: str, settings: Settings | None = None) -> None:
+def ship_at_end_of(what: str, settings: Settings | None = None, datahub: list[DataHubTarget] | None = None) -> None:
     """A task or step ships what is pending, within the time budget; never fails the work."""
     try:
         settings = settings or get_settings()
-        if not servers(settings):
+        if not servers(settings, datahub):
             return
-        result = ship(settings, settings.lineage_ship_seconds)
+        result = ship(settings, settings.lineage_ship_seconds, datahub)
     except Exception as error:  # lineage must never fail the data work
         log.warning(
             "lineage not shipped after %s: %s; it stays in the local files (bash run lineage-replay)", what, error
@@ -289,11 +293,11 @@ class Pending:
     total: int
 
 
-def status(settings: Settings | None = None) -> list[Pending]:
+def status(settings: Settings | None = None, datahub: list[DataHubTarget] | None = None) -> list[Pending]:
     """For every configured server and local file: how many records it has, how many were shipped."""
     settings = settings or get_settings()
     rows = []
-    for server in servers(settings):
+    for server in servers(settings, datahub):
         ledger = _ledger(server)
         for path in server.files():
             records = server.read(path)

@@ -1,7 +1,21 @@
-"""Where lineage goes: files in the state directory, always (``delivery`` ships them to the servers configured)."""
+"""Where lineage goes: files in the state directory, always; and the servers the user's own settings name,
+as each tool's own documentation says they are named (``delivery`` ships the files to them):
+
+- OpenLineage: the transport OpenLineage's client finds (``OPENLINEAGE_CONFIG``, ``openlineage.yml`` in the
+  working directory or ``~/.openlineage/``, ``OPENLINEAGE__…`` variables, ``OPENLINEAGE_URL`` with
+  ``OPENLINEAGE_API_KEY`` and ``OPENLINEAGE_ENDPOINT``); none when ``OPENLINEAGE_DISABLED`` is true.
+- DataHub: ``DATAHUB_GMS_URL`` (or ``DATAHUB_GMS_HOST`` and ``_PORT``) with ``DATAHUB_GMS_TOKEN``, else the
+  ``gms`` section of ``~/.datahubenv`` (what `datahub init` writes); in an Airflow task, first the DataHub
+  plugin's own connection, which the Airflow adapter reads and hands to ``delivery``.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nyc_taxi.core.settings import Settings
@@ -25,3 +39,130 @@ def datahub_file(settings: Settings, tool: str) -> Path:
 def openlineage_file(settings: Settings, tool: str) -> Path:
     """The OpenLineage events one tool (airflow, metaflow) writes."""
     return openlineage_events_dir(settings) / f"{tool}_events.jsonl"
+
+
+def openlineage_disabled() -> bool:
+    """OpenLineage's own switch (``OPENLINEAGE_DISABLED``, read as its client reads it): no event is made
+    or sent, by either tool (Airflow's provider reads the same variable)."""
+    return os.environ.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true"
+
+
+def _digest(value: dict) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class OpenLineageTarget:
+    """An OpenLineage transport, configured as OpenLineage's client takes it."""
+
+    config: dict = field(hash=False)  # the transport's configuration: it may hold a key, never shown
+    origin: str  # where the configuration came from, for people
+
+    @property
+    def key(self) -> str:
+        """Names the target's ledger: another transport configuration gets every event again."""
+        return _digest(self.config)
+
+    @property
+    def label(self) -> str:
+        url = self.config.get("url")
+        return f"{url}/{self.config.get('endpoint', 'api/v1/lineage')}" if url else f"a {self.config['type']} transport"
+
+    def transport(self, request_timeout: float):
+        """The transport, with one try per request cut off by ``request_timeout`` unless the configuration
+        says otherwise (whoever ships next tries again: retries here would only make a task wait)."""
+        from openlineage.client.transport import get_default_factory
+
+        return get_default_factory().create(_one_try(self.config, request_timeout))
+
+
+def _one_try(config: dict, timeout: float) -> dict:
+    return {"timeout": timeout, "retry": {"total": 0}, **config} if config.get("type") == "http" else config
+
+
+def _members(transport: dict) -> list[dict]:
+    """A composite transport as its members: each is shipped to on its own, with a ledger of its own, so
+    one that is down neither loses its events nor holds back the others'."""
+    if transport.get("type") != "composite":
+        return [transport]
+    members = transport.get("transports") or []
+    members = [{**t, "name": n} for n, t in members.items() if t] if isinstance(members, dict) else members
+    return [part for member in members for part in _members(member)]
+
+
+def openlineage_config_file() -> Path | None:
+    """The YAML file OpenLineage's client reads, in its documented order: OPENLINEAGE_CONFIG, then
+    openlineage.yml in the working directory, then ~/.openlineage/openlineage.yml."""
+    for candidate in (os.environ.get("OPENLINEAGE_CONFIG"), "openlineage.yml", "~/.openlineage/openlineage.yml"):
+        if candidate and Path(candidate).expanduser().is_file():
+            return Path(candidate).expanduser().resolve()
+    return None
+
+
+def openlineage_targets() -> list[OpenLineageTarget]:
+    """The transports the user's OpenLineage settings name, as OpenLineage's client resolves them (a
+    composite's members each on its own); none when OpenLineage is disabled or nothing is configured
+    (where the client would print to the console)."""
+    if openlineage_disabled():
+        return []
+    file = openlineage_config_file()
+    if file is None and not any(k.startswith("OPENLINEAGE__") or k == "OPENLINEAGE_URL" for k in os.environ):
+        return []
+    from openlineage.client import OpenLineageClient
+
+    before, said = set(os.environ), logging.getLogger("openlineage.client.client")
+    level = said.level
+    said.setLevel(logging.WARNING)  # not "will use the http transport": it is only asked
+    try:  # the file over OPENLINEAGE__ variables; the client adds OPENLINEAGE_URL to a composite's members
+        transport = dict(OpenLineageClient().config.transport or {})
+    finally:  # which it does by setting OPENLINEAGE__ variables of its own in this process: taken back
+        said.setLevel(level)
+        for name in set(os.environ) - before:
+            del os.environ[name]
+    if transport.get("type"):
+        origin = f"the OpenLineage configuration {file}" if file else "OPENLINEAGE__ variables"
+        return [OpenLineageTarget(member, origin) for member in _members(transport)]
+    if url := os.environ.get("OPENLINEAGE_URL"):
+        config = {"type": "http", "url": url, "endpoint": os.environ.get("OPENLINEAGE_ENDPOINT", "api/v1/lineage")}
+        if key := os.environ.get("OPENLINEAGE_API_KEY"):
+            config["auth"] = {"type": "api_key", "apiKey": key}
+        return [OpenLineageTarget(config, "OPENLINEAGE_URL")]
+    return []
+
+
+@dataclass(frozen=True)
+class DataHubTarget:
+    """A DataHub server (its GMS) and the token it asks for."""
+
+    url: str
+    token: str | None = field(default=None, repr=False)
+    origin: str = ""
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(self.url.rstrip("/").encode()).hexdigest()[:12]
+
+    @property
+    def label(self) -> str:
+        return self.url
+
+
+def datahub_target(settings: Settings) -> DataHubTarget | None:
+    """The DataHub that DataHub's own settings name: DATAHUB_GMS_URL (or DATAHUB_GMS_HOST and _PORT) and
+    DATAHUB_GMS_TOKEN, else the ``gms`` section of ``~/.datahubenv`` (unless DATAHUB_SKIP_CONFIG)."""
+    token = settings.datahub_gms_token.get_secret_value() if settings.datahub_gms_token else None
+    if settings.datahub_gms_url:
+        return DataHubTarget(settings.datahub_gms_url, token, "DATAHUB_GMS_URL")
+    from datahub.cli import config_utils
+
+    if url := config_utils.get_url_from_env():
+        return DataHubTarget(url, token, "DATAHUB_GMS_HOST")
+    path = Path(config_utils.DATAHUB_CONFIG_PATH)
+    if os.environ.get(config_utils.ENV_SKIP_CONFIG, "").lower() in ("true", "1") or not path.is_file():
+        return None
+    import yaml
+
+    gms = (yaml.safe_load(path.read_text()) or {}).get("gms") or {}
+    if not gms.get("server"):
+        return None
+    return DataHubTarget(gms["server"], token or gms.get("token") or None, str(path))

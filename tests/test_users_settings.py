@@ -1,0 +1,245 @@
+"""Each tool's own settings, as a user of that tool has them, win over the project's defaults: Airflow's
+``AIRFLOW__…`` variables and airflow.cfg, OpenLineage's ``openlineage.yml`` and variables, DataHub's
+variables and ``~/.datahubenv``, Metaflow's configuration and profile. The example files of docs/examples/
+are read here as a user would use them. Whole runs with these settings: test_faults.py (a DAG run),
+test_training_flow.py (flow runs)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nyc_taxi.airflow_adapter.environment import (
+    PROJECT_SET,
+    REQUIRED,
+    airflow_environment,
+    airflow_process_environment,
+    not_used,
+    replaced,
+)
+from nyc_taxi.core.settings import REPO_ROOT, Settings
+from nyc_taxi.lineage.write.destinations import datahub_target, openlineage_targets
+from nyc_taxi.metaflow_adapter.environment import metaflow_environment
+
+EXAMPLES = REPO_ROOT / "docs" / "examples"
+
+
+def _settings(tmp_path: Path, **values) -> Settings:
+    return Settings(_env_file=None, state_dir=tmp_path / "state", **values)
+
+
+# ---- Airflow ------------------------------------------------------------------------------------------
+
+
+def test_a_users_airflow_setting_wins_over_a_project_default_and_a_required_one_does_not(tmp_path):
+    settings = _settings(tmp_path)
+    env = airflow_environment(settings, {"AIRFLOW__CORE__PARALLELISM": "8", "AIRFLOW__CORE__EXECUTOR": "X"})
+    assert "AIRFLOW__CORE__PARALLELISM" not in env  # the user's 8 stays, as Airflow reads it
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"  # the profile's services
+    assert not_used(settings, {"AIRFLOW__CORE__EXECUTOR": "X"}) == [
+        f"AIRFLOW__CORE__EXECUTOR ([core] executor) is the project's: {REQUIRED['AIRFLOW__CORE__EXECUTOR']}"
+    ]
+    # a setting given in its _CMD form is given too
+    env = airflow_environment(settings, {"AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG_CMD": "echo 3"})
+    assert "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG" not in env
+
+
+def test_the_airflow_cfg_airflow_config_names_wins_over_a_project_default(tmp_path):
+    cfg = tmp_path / "airflow.cfg"
+    cfg.write_text("[core]\nparallelism = 16\nload_examples = True\n[scheduler]\nfoo = bar\n")
+    env = airflow_environment(_settings(tmp_path), {"AIRFLOW_CONFIG": str(cfg)})
+    assert "AIRFLOW__CORE__PARALLELISM" not in env and "AIRFLOW__CORE__LOAD_EXAMPLES" not in env
+    assert env["AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG"] == "2"  # the cfg does not say: the project's
+
+
+def test_the_projects_own_settings_of_an_earlier_state_directory_are_not_taken_for_a_users(tmp_path):
+    """An environment the project's settings were applied to (the test session's, a task's) is read again
+    for another state directory or profile: what the project set there is replaced, not kept as a user's."""
+    first = airflow_environment(_settings(tmp_path / "a"), {})
+    assert PROJECT_SET in first
+    again = airflow_environment(_settings(tmp_path / "b", airflow_port=8099), first)
+    assert again["AIRFLOW__API__PORT"] == "8099" and again["AIRFLOW__CORE__PARALLELISM"] == "4"
+    assert again["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].endswith(f"{tmp_path}/b/state/airflow/airflow.db")
+    # the team profile reads its database URL from a file: the local profile's URL, set before, goes
+    team = _settings(tmp_path / "c", profile="team")
+    assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in replaced(team, first)
+    whole = airflow_process_environment(team, {**first, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_SECRET": "x"})
+    assert (
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" not in whole and "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_SECRET" not in whole
+    )
+    assert whole["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD"].startswith("cat ")
+
+
+def test_a_users_lineage_destinations_in_airflow_are_handed_to_both_tools(tmp_path):
+    settings = _settings(tmp_path)
+    yml = tmp_path / "openlineage.yml"
+    yml.write_text("transport:\n  type: console\n")
+    env = airflow_environment(
+        settings,
+        {"AIRFLOW__OPENLINEAGE__CONFIG_PATH": str(yml), "AIRFLOW__DATAHUB__CONN_ID": "my_datahub,other"},
+    )
+    # Airflow's own records go to the local files; where the user sends them is handed on
+    assert json.loads(env["AIRFLOW__OPENLINEAGE__TRANSPORT"])["type"] == "file"
+    assert env["AIRFLOW__OPENLINEAGE__CONFIG_PATH"] == "" and env["AIRFLOW__DATAHUB__CONN_ID"] == "datahub_file"
+    assert env["OPENLINEAGE_CONFIG"] == str(yml) and env["DATAHUB_CONN_ID"] == "my_datahub,other"
+    # a transport given in Airflow's setting is written where OpenLineage's client of both tools reads it
+    transport = {"type": "http", "url": "http://127.0.0.1:9/x"}
+    env = airflow_environment(settings, {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport)})
+    written = Path(env["OPENLINEAGE_CONFIG"])
+    assert yaml.safe_load(written.read_text()) == {"transport": transport} and written.stat().st_mode & 0o077 == 0
+    assert airflow_environment(settings, {"AIRFLOW__OPENLINEAGE__DISABLED": "True"})["OPENLINEAGE_DISABLED"] == "true"
+
+
+def test_the_example_airflow_cfg_is_read_as_it_says(tmp_path):
+    cfg = EXAMPLES / "airflow.cfg"
+    env = airflow_environment(_settings(tmp_path), {"AIRFLOW_CONFIG": str(cfg)})
+    parser = __import__("configparser").RawConfigParser()
+    parser.read(cfg)
+    assert env["OPENLINEAGE_CONFIG"] == parser.get("openlineage", "config_path")
+    assert env["DATAHUB_CONN_ID"] == parser.get("datahub", "conn_id")
+    assert not_used(_settings(tmp_path), {"AIRFLOW_CONFIG": str(cfg)}) == []  # nothing of it is replaced
+
+
+def test_the_required_settings_are_the_ones_docs_operations_lists():
+    text = (REPO_ROOT / "docs" / "operations.md").read_text()
+    listed = {name for name in REQUIRED if f"`{name}`" in text}
+    assert listed == set(REQUIRED), sorted(set(REQUIRED) - listed)
+
+
+# ---- OpenLineage --------------------------------------------------------------------------------------
+
+
+def test_openlineage_targets_are_what_openlineages_client_reads(tmp_path, monkeypatch):
+    for name in ("OPENLINEAGE_URL", "OPENLINEAGE_CONFIG", "OPENLINEAGE_DISABLED", "OPENLINEAGE_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.openlineage of the machine's
+    monkeypatch.chdir(tmp_path)
+    assert openlineage_targets() == []  # nothing configured: nothing shipped (the client would print)
+    monkeypatch.setenv("OPENLINEAGE_URL", "http://127.0.0.1:5000")
+    monkeypatch.setenv("OPENLINEAGE_API_KEY", "k-123")
+    monkeypatch.setenv("OPENLINEAGE_ENDPOINT", "api/v2/lineage")
+    (target,) = openlineage_targets()
+    assert target.config == {
+        "type": "http",
+        "url": "http://127.0.0.1:5000",
+        "endpoint": "api/v2/lineage",
+        "auth": {"type": "api_key", "apiKey": "k-123"},
+    }
+    assert "k-123" not in target.label and target.label == "http://127.0.0.1:5000/api/v2/lineage"
+    monkeypatch.delenv("OPENLINEAGE_URL")
+    # ./openlineage.yml, a composite: each member a target of its own (its own ledger)
+    (tmp_path / "openlineage.yml").write_text(
+        yaml.safe_dump(
+            {
+                "transport": {
+                    "type": "composite",
+                    "transports": {
+                        "marquez": {"type": "http", "url": "http://127.0.0.1:5000"},
+                        "copy": {"type": "file", "log_file_path": str(tmp_path / "copy.jsonl"), "append": True},
+                    },
+                }
+            }
+        )
+    )
+    targets = openlineage_targets()
+    assert sorted(t.config["type"] for t in targets) == ["file", "http"] and len({t.key for t in targets}) == 2
+    monkeypatch.setenv("OPENLINEAGE_DISABLED", "true")
+    assert openlineage_targets() == []
+
+
+def test_the_example_openlineage_yml_is_shipped_to_as_it_says(tmp_path, monkeypatch):
+    from lineage_receiver import OPENLINEAGE_PATH, Receiver
+
+    from nyc_taxi.lineage.write import delivery
+    from nyc_taxi.lineage.write.outbox import Outbox
+
+    example = yaml.safe_load((EXAMPLES / "openlineage.yml").read_text())
+    server = Receiver(tmp_path / "receiver.jsonl").start("ok")
+    try:
+        example["transport"]["url"] = server.url  # where the user's Marquez would be
+        config = tmp_path / "openlineage.yml"
+        config.write_text(yaml.safe_dump(example))
+        monkeypatch.setenv("OPENLINEAGE_CONFIG", str(config))
+        settings = _settings(tmp_path)
+        event = {"eventType": "COMPLETE", "eventTime": "2024-01-01T00:00:00Z", "producer": "x", "schemaURL": "x"}
+        event |= {"run": {"runId": "0190e2a4-0000-7000-8000-000000000000"}, "job": {"namespace": "n", "name": "j"}}
+        Outbox(settings, "airflow").add_events([event])
+        assert [s.sent for s in delivery.ship(settings).shipments] == [1]
+        (request,) = server.requests()
+        assert request["path"] == OPENLINEAGE_PATH and request["headers"]["Authorization"] == (
+            f"Bearer {example['transport']['auth']['apiKey']}"
+        )
+        assert delivery.ship(settings).sent == 0  # once
+    finally:
+        server.stop()
+
+
+# ---- DataHub ------------------------------------------------------------------------------------------
+
+
+def _datahub_target_in(home: Path, **env: str) -> dict | None:
+    """datahub_target as a process with this home and environment sees it (DataHub reads ~ at import)."""
+    probe = (
+        "import json\nfrom nyc_taxi.core.settings import Settings\n"
+        "from nyc_taxi.lineage.write.destinations import datahub_target\n"
+        "t = datahub_target(Settings(_env_file=None))\n"
+        "print(json.dumps(t and {'url': t.url, 'token': t.token, 'origin': t.origin}))"
+    )
+    clean = {"PATH": "/usr/bin:/bin", "HOME": str(home), "STATE_DIR": str(home / "state"), **env}
+    done = subprocess.run([sys.executable, "-c", probe], env=clean, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_datahub_is_found_as_datahubs_cli_finds_it(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    assert _datahub_target_in(home) is None
+    (home / ".datahubenv").write_text(yaml.safe_dump({"gms": {"server": "http://gms.internal:8080", "token": "t-1"}}))
+    assert _datahub_target_in(home) == {
+        "url": "http://gms.internal:8080",
+        "token": "t-1",
+        "origin": str(home / ".datahubenv"),
+    }
+    assert _datahub_target_in(home, DATAHUB_SKIP_CONFIG="true") is None
+    # DataHub's variables first, as its CLI reads them
+    found = _datahub_target_in(home, DATAHUB_GMS_URL="http://other:8080", DATAHUB_GMS_TOKEN="t-2")
+    assert found == {"url": "http://other:8080", "token": "t-2", "origin": "DATAHUB_GMS_URL"}
+    found = _datahub_target_in(home, DATAHUB_GMS_HOST="h", DATAHUB_GMS_PORT="9002", DATAHUB_GMS_PROTOCOL="https")
+    assert found["url"] == "https://h:9002"
+
+
+def test_datahub_settings_in_the_process_settings(tmp_path):
+    target = datahub_target(_settings(tmp_path, datahub_gms_url="http://127.0.0.1:1", datahub_gms_token="s"))
+    assert (target.url, target.token) == ("http://127.0.0.1:1", "s") and "s" not in repr(target)
+
+
+# ---- Metaflow -----------------------------------------------------------------------------------------
+
+
+def test_metaflow_takes_the_users_configuration_and_profile_and_the_project_fills_the_rest(tmp_path):
+    settings = _settings(tmp_path)
+    home = tmp_path / "metaflowconfig"
+    home.mkdir()
+    bare = metaflow_environment(settings, {"METAFLOW_HOME": str(home)})
+    assert bare["METAFLOW_DEFAULT_METADATA"] == "local" and bare["METAFLOW_DATASTORE_SYSROOT_LOCAL"] == str(
+        settings.metaflow_home
+    )
+    shutil.copyfile(EXAMPLES / "metaflow-config.json", home / "config_team.json")
+    theirs = json.loads((home / "config_team.json").read_text())
+    env = metaflow_environment(settings, {"METAFLOW_HOME": str(home), "METAFLOW_PROFILE": "team"})
+    assert not set(theirs) & set(env), set(theirs) & set(env)  # every setting of theirs stays theirs
+    assert "METAFLOW_USER" in env  # what they do not say, the project's
+    # a variable wins over both, as Metaflow reads it
+    env = metaflow_environment(settings, {"METAFLOW_HOME": str(home), "METAFLOW_DEFAULT_DATASTORE": "local"})
+    assert "METAFLOW_DEFAULT_DATASTORE" not in env
+    with pytest.raises(RuntimeError, match="METAFLOW_PROFILE=nope"):
+        metaflow_environment(settings, {"METAFLOW_HOME": str(home), "METAFLOW_PROFILE": "nope"})
+    # read again in an environment the project's settings were applied to: the project's are not a user's
+    again = metaflow_environment(_settings(tmp_path / "b"), {"METAFLOW_HOME": str(home), **bare})
+    assert again["METAFLOW_DATASTORE_SYSROOT_LOCAL"] == str(tmp_path / "b" / "state" / "metaflow")

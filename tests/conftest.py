@@ -98,9 +98,22 @@ def pytest_configure(config):
             "PROFILE": "local",
             "SPARK_LOCAL_IP": "127.0.0.1",
             "DATAHUB_TELEMETRY_ENABLED": "false",
+            # the machine's own tool settings stay out: no ~/.datahubenv, no ~/.metaflowconfig (the tests
+            # that read them give a home of their own)
+            "DATAHUB_SKIP_CONFIG": "true",
+            "METAFLOW_HOME": str(_STATE / "metaflowconfig"),
         }
     )
-    for name in (
+    for name in [n for n in os.environ if n.startswith("OPENLINEAGE__")] + [
+        "OPENLINEAGE_CONFIG",
+        "OPENLINEAGE_DISABLED",
+        "OPENLINEAGE_API_KEY",
+        "OPENLINEAGE_ENDPOINT",
+        "DATAHUB_GMS_TOKEN",
+        "DATAHUB_GMS_HOST",
+        "DATAHUB_GMS_PORT",
+        "DATAHUB_CONN_ID",
+        "METAFLOW_PROFILE",
         "DATAHUB_PLATFORM_INSTANCE",
         "DATAHUB_ENV",
         "DATAHUB_GMS_URL",
@@ -113,7 +126,7 @@ def pytest_configure(config):
         "OPENLINEAGE_PARENT_ID",
         "OPENLINEAGE_ROOT_PARENT_ID",
         "PARENT_AIRFLOW_TASK",
-    ):
+    ]:
         os.environ.pop(name, None)
     from nyc_taxi.airflow_adapter.environment import airflow_environment
 

@@ -222,3 +222,59 @@ def test_a_forecast_table_of_the_old_key_is_refused_until_destroy_infra_drops_it
     table = load_table(forecast, settings)
     assert table.properties[PRIMARY_KEY_PROPERTY] == "model_name,as_of_datetime,pickup_location_id,forecast_hour"
     assert table.scan().to_arrow().num_rows == 0
+
+
+@pytest.mark.aws
+@pytest.mark.spark
+def test_the_aws_profiles_spark_reads_a_landed_file_through_hadoops_s3_connector(moto_endpoint, tmp_path):
+    """On the aws profile Spark reads the landed files by their s3a:// path: Hadoop's S3 connector on its
+    class path (the jars `bash run setup` takes from PyPI), AWS's default credential chain (here the keys in
+    the environment, no AWS_PROFILE), a given endpoint path-style. The rows are pyarrow's own count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ["HOME"],
+        "PROFILE": "aws",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "S3_BUCKET": f"landing-{os.urandom(6).hex()}",
+        "STATE_DIR": str(tmp_path / "state"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "AWS_ACCESS_KEY_ID": os.environ["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": os.environ["AWS_SECRET_ACCESS_KEY"],
+    }
+    settings = Settings(
+        _env_file=None,
+        profile="aws",
+        aws_endpoint_url=moto_endpoint,
+        aws_region="eu-west-1",
+        s3_bucket=env["S3_BUCKET"],
+        state_dir=tmp_path / "state",
+    )
+    aws.client(settings, "s3").create_bucket(
+        Bucket=settings.s3_bucket, CreateBucketConfiguration={"LocationConstraint": settings.aws_region}
+    )
+    lake = lakehouse(settings)
+    pq.write_table(pa.table({"trip": list(range(1234))}), tmp_path / "month.parquet")
+    location = lake.location("landing/tlc/month.parquet")
+    lake.publish(tmp_path / "month.parquet", location)
+    # the session's configuration for this profile but its Glue catalog, which needs Iceberg's AWS bundle
+    # that no registry reachable here carries (docs/operations.md): the storage settings and class path
+    probe = """
+from pyspark.sql import SparkSession
+from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.settings import get_settings
+from nyc_taxi.core.spark_jvm import session_conf
+conf = session_conf(get_settings())
+builder = SparkSession.builder
+for key, value in conf.items():
+    if not key.startswith("spark.sql.catalog.") and key != "spark.sql.defaultCatalog":
+        builder = builder.config(key, value)
+path = lakehouse().spark_path(LOCATION)
+print(path, builder.getOrCreate().read.parquet(path).count())
+""".replace("LOCATION", repr(location))
+    read = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert read.returncode == 0, read.stderr[-4000:]
+    assert read.stdout.split()[-2:] == [f"s3a://{settings.s3_bucket}/landing/tlc/month.parquet", "1234"]

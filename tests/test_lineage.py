@@ -20,6 +20,7 @@ import pytest
 from datahub_check import assert_valid_record_files
 
 from nyc_taxi.core import datasets as registry
+from nyc_taxi.core import jobs as j
 from nyc_taxi.core.naming import identity
 from nyc_taxi.lineage.spec import validation_errors
 from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
@@ -750,6 +751,24 @@ def test_column_lineage_hop_by_hop_from_the_forecast_to_the_tlc_column(demo):
     text = _lineage_cli(demo, "yellow_rides_hourly_forecast.predicted_ride_count").stdout
     assert "tlc_yellow_tripdata_published.tpep_pickup_datetime  (identity, by ingest_yellow_taxi_data.download" in text
     assert "noaa_nclimgrid_daily_county_published.{day1…day31, variable}" in text  # a NOAA file's day columns, folded
+
+
+def test_the_demo_says_each_task_and_each_flow_step_as_it_ends(demo):
+    """The demo's DAG runs are not silent while they run: each task's end, and each step's of the flows the
+    training tasks start, is printed as it happens (``core/progress``), in the order they ended."""
+    import re
+
+    _, stdout, _ = demo
+    tasks = re.findall(r"^\s+(\w+)\.(\w+): (success|failed|skipped)", stdout, flags=re.M)
+    steps = re.findall(r"^\s+TrainForecastModelFlow/(\d+)/(\w+): done", stdout, flags=re.M)
+    for dag in (j.INGEST_YELLOW_TAXI_DATA, j.INGEST_WEATHER_DATA, j.TRAIN_FORECAST_MODEL):
+        ended = {task for d, task, state in tasks if d == dag.name and state == "success"}
+        assert {job.name for job in dag.jobs} <= ended, (dag.name, ended)
+    per_run: dict[str, list[str]] = {}
+    for run, step in steps:
+        per_run.setdefault(run, []).append(step)
+    assert len(per_run) >= 4  # both models at both origins (and the re-run's)
+    assert all(said == [job.name for job in j.TRAINING_FLOW.jobs] for said in per_run.values()), per_run
 
 
 def test_the_demo_ends_with_both_models_compared_at_its_origins_as_duckdb_scores_them(demo):

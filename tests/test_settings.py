@@ -16,7 +16,7 @@ def test_defaults_are_the_local_profile_and_the_real_sources(tmp_path, real_sour
     assert s.noaa_base_url == NOAA_BASE_URL == "https://www.ncei.noaa.gov"
     assert lakehouse(s).warehouse == f"{tmp_path}/lake/warehouse"
     assert s.catalog_db_path == tmp_path / "catalog" / "iceberg_catalog.db"
-    assert s.aws_profile == "sandbox"
+    assert s.aws_profile is None  # AWS's default credential chain
 
 
 def test_environment_overrides(monkeypatch, tmp_path):

@@ -408,6 +408,27 @@ def test_the_users_path_trains_at_the_latest_origin_with_the_users_metaflow_prof
     assert len(read_datahub_records(settings, "metaflow")) > records
 
 
+def test_bash_run_sql_answers_what_pyiceberg_reads_from_the_tables_files(loaded):
+    """`bash run sql "SELECT count(*) FROM nyc_taxi.yellow_taxi_raw"`, as the README shows it, prints the
+    count pyiceberg reads from the table's files (no Spark); statements typed one after another are
+    answered each, and one Spark refuses is said without a traceback."""
+    rows = load_table(registry.YELLOW_TAXI_RAW).scan().to_arrow().num_rows
+    assert rows == 40_000  # two fixture months of 20,000 trips
+
+    def sql(*args: str, typed: str | None = None) -> subprocess.CompletedProcess:
+        command = ["bash", "run", "sql", *args]
+        return subprocess.run(command, cwd=REPO_ROOT, input=typed, capture_output=True, text=True, timeout=300)
+
+    answer = sql("SELECT count(*) FROM nyc_taxi.yellow_taxi_raw")
+    assert answer.returncode == 0, answer.stderr[-3000:]
+    assert answer.stdout.splitlines()[-2:] == [f"{rows:<8}", "(1 row)"], answer.stdout
+
+    typed = sql(typed="SELECT count(*) AS trips\n  FROM yellow_taxi_raw;\nSELECT x FROM nowhere;\nexit\n")
+    assert typed.returncode == 1  # a statement failed
+    assert f"{rows:<5}" in typed.stdout.splitlines() and "TABLE_OR_VIEW_NOT_FOUND" in typed.stderr
+    assert "Traceback" not in typed.stderr
+
+
 def test_as_of_without_data_fails_clearly_and_lineage_shows_the_failure(loaded):
     """A forecast origin whose window raw holds no trips of: refused, naming the days and the months to load."""
     mark = len(ol_events())

@@ -75,13 +75,26 @@ def _at_the_end(run, succeeded: bool) -> None:
     ship_at_end_of(".".join(filter(None, [run.dag_id, getattr(run, "task_id", None)])), datahub=datahub)
 
 
+def _said(task_instance, state: str) -> None:
+    """The task's end, for whoever waits on the DAG run (``core/progress``)."""
+    import datetime as dt
+
+    from nyc_taxi.core.progress import progress
+
+    started = getattr(task_instance, "start_date", None)
+    took = f" in {(dt.datetime.now(dt.UTC) - started).total_seconds():.0f} s" if started else ""
+    progress(f"{task_instance.dag_id}.{task_instance.task_id}: {state}{took}")
+
+
 class AtTheEndOfEveryTask:
     @hookimpl(trylast=True)
     def on_task_instance_success(self, previous_state, task_instance):
+        _said(task_instance, "success")
         _at_the_end(task_instance, succeeded=True)
 
     @hookimpl(trylast=True)
     def on_task_instance_failed(self, previous_state, task_instance, error):
+        _said(task_instance, "failed")
         _at_the_end(task_instance, succeeded=False)
 
     @hookimpl(trylast=True)

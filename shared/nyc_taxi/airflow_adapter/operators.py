@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from nyc_taxi.core.datasets import Table
 from nyc_taxi.core.jobs import MONTH, Job, Parameter, Pipeline
 from nyc_taxi.core.naming import asset_uri, iceberg_identifier
+from nyc_taxi.core.progress import progress
 from nyc_taxi.core.quality import ChecksFailed
 from nyc_taxi.core.settings import REPO_ROOT
 from nyc_taxi.forecast.errors import NoDataInWindow
@@ -31,6 +33,9 @@ from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 log = logging.getLogger(__name__)
 
 DEFAULT_ARGS = {"owner": "data-platform"}  # retries: the deployment's setting (TASK_RETRIES)
+# Metaflow's line for a step's end: "[<run>/<step>/<task> (pid <n>)] Task finished successfully." (a step
+# `resume` clones: without the pid)
+STEP_FINISHED = re.compile(r"\[\d+/(\w+)/\d+(?: \(pid \d+\))?\] Task finished successfully")
 
 
 def param(parameter: Parameter) -> Param:
@@ -311,9 +316,13 @@ class RunFlowOperator(ReportsLineage):
                 self._running = await runner.async_resume(origin_run_id=earlier.id, tags=[tag])
             log.info("%s", run_said(earlier and earlier.pathspec, self._running.run.pathspec, parameters))
 
+            run = self._running.run.pathspec
+
             async def relay(stream: str) -> None:
                 async for _, line in self._running.stream_log(stream):
                     log.info("%s", line.rstrip())
+                    if step := STEP_FINISHED.search(line):  # Metaflow's own line for a step's end
+                        progress(f"{run}/{step[1]}: done")
 
             await asyncio.gather(relay("stdout"), relay("stderr"))
             await self._running.wait()

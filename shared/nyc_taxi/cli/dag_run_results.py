@@ -17,13 +17,12 @@ def run(specs: list[str], settings: Settings, what: str) -> list[dict]:
     team deployment's scheduler where it runs, else ``dag.test()``); their results. RuntimeError naming the
     failed tasks' errors when one fails: the runs before it stand (each is its own commits)."""
     from nyc_taxi.airflow_adapter.environment import airflow_process_environment, prepare_directories
+    from nyc_taxi.core.progress import run_showing_progress
 
     prepare_directories(settings)
     env = airflow_process_environment(settings)
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *specs], env=env, capture_output=True, text=True
-    )
+    done = run_showing_progress([sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *specs], env)
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode:
         said = [text for r in results for text in describe(r, settings)] + [t for t in [unexplained(done)] if t]

@@ -35,6 +35,7 @@ from nyc_taxi.core import comparison
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.jobs import INGEST_WEATHER_DATA, INGEST_YELLOW_TAXI_DATA, TRAIN_FORECAST_MODEL, TRAINING_FLOW
 from nyc_taxi.core.lakehouse import lakehouse
+from nyc_taxi.core.progress import run_showing_progress
 from nyc_taxi.core.settings import get_settings
 from nyc_taxi.fixtures.server import FixtureServer, served_to_hosts
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
             _run([sys.executable, "-m", "airflow", "db", "migrate"], env, "airflow db migrate")
             started = time.perf_counter()
             runs = [sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", *_dag_runs()]
-            done = subprocess.run(runs, env=env, capture_output=True, text=True)
+            done = run_showing_progress(runs, env)
             _print_runs(done.stdout, settings)
             if done.returncode:
                 raise SystemExit(f"the DAG runs failed (a failing task's error is above){_log_tail(done)}")
@@ -309,9 +310,7 @@ def _refuse_a_broken_month(settings, site: Path, env: dict) -> None:
     _say(f"the TLC publishes {path.name} with every pickup a year early: its checks stop it before raw")
     before = current_snapshot_id(d.YELLOW_TAXI_RAW, settings)
     spec = f"{INGEST_YELLOW_TAXI_DATA.name}:{json.dumps({'month': f'{year:04d}-{month:02d}'})}"
-    done = subprocess.run(
-        [sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", spec], env=env, capture_output=True, text=True
-    )
+    done = run_showing_progress([sys.executable, "-m", "nyc_taxi.airflow_adapter.dag_runs", spec], env)
     _print_runs(done.stdout, settings)
     after = current_snapshot_id(d.YELLOW_TAXI_RAW, settings)
     if not done.returncode or after != before:

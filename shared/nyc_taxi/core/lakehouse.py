@@ -578,6 +578,25 @@ class AwsLakehouse(S3Objects, Lakehouse):
     def _s3(self):
         return aws.client(self.settings, "s3")
 
+    def spark_storage_conf(self) -> dict[str, str]:
+        """Hadoop's S3 connector for the files Spark reads by path (the landed files): AWS's default
+        credential chain (the environment, AWS_PROFILE's profile, a role), the profile's region, and a
+        given endpoint (a moto server in the tests) spoken to path-style."""
+        conf = {
+            "spark.hadoop.fs.s3a.aws.credentials.provider": "com.amazonaws.auth.DefaultAWSCredentialsProviderChain",
+            "spark.hadoop.fs.s3a.endpoint.region": self.settings.aws_region,
+        }
+        if endpoint := self.settings.aws_endpoint_url:
+            conf |= {
+                "spark.hadoop.fs.s3a.endpoint": endpoint,
+                "spark.hadoop.fs.s3a.path.style.access": "true",
+                "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https")).lower(),
+            }
+        return conf
+
+    def spark_class_path(self) -> list[str]:
+        return [str(jar) for jar in s3a_jars.jars()]  # Hadoop's S3 connector, from PyPI (`bash run setup`)
+
     def spark_catalog_conf(self, prefix: str) -> dict[str, str]:
         conf = {
             f"{prefix}.type": "glue",

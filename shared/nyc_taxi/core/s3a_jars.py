@@ -2,8 +2,8 @@
 against. No Maven repository is reachable from the machines this project is built on; PyPI carries
 both jars inside the source archive of ``sagemaker-pyspark`` (``deps/jars/``). `bash run setup`
 downloads that archive once from PyPI, checks it against the SHA-256 PyPI publishes for it (pinned
-below), and keeps the two jars in a cache outside the repository. The team profile's Spark sessions put
-them on their class path; nothing else uses them.
+below), and keeps the two jars in a cache outside the repository. The team and aws profiles' Spark
+sessions put them on their class path; the local profile does not need them.
 
     python -m nyc_taxi.core.s3a_jars      # download and check, if not done yet; print where they are
 """
@@ -54,6 +54,13 @@ def ensure() -> list[Path]:
         archive = Path(tmp) / "archive.tar.gz"
         digest = hashlib.sha256()
         with urllib.request.urlopen(ARCHIVE_URL, timeout=120) as answer, archive.open("wb") as out:
+            size = int(answer.headers.get("Content-Length") or 0)
+            print(
+                f"==> downloading Hadoop's S3 connector for Spark (sagemaker-pyspark 1.4.5 from PyPI, "
+                f"{size / 1e6:.0f} MB) into {target}",
+                file=sys.stderr,
+                flush=True,
+            )
             while block := answer.read(1 << 20):
                 digest.update(block)
                 out.write(block)

@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     # aws profile
     aws_region: str = "us-east-1"
     aws_profile: str | None = Field(
-        "sandbox", description="Named AWS profile; empty to use the default credential chain."
+        None, description="Named AWS profile (AWS_PROFILE); unset or empty: AWS's default credential chain."
     )
     s3_bucket: str | None = Field(None, description="Defaults to airflow-metaflow-<hash of the account id>.")
     aws_endpoint_url: str | None = Field(None, description="S3/Glue/STS endpoint override (a moto server in tests).")

@@ -5,6 +5,7 @@ proves nothing)."""
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import socket
 import time
@@ -15,7 +16,9 @@ from types import SimpleNamespace
 import pytest
 
 from nyc_taxi.chaos import check
+from nyc_taxi.chaos import run as chaos_run
 from nyc_taxi.chaos.run import NAMED, Fault, _within_tasks, plan
+from nyc_taxi.core import datasets as d
 from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH, LineageServer
 
 
@@ -854,3 +857,77 @@ def test_a_shipper_moment_stopped_while_it_waits_for_a_held_record_ends_with_tha
         assert not [p for p in tmp_path.iterdir() if p.name.endswith((".hold", ".held", ".release"))]
     finally:
         server.stop()
+
+
+def _mission_scores(root: Path, wape: float, scored_at: dt.datetime):
+    """A lake of the mission's last tables through pyiceberg (its SQL catalog, files on disk): actuals, the
+    forecast, and a score of it naming the snapshots it was computed from, scored at ``scored_at``; the
+    lineage's version of the scores (its snapshot id) resolved by the chaos check."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from nyc_taxi.core.tables import iceberg_schema
+
+    root.mkdir(parents=True)
+    lake = SqlCatalog("lake", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}/warehouse")
+    lake.create_namespace("nyc_taxi")
+
+    def table_of(declared, rows: dict):
+        schema = iceberg_schema(declared)
+        table = lake.create_table(f"nyc_taxi.{declared.name}", schema)
+        arrow = schema.as_arrow()
+        table.append(pa.Table.from_pydict({f.name: rows.get(f.name, [None]) for f in arrow}, schema=arrow))
+        return table
+
+    hour, origin = dt.datetime(2024, 2, 15, 1), dt.datetime(2024, 2, 15)
+    actuals = table_of(
+        d.YELLOW_RIDES_HOURLY_ACTUALS,
+        {"pickup_location_id": [1], "pickup_hour": [hour], "ride_count": [3], "computed_at": [scored_at]},
+    )
+    forecast = table_of(
+        d.YELLOW_RIDES_HOURLY_FORECAST,
+        {
+            "model_name": ["seasonal_naive"],
+            "as_of_datetime": [origin],
+            "pickup_location_id": [1],
+            "forecast_hour": [hour],
+            "predicted_ride_count": [2.0],
+            "model_version": [f"F/{scored_at:%s}/train/1"],
+            "created_at": [scored_at],
+        },
+    )
+    scores = table_of(
+        d.YELLOW_RIDES_FORECAST_SCORES,
+        {
+            "model_name": ["seasonal_naive"],
+            "as_of_datetime": [origin],
+            "model_version": [f"F/{scored_at:%s}/t/1"],
+            "first_hour": [hour],
+            "last_hour": [hour],
+            "forecast_zone_hours": [1],
+            "scored_zone_hours": [1],
+            "coverage": [1.0],
+            "actual_rides": [3],
+            "predicted_rides": [2.0],
+            "mae": [1.0],
+            "wape": [wape],
+            "bias": [-1.0],
+            "forecast_snapshot_id": [forecast.current_snapshot().snapshot_id],
+            "actuals_snapshot_id": [actuals.current_snapshot().snapshot_id],
+            "scored_at": [scored_at],
+        },
+    )
+    resolve = check.VersionResolver(None, lake=lake)
+    return resolve("nyc_taxi.yellow_rides_forecast_scores", str(scores.current_snapshot().snapshot_id))
+
+
+def test_the_scores_lineage_compares_their_figures_and_the_versions_they_name_never_when_they_were_taken(tmp_path):
+    """Two runs of the mission write the same scores at other moments, of forecasts and actuals under
+    other snapshot ids: their lineage is equal (bash run chaos failed on exactly this). A score whose WAPE
+    differs is not. The report says which columns it leaves out, and why."""
+    first = _mission_scores(tmp_path / "clean", 0.25, dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC))
+    again = _mission_scores(tmp_path / "faulty", 0.25, dt.datetime(2026, 11, 27, 11, 30, tzinfo=dt.UTC))
+    other = _mission_scores(tmp_path / "wrong", 0.26, dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC))
+    assert first.startswith("rows:") and first == again and other != first
+    assert "scored_at" in check.LEFT_OUT and "forecast_snapshot_id" in check.LEFT_OUT
+    assert check.LEFT_OUT in chaos_run.table({"runs": []})

@@ -11,8 +11,9 @@ lineage server received it, and the process table.
   (``expected.py``): every run, the clean one too;
 - **lineage**: the edges of every successful run as the lineage server received them — job → dataset
   read or written, with the version resolved to the data it names (a table's snapshot to the fingerprint
-  of its rows then, a model to the versions it was trained from) — and the column edges; run ids and try
-  numbers left out;
+  of its rows then, a score's rows with the versions they name resolved too; a model to the versions it
+  was trained from) — and the column edges; run ids and try numbers left out (``LEFT_OUT`` says which
+  columns, and the report repeats it);
 - **delivery**: every event of a successful run stored once by the lineage server, per (run, event
   type), and every DataHub record of the outbox stored; a record accepted more often than the outbox
   holds it only where a sender was killed before it heard back;
@@ -40,8 +41,21 @@ TABLES = {
     d.YELLOW_RIDES_HOURLY_ACTUALS.name: d.YELLOW_RIDES_HOURLY_ACTUALS.primary_key,
     d.YELLOW_RIDES_HOURLY_FORECAST.name: d.YELLOW_RIDES_HOURLY_FORECAST.primary_key,
 }
-# when, or by which run, a row was written: a re-run writes these anew
-VOLATILE = {"ingested_at", "computed_at", "created_at", "model_version"}
+# when, or by which run, a row was written or scored: a re-run writes these anew
+VOLATILE = {"ingested_at", "computed_at", "created_at", "scored_at", "model_version"}
+# a column that names another table's version (a snapshot id the row was computed from): compared as the
+# rows that version holds, as the lineage compares a version (two runs give the same rows other ids)
+VERSIONS_NAMED = {
+    "forecast_snapshot_id": d.YELLOW_RIDES_HOURLY_FORECAST.name,
+    "actuals_snapshot_id": d.YELLOW_RIDES_HOURLY_ACTUALS.name,
+}
+# what the report says of them
+LEFT_OUT = (
+    f"left out of every comparison: {', '.join(sorted(VOLATILE - {'model_version'}))} (when a row was written "
+    "or scored: a re-run writes them anew), model_version (the run that trained the model: a model is "
+    f"compared by the versions it was trained from); compared as the rows of the version they name: "
+    f"{', '.join(VERSIONS_NAMED)}"
+)
 
 
 def catalog(state_dir: Path):
@@ -65,23 +79,30 @@ def catalog(state_dir: Path):
     )
 
 
-def _row_hash(row: dict) -> str:
+def _row_hash(row: dict, resolve=None, namespace: str = "nyc_taxi") -> str:
+    """A row's values but the volatile ones; a version it names resolved to its data where ``resolve`` is
+    given (a ``VersionResolver``)."""
     kept = {k: v for k, v in sorted(row.items()) if k not in VOLATILE}
+    for column, table in VERSIONS_NAMED.items():
+        if resolve is not None and kept.get(column) is not None:
+            kept[column] = resolve(f"{namespace}.{table}", str(kept[column]))
     return hashlib.sha256(json.dumps(kept, default=str, sort_keys=True).encode()).hexdigest()
 
 
-def table_rows(table, snapshot_id: int | None = None) -> tuple[dict[str, str], list[str]]:
-    """({primary key: row hash}, the keys found more than once) of a table, now or at a snapshot."""
+def table_rows(table, snapshot_id: int | None = None, resolve=None) -> tuple[dict[str, str], list[str]]:
+    """({primary key: row hash}, the keys found more than once) of a table, now or at a snapshot; the
+    versions its rows name resolved by ``resolve``, when given."""
     name = table.name()[-1]
     key_columns = TABLES.get(name)
     rows = table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist() if table.metadata.snapshots else []
     found: dict[str, str] = {}
     doubled = []
     for row in rows:
-        key = json.dumps([row[c] for c in key_columns] if key_columns else _row_hash(row), default=str)
+        hashed = _row_hash(row, resolve, table.name()[-2])
+        key = json.dumps([row[c] for c in key_columns] if key_columns else hashed, default=str)
         if key in found:
             doubled.append(key)
-        found[key] = _row_hash(row)
+        found[key] = hashed
     return found, doubled
 
 
@@ -213,8 +234,8 @@ class VersionResolver:
     rows at that snapshot (two runs write different snapshot ids for the same rows); a file's version
     (its ETag, its SHA-256) as it is; a model (a run's pathspec) as the versions it was trained from."""
 
-    def __init__(self, state_dir: Path, namespace: str = "nyc_taxi"):
-        self.lake, self.namespace, self.cache = catalog(state_dir), namespace, {}
+    def __init__(self, state_dir: Path | None, namespace: str = "nyc_taxi", lake=None):
+        self.lake, self.namespace, self.cache = lake or catalog(state_dir), namespace, {}
 
     def __call__(self, dataset: str, version: str | None) -> str | None:
         if version is None or not version.isdigit():
@@ -224,7 +245,7 @@ class VersionResolver:
             table_name = dataset.rsplit(".", 1)[-1]
             try:
                 table = self.lake.load_table(f"{self.namespace}.{table_name}")
-                rows, _ = table_rows(table, int(version))
+                rows, _ = table_rows(table, int(version), resolve=self)  # a score: the versions it names
                 self.cache[key] = "rows:" + hashlib.sha256(json.dumps(sorted(rows.items())).encode()).hexdigest()[:16]
             except Exception as error:  # an expired or unknown snapshot: named as such, never equal by chance
                 self.cache[key] = f"unresolved:{version}:{type(error).__name__}"

@@ -614,6 +614,7 @@ def table(report: dict) -> str:
                 f"{'equal' if run['tables equal'] else 'DIFFER':>7} {'equal' if run['lineage equal'] else 'DIFFER':>8}"
             )
     lines.append("")
+    lines.append(check.LEFT_OUT)
     for run in report["runs"]:
         lines.append(
             f"run {run['run']}: {run['seconds']} s, tables {'equal' if run['tables equal'] else run['table differences']}"

@@ -36,20 +36,29 @@ def plugin_emitter():
     return hook.make_emitter()
 
 
-def shipping_targets(settings) -> list:
+def shipping_targets(settings, environment_only: bool = False) -> list:
     """The DataHub servers Airflow's tasks ship the local records to: each connection ``DATAHUB_CONN_ID``
     names (the user's ``[datahub] conn_id``; the plugin's default, ``datahub_rest_default``, otherwise) that
     exists and is a ``datahub-rest`` one, read as the plugin reads it (its host and port, its password the
-    token). None of them: DataHub's own settings (``destinations.datahub_target``) decide."""
+    token). None of them: DataHub's own settings (``destinations.datahub_target``) decide.
+    ``environment_only``: only the connections given as ``AIRFLOW_CONN_…`` variables, read without the
+    metadata database (the scheduler's end of a DAG run: a lookup there would leave its session's objects
+    detached)."""
     from airflow.sdk import BaseHook
 
     from nyc_taxi.lineage.write.destinations import DataHubTarget
 
+    if environment_only:
+        from airflow.secrets.environment_variables import EnvironmentVariablesBackend
+
+        backend = EnvironmentVariablesBackend()
     targets = []
     for conn_id in filter(None, (c.strip() for c in settings.datahub_conn_id.split(","))):
         try:
-            conn = BaseHook.get_connection(conn_id)
+            conn = backend.get_connection(conn_id) if environment_only else BaseHook.get_connection(conn_id)
         except Exception:  # not defined (AirflowNotFoundException), or no way to ask here
+            continue
+        if conn is None:
             continue
         if conn.conn_type.replace("_", "-") != "datahub-rest" or not conn.host:
             continue

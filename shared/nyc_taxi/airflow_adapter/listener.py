@@ -56,7 +56,9 @@ def _at_the_end(run, succeeded: bool) -> None:
     from nyc_taxi.lineage.write.delivery import ship_at_end_of
     from nyc_taxi.lineage.write.outbox import rotate
 
-    if hasattr(run, "task_id"):
+    task = hasattr(run, "task_id")
+    label = ".".join(filter(None, [run.dag_id, getattr(run, "task_id", None)]))  # read before anything else
+    if task:
         try:
             _column_lineage(run, succeeded)
         except Exception as error:  # lineage must never fail the data work
@@ -68,11 +70,12 @@ def _at_the_end(run, succeeded: bool) -> None:
     try:
         from nyc_taxi.airflow_adapter.datahub_connection import shipping_targets
 
-        datahub = shipping_targets(get_settings())
+        # a DAG run ends in the scheduler, inside its session: no lookup through the metadata database there
+        datahub = shipping_targets(get_settings(), environment_only=not task)
     except Exception as error:
         log.warning("the DataHub connection to ship to not read: %s", error)
         datahub = []
-    ship_at_end_of(".".join(filter(None, [run.dag_id, getattr(run, "task_id", None)])), datahub=datahub)
+    ship_at_end_of(label, datahub=datahub)
 
 
 def _said(task_instance, state: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -237,14 +238,16 @@ def duckdb_scores(forecast_snapshot: int | None = None, actuals_snapshot: int | 
         """
         WITH loaded AS (SELECT DISTINCT pickup_hour FROM a),
         pairs AS (
-          SELECT f.model_name, f.as_of_datetime, f.model_version, f.forecast_hour, f.predicted_ride_count AS p,
+          SELECT f.model_name, f.as_of_datetime, f.model_version, f.lookback_days, f.pickup_location_id,
+                 f.forecast_hour, f.predicted_ride_count AS p,
                  CASE WHEN f.forecast_hour IN (SELECT pickup_hour FROM loaded)
                       THEN coalesce((SELECT ride_count FROM a WHERE a.pickup_location_id = f.pickup_location_id
                                      AND a.pickup_hour = f.forecast_hour), 0) END AS y
           FROM f)
         SELECT model_name, as_of_datetime, count(y)::DOUBLE / count(*), avg(abs(p - y)),
                sum(abs(p - y)) / sum(y), avg(p - y), sum(y), sum(CASE WHEN y IS NOT NULL THEN p END),
-               count(*), count(y), min(forecast_hour), max(forecast_hour), min(model_version), max(model_version)
+               count(*), count(y), min(forecast_hour), max(forecast_hour), max(lookback_days),
+               list(DISTINCT pickup_location_id), min(model_version), max(model_version)
         FROM pairs GROUP BY ALL HAVING count(y) > 0
         """
     ).fetchall()
@@ -259,10 +262,13 @@ def duckdb_scores(forecast_snapshot: int | None = None, actuals_snapshot: int | 
         "scored_zone_hours",
         "first_hour",
         "last_hour",
+        "lookback_days",
+        "zone_set",
         "model_version",
     ]
     scores = {}
-    for model, origin, *figures, lowest_version, highest_version in rows:
+    for model, origin, *figures, zones, lowest_version, highest_version in rows:
         assert lowest_version == highest_version, f"{model} as of {origin}: forecasts of two model versions"
-        scores[(model, origin)] = dict(zip(names, [*figures, lowest_version], strict=True))
+        digest = hashlib.sha256(",".join(sorted(str(z) for z in zones)).encode()).hexdigest()  # the zones' ids
+        scores[(model, origin)] = dict(zip(names, [*figures, digest, lowest_version], strict=True))
     return scores

@@ -237,7 +237,8 @@ def test_backtest_no_run_compares_the_models_only_where_both_were_scored_over_th
     scores = duckdb_scores()
     printed = backtest("--origins", "2", "--last", "2015-05-14T00:00")
     assert (
-        printed["2015-05-07 00:00"].endswith("not comparable") and printed["2015-05-07 00:00"].count("not scored") == 2
+        printed["2015-05-07 00:00"].endswith("not comparable: not every model scored")
+        and printed["2015-05-07 00:00"].count("not scored") == 2
     )
     row, origin = printed["2015-05-14 00:00"], dt.datetime(2015, 5, 14)
     for model in (SEASONAL, WEATHER):
@@ -253,7 +254,9 @@ def test_backtest_no_run_compares_the_models_only_where_both_were_scored_over_th
         eighth + dt.timedelta(hours=23),
     }
     row = backtest("--origins", "1", "--last", "2015-05-08T00:00")["2015-05-08 00:00"]
-    assert row.endswith("not comparable") and f"{scores[(WEATHER, eighth)]['wape']:.1%}" in row, row
+    assert row.endswith("not comparable: other hours") and f"{scores[(WEATHER, eighth)]['wape']:.1%}" in row, row
+    # the weather model's scores are an upper bound, said under the table
+    assert f"* {WEATHER}: an upper bound" in printed[""]
 
 
 def test_a_score_read_earlier_never_replaces_one_read_later_and_a_forecast_gone_loses_its_score(kept, spark):
@@ -288,3 +291,28 @@ def test_a_score_read_earlier_never_replaces_one_read_later_and_a_forecast_gone_
     steps.score_forecasts()
     after = {(r["model_name"], r["as_of_datetime"]) for r in _rows(scores)}
     assert after == set(held) - {gone}
+
+
+def test_two_models_trained_on_other_lookbacks_are_not_ranked(kept, settings):
+    """The weather model forecasts the 14th again, trained on 21 days where the seasonal model was trained on
+    14: their scores are over the same 48 hours, and not compared; the scores keep each lookback."""
+    import os
+    import subprocess
+    import sys
+
+    from nyc_taxi.forecast import steps
+
+    origin = dt.datetime(2015, 5, 14)
+    _forecast(WEATHER, origin, 48, "TrainForecastModelFlow/9/train_forecasting_model/1", lookback=21)
+    steps.score_forecasts()
+    scores = {(r["model_name"], r["as_of_datetime"]): r for r in _ours(_rows(d.YELLOW_RIDES_FORECAST_SCORES))}
+    assert (scores[(SEASONAL, origin)]["lookback_days"], scores[(WEATHER, origin)]["lookback_days"]) == (14, 21)
+    done = subprocess.run(
+        [sys.executable, "-m", "nyc_taxi.cli.backtest", "--no-run", "--origins", "1", "--last", "2015-05-14T00:00"],
+        env={**os.environ, "STATE_DIR": str(settings.state_dir)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    [row] = [line for line in done.stdout.splitlines() if line.startswith("2015-05-14")]
+    assert row.rstrip().endswith("not comparable: other lookbacks"), done.stdout

@@ -85,7 +85,14 @@ def main(argv: list[str] | None = None) -> None:
                 print("\n".join(f"  {line}" for line in dag_run_results.describe(result, settings)), flush=True)
         except RuntimeError as failed:
             raise SystemExit(str(failed)) from None
-    print(comparison.render(comparison.compare(settings, origins, tuple(models))))
+    print(comparison.render(comparison.compare(settings, origins, tuple(models), stale_scores(settings))))
+
+
+def stale_scores(settings) -> set:
+    """The scores `bash run lineage --stale` calls stale (from the lineage's records; the sources not asked)."""
+    from nyc_taxi.lineage.read import stale
+
+    return stale.check(settings).scores()
 
 
 if __name__ == "__main__":

@@ -189,7 +189,8 @@ def _compare(settings) -> None:
         f"the models compared at the demo's origins (bash run backtest --no-run --origins {len(ORIGINS)} "
         f"--last {last:%Y-%m-%dT%H:%M})"
     )
-    print(_indent(comparison.render(comparison.compare(settings, list(ORIGINS), MODELS))))
+    stale = backtest.stale_scores(settings)
+    print(_indent(comparison.render(comparison.compare(settings, list(ORIGINS), MODELS, stale))))
 
 
 @contextlib.contextmanager

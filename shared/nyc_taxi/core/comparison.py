@@ -2,9 +2,12 @@
 (``yellow_rides_forecast_scores``): WAPE by origin and model, and which model wins how often. What
 `bash run backtest` prints and the lineage site's Backtests page shows.
 
-An origin is compared only where every model has a score over its whole horizon (coverage 1), and the
-same zone-hours (the same first and last hour, as many zone-hours: a model trained on another lookback may
-know other zones): a model scored on other zone-hours than the rest would be judged on other demand. With one model there is nothing to compare: no winner."""
+An origin is compared only where every model's score is like the others': over its whole horizon
+(coverage 1), over the same hours (first and last) and the same zones (their digest, ``zone_set``), trained
+on the same lookback, and not stale (a source it was computed from has changed since, as `bash run lineage
+--stale` says): a model scored on other zone-hours, or trained on other days, than the rest would be judged
+on other demand or be another model. ``why_not`` says which of these an origin lacks. With one model there
+is nothing to compare: no winner."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from nyc_taxi.core import datasets as d
+from nyc_taxi.core.jobs import UPPER_BOUND
 from nyc_taxi.core.settings import Settings, get_settings
 
 SCORES = d.YELLOW_RIDES_FORECAST_SCORES
@@ -23,18 +27,33 @@ class Comparison:
     models: tuple[str, ...]
     origins: tuple[dt.datetime, ...]  # oldest first
     scores: dict[tuple[str, dt.datetime], dict]  # (model, origin) -> its row of the scores table
+    stale: frozenset[tuple[str, dt.datetime]] = frozenset()  # (model, origin) of the scores that are stale
 
     def score(self, model: str, origin: dt.datetime) -> dict | None:
         return self.scores.get((model, origin))
 
-    def comparable(self, origin: dt.datetime) -> bool:
-        """Two models or more, each with a score of the origin over its whole horizon, the same zone-hours."""
+    def why_not(self, origin: dt.datetime) -> str | None:
+        """Why the models' scores of ``origin`` are not compared (None: they are)."""
         scores = [self.score(m, origin) for m in self.models]
-        return (
-            len(self.models) > 1
-            and all(s is not None and s["coverage"] == 1 and s["wape"] is not None for s in scores)
-            and len({(s["first_hour"], s["last_hour"], s["forecast_zone_hours"]) for s in scores}) == 1
-        )
+        if len(self.models) < 2:
+            return "one model"
+        if any(s is None for s in scores):
+            return "not every model scored"
+        if any((m, origin) in self.stale for m in self.models):
+            return "a stale score"
+        if any(s["coverage"] != 1 or s["wape"] is None for s in scores):
+            return "part of its hours"
+        if len({(s["first_hour"], s["last_hour"]) for s in scores}) > 1:
+            return "other hours"
+        if any(s.get("lookback_days") is None for s in scores) or len({s["lookback_days"] for s in scores}) > 1:
+            return "other lookbacks"
+        if any(s.get("zone_set") is None for s in scores) or len({s["zone_set"] for s in scores}) > 1:
+            return "other zones"
+        return None
+
+    def comparable(self, origin: dt.datetime) -> bool:
+        """Two models or more, each with a score of the origin like the others' (``why_not``)."""
+        return self.why_not(origin) is None
 
     def winner(self, origin: dt.datetime) -> str | None:
         """The model with the lowest WAPE at ``origin`` (``TIE`` when two share it); None: not comparable."""
@@ -64,18 +83,26 @@ class Comparison:
         return sum(r["mae"] * r["scored_zone_hours"] for r in rows) / actual if actual else None
 
 
-def of_rows(rows: list[dict], origins: list[dt.datetime] | None = None, models: tuple[str, ...] | None = None):
-    """The comparison of score rows (the scores table's) of ``models`` at ``origins`` (default: all of them)."""
+def of_rows(
+    rows: list[dict],
+    origins: list[dt.datetime] | None = None,
+    models: tuple[str, ...] | None = None,
+    stale: set[tuple[str, dt.datetime]] = frozenset(),
+):
+    """The comparison of score rows (the scores table's) of ``models`` at ``origins`` (default: all of them);
+    ``stale``, the (model, origin) of the scores a source changed under."""
     scores = {(r["model_name"], r["as_of_datetime"]): r for r in rows}
     models = tuple(dict.fromkeys(models or sorted({m for m, _ in scores})))
     origins = sorted(origins or {o for _, o in scores})
-    return Comparison(models, tuple(origins), {k: v for k, v in scores.items() if k[0] in models and k[1] in origins})
+    kept = {k: v for k, v in scores.items() if k[0] in models and k[1] in origins}
+    return Comparison(models, tuple(origins), kept, frozenset(stale) & frozenset(kept))
 
 
 def compare(
     settings: Settings | None = None,
     origins: list[dt.datetime] | None = None,
     models: tuple[str, ...] | None = None,
+    stale: set[tuple[str, dt.datetime]] = frozenset(),
 ) -> Comparison:
     """The scores table's comparison of ``models`` at ``origins`` (default: every model and origin it holds)."""
     from pyiceberg.exceptions import NoSuchTableError
@@ -87,7 +114,7 @@ def compare(
         rows = load_table(SCORES, settings).scan().to_arrow().to_pylist()
     except NoSuchTableError:  # nothing scored yet
         rows = []
-    return of_rows(rows, origins, models)
+    return of_rows(rows, origins, models, stale)
 
 
 def featured(comparison: Comparison) -> list[str]:
@@ -103,16 +130,23 @@ def featured(comparison: Comparison) -> list[str]:
                 f"; WAPE {wape:.1%} over the {len(compared)} origins every model was scored at whole "
                 f"({compared[0]:%Y-%m-%d} – {compared[-1]:%Y-%m-%d}), the best at {comparison.wins()[model]}"
             )
+        if model in UPPER_BOUND:
+            line += f" ({UPPER_BOUND[model]})"
         lines.append(line)
     return lines
+
+
+def _marked(model: str) -> str:
+    """A model's name, starred where its scores are an upper bound (``jobs.UPPER_BOUND``, said below)."""
+    return f"{model}*" if model in UPPER_BOUND else model
 
 
 def render(comparison: Comparison) -> str:
     """WAPE (and MAE) by origin and model, the winner of each origin, and how often each model won."""
     if not comparison.models or not comparison.origins:
         return "no scores yet: run the flow for an origin whose hours are loaded (bash run backtest)"
-    width = max(16, *(len(m) for m in comparison.models)) + 2
-    header = "origin            " + "".join(f"{m:<{width}}" for m in comparison.models) + "best"
+    width = max(16, *(len(m) + 1 for m in comparison.models)) + 2
+    header = "origin            " + "".join(f"{_marked(m):<{width}}" for m in comparison.models) + "best"
     lines = ["WAPE (MAE) by forecast origin — lower is better", header]
     for origin in comparison.origins:
         cells = []
@@ -125,11 +159,13 @@ def render(comparison: Comparison) -> str:
                 cell = f"{wape} ({score['mae']:.2f})"
                 if score["coverage"] < 1:
                     cell += f" {score['coverage']:.0%} of hours"
+                if (model, origin) in comparison.stale:
+                    cell += " stale"
             cells.append(f"{cell:<{width}}")
         winner = comparison.winner(origin) if len(comparison.models) > 1 else ""
-        lines.append(
-            f"{origin:%Y-%m-%d %H:%M}  " + "".join(cells) + (winner if winner is not None else "not comparable")
-        )
+        said = winner if winner is not None else f"not comparable: {comparison.why_not(origin)}"
+        lines.append(f"{origin:%Y-%m-%d %H:%M}  " + "".join(cells) + said)
+    lines += [f"* {m}: {UPPER_BOUND[m]}" for m in comparison.models if m in UPPER_BOUND]
     if len(comparison.models) < 2:
         lines.append("one model: nothing to compare it with")
         return "\n".join(lines)

@@ -341,6 +341,11 @@ WEATHER_RAW = Table(
 )
 
 # ---- Demand forecasting -------------------------------------------------------------------------
+# A day is whole against its weekday, hour by hour (the actuals' day check; docs/quality.md): WHOLE of its
+# weekday's rides or more, or else a quarter (USUAL_HOURS) of its busy hours (BUSY of the day's rides or more)
+# as busy as usual (USUAL_HOUR of theirs or more). A holiday or a storm moves rides between hours; trips
+# missing from a file thin every hour alike. The horizon's days are judged by the same rule (forecast/steps.py).
+WHOLE, USUAL_HOUR, USUAL_HOURS, BUSY = 0.6, 0.85, 0.25, 0.02
 YELLOW_RIDES_HOURLY_ACTUALS = Table(
     name="yellow_rides_hourly_actuals",
     description="Yellow taxi pickups per zone and New York local hour (zero-filled for zones active in the window)",
@@ -356,10 +361,12 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
     # Checked on the window's days before its counts are written (grain "day", one row per day of the window:
     # `day`; `rides`, its trips in every zone within the window; `training`, whether the model learns from it
     # (its midnight is before the forecast origin); `complete`, whether the whole day is in the window;
-    # `reference`, the median rides of the window's other complete training days: those of its weekday when
-    # there are two or more, else all of them). A window that fails is not committed, and no model
-    # is trained on it. A horizon day raw does not hold — no trip, or a few stray ones of a month not loaded —
-    # has not happened or is not loaded yet: it is not counted (no zero is written for it).
+    # `reference`, its weekday's rides: hour by hour, the median of that hour on the window's other complete
+    # training days of its weekday when there are two or more, else of all of them, summed; `usual_hours`, the
+    # share of its busy hours (2 % of the reference's day or more) holding 85 % of their reference or more).
+    # A window that fails is not committed, and no model is trained on it. A horizon day raw does not hold
+    # whole by the same rule — no trip, a few stray ones of a month not loaded, most of its trips missing —
+    # has not happened or is not loaded yet: it is not counted (no zero is written for it), and not scored.
     checks=(
         expect("training_days_have_rides", "rides > 0 OR NOT training", on=("pickup_hour", "ride_count"),
                severity="error", grain="day",
@@ -368,12 +375,12 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
                    "the model that nobody rode"),
         expect("day_rides_near_their_weekday",
                "NOT training OR NOT complete OR rides = 0 OR reference IS NULL "
-               "OR rides BETWEEN 0.2 * reference AND 3 * reference",
+               f"OR (rides <= 3 * reference AND (rides >= {WHOLE} * reference OR coalesce(usual_hours, 0) >= {USUAL_HOURS}))",
                on=("pickup_hour", "ride_count"), severity="error", grain="day",
-               doc="A training day's trips within a fifth and three times the median of the window's other "
-                   "days of its weekday (of all its other days when it has fewer than two of them): holidays "
-                   "and storms keep about half a usual day, a day most of whose trips are missing does not "
-                   "(docs/quality.md)"),
+               doc="A training day is whole against its weekday: at most three times its rides, and at least "
+                   "six tenths, or else a quarter of its busy hours as busy as usual. A holiday moves rides "
+                   "between hours and keeps the evening's; trips missing from a file thin every hour alike: "
+                   "a day with half its trips missing fails (docs/quality.md)"),
     ),
 )
 YELLOW_RIDES_FORECAST_MODEL = Model(
@@ -408,6 +415,8 @@ YELLOW_RIDES_HOURLY_FORECAST = Table(
         Column("model_version", "STRING", "Model version (Metaflow run pathspec of the training step)", nullable=False),
         Column("as_of_datetime", "TIMESTAMP_NTZ", "Forecast origin: last hour of data the model could see", nullable=False),
         Column("created_at", "TIMESTAMP", "When the forecast was written (UTC instant)", nullable=False),
+        Column("lookback_days", "INT", "Days of actuals the model was trained on (NULL: written before they were "
+               "recorded)"),
     ),
     partitioned_by=("months(forecast_hour)",),
     # A forecast per model and origin: a run replaces its own model's and origin's rows, and only those.
@@ -454,6 +463,10 @@ YELLOW_RIDES_FORECAST_SCORES = Table(
                nullable=False),
         Column("scored_at", "TIMESTAMP", "When the step that scored it read the forecast and actuals versions "
                "(UTC instant): a score is replaced only by one read later", nullable=False),
+        Column("lookback_days", "INT", "Days of actuals the forecast's model was trained on: two scores compare "
+               "like with like only at the same lookback (NULL: not recorded)"),
+        Column("zone_set", "STRING", "The zones the forecast holds, as a SHA-256 of their sorted ids: two scores "
+               "compare like with like only over the same zones"),
     ),
     primary_key=("model_name", "as_of_datetime"),
     # Checked on every score a run computes, before they are written; warnings: a score is kept as computed.

@@ -90,6 +90,12 @@ MODEL = Parameter(
     default="seasonal_naive",
     choices=("seasonal_naive", "weather_adjusted"),
 )
+# What a model's scores mean, said wherever they are shown (the backtest's table, the site's Backtests page,
+# the evaluation card, the model's metrics in DataHub): a model that saw what its origin could not know.
+UPPER_BOUND = {
+    "weather_adjusted": "an upper bound: it forecasts with the rain observed on each horizon day, which no "
+    "forecast made at its origin knows",
+}
 LOOKBACK_DAYS = Parameter("lookback_days", "Days of actuals to train on", default=28, kind=int, minimum=7)
 PREDICT_HORIZON_HOURS = Parameter(
     "predict_horizon_hours", "Hours to forecast", default=24, kind=int, minimum=1, maximum=336

@@ -118,6 +118,19 @@ def _declare_properties(iceberg, table: Table) -> None:
         log.info("%s: %s set as the registry declares", table.name, ", ".join(sorted(changed)))
 
 
+def _declare_columns(iceberg, table: Table) -> None:
+    """Add the columns the registry declares that an existing table lacks (a column declared since it was
+    created), optional: the rows written before hold NULL there. Nothing is retyped or dropped."""
+    have = {f.name for f in iceberg.schema().fields}
+    missing = [c for c in table.columns if c.name not in have]
+    if not missing:
+        return
+    with iceberg.update_schema() as update:
+        for column in missing:
+            update.add_column(column.name, iceberg_type(column.type), doc=column.doc)
+    log.info("%s: %s added as the registry declares", table.name, ", ".join(c.name for c in missing))
+
+
 def drop_table(table: Table, settings: Settings | None = None) -> bool:
     """Drop a registry table and delete its files (metadata, manifests, data); False when there is none."""
     from pyiceberg.exceptions import NoSuchTableError
@@ -181,6 +194,7 @@ def ensure_tables(tables: list[Table] | None = None, settings: Settings | None =
                 existing = None
             if existing is not None:
                 _declare_properties(existing, table)
+                _declare_columns(existing, table)
                 continue
             schema = iceberg_schema(table)
             catalog.create_table(

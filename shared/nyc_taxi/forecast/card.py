@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nyc_taxi.core.jobs import UPPER_BOUND
 from nyc_taxi.core.zones import zones
 
 
@@ -15,6 +16,8 @@ def evaluation_card(card, forecasts: dict, actual: dict, metrics: dict, model_na
     top = sorted(totals, key=totals.get, reverse=True)[:busiest]
     overall = metrics["overall"]
     card.append(Markdown(f"# Forecast vs actual — {model_name}"))
+    if model_name in UPPER_BOUND:
+        card.append(Markdown(f"*{model_name}: {UPPER_BOUND[model_name]}.*"))
     if not overall:
         card.append(Markdown("No actuals for the forecast hours yet: nothing to evaluate."))
         return

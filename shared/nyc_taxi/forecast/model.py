@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from nyc_taxi.core.datasets import Model, Table
+from nyc_taxi.core.jobs import MODEL
 from nyc_taxi.lineage.write.report import ColumnLineage, ColumnSource
 
 SEASON = dt.timedelta(hours=168)
@@ -114,10 +115,13 @@ class SeasonalNaive:
 @dataclass
 class WeatherAdjusted(SeasonalNaive):
     """Seasonal naive scaled on wet days by the ratio actual / seasonal-naive fitted on the training
-    window's wet days relative to its dry days. Forecast days' precipitation comes from weather_raw
-    (observed values: in a backtest this is the perfect-weather-forecast upper bound)."""
+    window's wet days relative to its dry days. A horizon day's rain is the rain observed that day
+    (weather_raw): the model knows tomorrow's weather, so its scores are an upper bound of what a
+    forecast made at the origin could do (``UPPER_BOUND``); a day without observed weather is refused
+    before the model is fitted (``forecast/steps.py``). A window without both a wet and a dry day teaches
+    no factor: ``wet_factor`` None, and the model forecasts as seasonal naive and says so (``fell_back``)."""
 
-    wet_factor: float = 1.0
+    wet_factor: float | None = None
     daily_prcp_mm: dict[dt.date, float] = field(default_factory=dict)
     name: str = "weather_adjusted"
     uses_weather = True
@@ -152,8 +156,20 @@ class WeatherAdjusted(SeasonalNaive):
             ),
         }
 
+    @property
+    def fell_back(self) -> str | None:
+        """Why the model forecasts as seasonal naive, when it does."""
+        if self.wet_factor is not None:
+            return None
+        return "the training window has no wet day or no dry day to learn from: no wet factor, seasonal naive"
+
     def summary(self) -> dict:
-        return {**super().summary(), "wet_factor": self.wet_factor}
+        return {
+            **super().summary(),
+            "wet_factor": self.wet_factor,
+            **({"fell_back": self.fell_back} if self.fell_back else {}),
+            "horizon_weather": "observed (an upper bound)",
+        }
 
     @classmethod
     def fit(cls, training: pa.Table, daily_prcp_mm: dict[dt.date, float] | None = None, **_) -> WeatherAdjusted:
@@ -167,15 +183,19 @@ class WeatherAdjusted(SeasonalNaive):
                 continue
             sums[prcp >= WET_DAY_MM][0] += actual
             sums[prcp >= WET_DAY_MM][1] += base
-        ratio = {wet: (a / b if b else 1.0) for wet, (a, b) in sums.items()}
-        wet_factor = ratio[True] / ratio[False] if ratio[False] else 1.0
+        # both kinds of day, each with demand a week before: else there is nothing to learn a ratio from
+        learned = all(b > 0 for _, b in sums.values())
+        wet_factor = (sums[True][0] / sums[True][1]) / (sums[False][0] / sums[False][1]) if learned else None
         return cls(history=history, wet_factor=wet_factor, daily_prcp_mm=daily_prcp_mm)
 
     def adjustment(self, hour: dt.datetime) -> float:
-        return self.wet_factor if self.daily_prcp_mm.get(hour.date(), 0.0) >= WET_DAY_MM else 1.0
+        if self.wet_factor is None:
+            return 1.0
+        return self.wet_factor if self.daily_prcp_mm[hour.date()] >= WET_DAY_MM else 1.0
 
 
 MODELS = {"seasonal_naive": SeasonalNaive, "weather_adjusted": WeatherAdjusted}
+assert set(MODELS) == set(MODEL.choices)
 
 
 def evaluate(forecasts: dict[tuple[int, dt.datetime], float], actuals: dict[tuple[int, dt.datetime], int]) -> dict:

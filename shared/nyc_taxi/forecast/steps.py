@@ -4,6 +4,7 @@ report of what it read and wrote (``.report``), so the flow only calls functions
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 from dataclasses import dataclass, field, replace
@@ -14,6 +15,7 @@ from nyc_taxi.core import comparison, jobs, quality
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
+from nyc_taxi.core.datasets import BUSY, USUAL_HOUR, USUAL_HOURS, WHOLE
 from nyc_taxi.core.intervals import Intervals
 from nyc_taxi.core.naming import iceberg_identifier, spark_table
 from nyc_taxi.core.profiles import profile
@@ -88,20 +90,25 @@ class Window:
         }
 
 
-LOADED = 0.2  # a day with under a fifth of its reference's rides is mostly missing (core/datasets.py)
-
-
 @dataclass(frozen=True)
 class WindowDays:
     """The window's days as its actuals' checks see them (the grain "day" of core/datasets.py): each day's
-    rides in every zone within the window, whether the model learns from it (its midnight is before the
-    forecast origin), whether the whole day is in the window, and its reference: the median rides of the
-    window's other complete training days that have rides — those of its weekday when there are two or
-    more (a median of two or more is not moved by one odd day), else all of them. Never the day itself: a
-    day would pass against its own count, and of two days of a weekday each would fail against the other."""
+    rides in every zone within the window, hour by hour; whether the model learns from it (its midnight is
+    before the forecast origin); whether the whole day is in the window; and its reference, hour by hour:
+    the median rides of that hour on the window's other complete training days that have rides — those of
+    its weekday when there are two or more (a median of two or more is not moved by one odd day), else all
+    of them. Never the day itself: a day would pass against its own count, and of two days of a weekday
+    each would fail against the other."""
 
     window: Window
-    rides: dict[dt.date, int]
+    hourly: dict[dt.datetime, int]  # rides in every zone, per New York local hour of the window
+
+    @functools.cached_property
+    def rides(self) -> dict[dt.date, int]:
+        per_day: dict[dt.date, int] = {}
+        for hour, count in self.hourly.items():
+            per_day[hour.date()] = per_day.get(hour.date(), 0) + count
+        return {day: n for day, n in per_day.items() if n}
 
     @property
     def days(self) -> list[dt.date]:
@@ -113,21 +120,57 @@ class WindowDays:
     def _training(self, day: dt.date) -> bool:
         return dt.datetime.combine(day, dt.time()) < self.window.as_of
 
+    def _hours(self, day: dt.date) -> list[dt.datetime]:
+        """The day's hours inside the window."""
+        midnight = dt.datetime.combine(day, dt.time())
+        hours = (midnight + dt.timedelta(hours=h) for h in range(24))
+        return [h for h in hours if self.window.start <= h < self.window.end]
+
     def _in_window(self, day: dt.date) -> float:
         """The share of the day inside the window (1.0 for a complete day)."""
-        midnight = dt.datetime.combine(day, dt.time())
-        start, end = max(midnight, self.window.start), min(midnight + dt.timedelta(days=1), self.window.end)
-        return max((end - start).total_seconds(), 0.0) / 86_400
+        return len(self._hours(day)) / 24
 
-    def _reference(self, day: dt.date) -> float | None:
-        import statistics
-
+    def _alike(self, day: dt.date) -> list[dt.date]:
         others = [
             d for d in self.days if d != day and self._training(d) and self._in_window(d) == 1.0 and self.rides.get(d)
         ]
-        alike = [self.rides[d] for d in others if d.weekday() == day.weekday()]
-        reference = alike if len(alike) >= 2 else [self.rides[d] for d in others]
-        return float(statistics.median(reference)) if reference else None
+        alike = [d for d in others if d.weekday() == day.weekday()]
+        return alike if len(alike) >= 2 else others
+
+    def hour_references(self, day: dt.date) -> dict[dt.time, float]:
+        """Per hour of the day (every hour, in the window or not): the median of that hour's rides on its
+        alike days; empty when it has none."""
+        import statistics
+
+        alike = self._alike(day)
+        if not alike:
+            return {}
+        slots = [dt.time(h) for h in range(24)]
+        return {
+            t: float(statistics.median(self.hourly.get(dt.datetime.combine(d, t), 0) for d in alike)) for t in slots
+        }
+
+    def _reference(self, day: dt.date) -> float | None:
+        """The rides of the day's hours in the window on its alike days (the median per hour, summed)."""
+        references = self.hour_references(day)
+        return sum(references[h.time()] for h in self._hours(day)) if references else None
+
+    def _usual_hours(self, day: dt.date) -> float | None:
+        """Of the day's busy hours in the window, the share that rode as usual (USUAL_HOUR of theirs)."""
+        references = self.hour_references(day)
+        if not references:
+            return None
+        busy = [h for h in self._hours(day) if references[h.time()] >= BUSY * sum(references.values())]
+        usual = [h for h in busy if self.hourly.get(h, 0) >= USUAL_HOUR * references[h.time()]]
+        return len(usual) / len(busy) if busy else None
+
+    def whole(self, day: dt.date) -> bool:
+        """Whether the day is whole against its weekday (the rule of the actuals' day check, core/datasets.py;
+        a day with nothing to compare with is taken as it is)."""
+        reference, rides = self._reference(day), self.rides.get(day, 0)
+        if reference is None:
+            return rides > 0
+        return rides >= WHOLE * reference or (self._usual_hours(day) or 0.0) >= USUAL_HOURS
 
     def rows(self) -> pa.Table:
         days = self.days
@@ -138,26 +181,26 @@ class WindowDays:
                 "training": pa.array([self._training(d) for d in days]),
                 "complete": pa.array([self._in_window(d) == 1.0 for d in days]),
                 "reference": pa.array([self._reference(d) for d in days], pa.float64()),
+                "usual_hours": pa.array([self._usual_hours(d) for d in days], pa.float64()),
             }
         )
 
     def loaded(self, day: dt.date) -> bool:
-        """Whether raw holds the day: a training day with rides (the checks judge how many); a horizon day
-        with at least a fifth of its reference's rides for the part of it in the window — a few stray trips
-        of a month not loaded yet (a file carries pickups of the days around its month) are not a day."""
-        rides = self.rides.get(day, 0)
-        if self._training(day) or not rides:
-            return rides > 0
-        reference = self._reference(day)
-        return reference is None or rides >= LOADED * reference * self._in_window(day)
+        """Whether raw holds the day: a training day with rides (the checks judge whether it is whole); a
+        horizon day whole against its weekday for the part of it in the window — a day with most of its
+        trips missing, or a few stray trips of a month not loaded yet (a file carries pickups of the days
+        around its month), is not a day whose forecast can be scored."""
+        if self._training(day):
+            return self.rides.get(day, 0) > 0
+        return self.rides.get(day, 0) > 0 and self.whole(day)
 
     def with_rides(self) -> Intervals:
         """The window's hours of the days raw holds: those the actuals hold a count for."""
         return Intervals.days(d for d in self.days if self.loaded(d)) & Intervals.of([self.window.hours])
 
     def judged_not_loaded(self) -> Intervals:
-        """The window's hours of the days that have trips and were judged not loaded (a few stray pickups):
-        the judgement is this window's, against its reference; another window may judge them loaded."""
+        """The window's hours of the days that have trips and were judged not loaded (most of their trips
+        missing): the judgement is this window's, against its reference; another window may judge them loaded."""
         thin = (d for d in self.days if self.rides.get(d) and not self.loaded(d))
         return Intervals.days(thin) & Intervals.of([self.window.hours])
 
@@ -167,10 +210,8 @@ class WindowDays:
 
 def window_days(counts, window: Window) -> WindowDays:
     """The window's days from its hourly counts (a Spark frame of zone, hour, ride_count)."""
-    from pyspark.sql.functions import expr
-
-    per_day = counts.groupBy(expr("to_date(hour)").alias("day")).agg(expr("sum(ride_count)").alias("rides"))
-    return WindowDays(window, {r.day: int(r.rides) for r in per_day.collect() if r.rides})
+    per_hour = counts.groupBy("hour").agg({"ride_count": "sum"}).collect()
+    return WindowDays(window, {r[0]: int(r[1]) for r in per_hour if r[1]})
 
 
 def window_actuals(spark, counts: str, days: WindowDays):
@@ -407,10 +448,10 @@ def _held(table, snapshot, window: Window) -> tuple[bool, WindowDays]:
     zones = rows.column("pickup_location_id").to_pylist()
     hours = rows.column("pickup_hour").to_pylist()
     counts = rows.column("ride_count").to_pylist()
-    rides: dict[dt.date, int] = {}
+    hourly: dict[dt.datetime, int] = {}
     for hour, count in zip(hours, counts, strict=True):
-        rides[hour.date()] = rides.get(hour.date(), 0) + count
-    days = WindowDays(window, rides)
+        hourly[hour] = hourly.get(hour, 0) + count
+    days = WindowDays(window, hourly)
     active = {z for z, n in zip(zones, counts, strict=True) if n > 0}
     per_zone: dict[int, int] = {}
     for zone in zones:
@@ -633,15 +674,35 @@ def training_data(
     prcp: dict[dt.date, float] = {}
     if models.MODELS[model_name].uses_weather:
         prcp, weather = daily_precipitation(window.start, window.end, settings)
-        if not prcp:
-            months = sorted({f"{day:%Y-%m}" for day in (window.start.date(), window.end.date())})
-            raise NoDataInWindow(
-                f"{model_name} needs the rain of the window {window.start:%Y-%m-%d} – {window.end:%Y-%m-%d}, and "
-                f"{WEATHER.name} holds none of those days: load them with the ingest_weather_data DAG first "
-                f"({', '.join(json.dumps({'month': m}) for m in months)}), or train seasonal_naive"
-            )
+        _refuse_days_without_weather(model_name, window, prcp)
         report.inputs.append(weather)
     return TrainingData(training, as_of, window.start, prcp, report)
+
+
+def _refuse_days_without_weather(model_name: str, window: Window, prcp: dict[dt.date, float]) -> None:
+    """The weather model learns from the rain of every training day and forecasts with the rain observed on
+    every horizon day (docs/quality.md: a backtest's upper bound, never a guess): a day of either without
+    weather is refused by name, never read as dry. A horizon that has not happened has no observed weather."""
+    days = WindowDays(window, {}).days
+    missing = [day for day in days if day not in prcp]
+    if not missing:
+        return
+    training = [d for d in missing if dt.datetime.combine(d, dt.time()) < window.as_of]
+    horizon = [d for d in missing if d not in training]
+    months = sorted({f"{day:%Y-%m}" for day in missing})
+    said = [f"the training days {_day_ranges(training)}"] if training else []
+    said += [f"the horizon days {_day_ranges(horizon)}"] if horizon else []
+    raise NoDataInWindow(
+        f"{model_name} needs the weather observed on every day of its window, and {WEATHER.name} holds none for "
+        f"{' and '.join(said)}: load {', '.join(months)} with the {jobs.INGEST_WEATHER_DATA.name} DAG first "
+        f"({', '.join(json.dumps({'month': m}) for m in months)}), or train seasonal_naive"
+        + (
+            ". It forecasts with the rain observed on the horizon's days, so it scores a backtest, an upper "
+            "bound; a horizon that has not happened yet has no observed weather"
+            if horizon
+            else ""
+        )
+    )
 
 
 def daily_precipitation(start: dt.datetime, end: dt.datetime, settings: Settings, snapshot=None):
@@ -675,6 +736,8 @@ def train(data: TrainingData, model_name: str, version: str) -> Trained:
     fit (the training step's pathspec)."""
     kind = models.MODELS[model_name]
     fitted = kind.fit(data.rows, daily_prcp_mm=data.daily_prcp_mm)
+    if fell_back := getattr(fitted, "fell_back", None):  # said in the run's output and in its lineage (summary)
+        log.warning("%s %s: %s", model_name, version, fell_back)
     read = data.report.inputs[0]
     uses = [
         DatasetUse(ACTUALS, version=read.version, row_count=data.rows.num_rows, range=read.range, checks=read.checks)
@@ -739,6 +802,7 @@ class Forecasts:
     as_of: dt.datetime
     report: StepReport
     model_checks: list[quality.CheckResult] = field(default_factory=list)  # the model's, as its training recorded them
+    lookback_days: int | None = None  # the days of actuals the model was trained on
 
 
 def _model_read(trained: Trained) -> DatasetUse:
@@ -753,7 +817,8 @@ def predict(trained: Trained, data: TrainingData, as_of: dt.datetime, horizon_ho
     values = trained.model.predict(zones, Window.of(as_of, 0, horizon_hours).horizon)
     read = _model_read(trained)
     report = StepReport(inputs=[read], summary={"forecasts": len(values)})
-    return Forecasts(values, trained.model.name, trained.version, as_of, report, read.checks)
+    lookback = (data.as_of - data.start).days
+    return Forecasts(values, trained.model.name, trained.version, as_of, report, read.checks, lookback)
 
 
 def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> StepReport:
@@ -769,7 +834,16 @@ def write_forecasts(forecasts: Forecasts, settings: Settings | None = None) -> S
     spark = get_spark(settings, small=True)
     now = dt.datetime.now(dt.UTC)
     rows = [
-        (zone, hour, value, forecasts.model_name, forecasts.model_version, forecasts.as_of, now)
+        (
+            zone,
+            hour,
+            value,
+            forecasts.model_name,
+            forecasts.model_version,
+            forecasts.as_of,
+            now,
+            forecasts.lookback_days,
+        )
         for (zone, hour), value in sorted(forecasts.values.items())
     ]
     hours = [hour for _, hour in forecasts.values] or [forecasts.as_of]

@@ -1,5 +1,5 @@
 -- What the run's forecasts (${staging}) change in the forecast table's rows of their model and origin
--- (${model_name} as of ${as_of}): a forecast it lacks ('added'), holds with another count or model version
+-- (${model_name} as of ${as_of}): a forecast it lacks ('added'), holds with another count, model version or lookback
 -- ('changed'), or holds for a zone and hour the run no longer forecasts ('removed': a shorter horizon, a
 -- zone not seen in training). The time a forecast was written is not compared. Only the rows of that model
 -- and origin are read: every other model's and origin's forecasts are kept as they are.
@@ -13,4 +13,5 @@ FULL OUTER JOIN (
 ) t
   ON t.pickup_location_id = s.pickup_location_id AND t.forecast_hour = s.forecast_hour
 WHERE t.pickup_location_id IS NULL OR s.pickup_location_id IS NULL
-   OR NOT (t.predicted_ride_count <=> s.predicted_ride_count AND t.model_version = s.model_version)
+   OR NOT (t.predicted_ride_count <=> s.predicted_ride_count AND t.model_version = s.model_version
+           AND t.lookback_days <=> s.lookback_days)

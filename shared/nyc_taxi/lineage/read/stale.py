@@ -129,6 +129,15 @@ class StaleReport:
     def of_dataset(self, name: str) -> list[StaleItem]:
         return [i for i in self.items if i.dataset == name or name in i.outputs]
 
+    def scores(self) -> set[tuple[str, dt.datetime]]:
+        """(model, origin) of every stale run's score: what the backtest's comparison marks stale."""
+        found = set()
+        for item in self.items:
+            if item.score:
+                model, _, origin = item.score.partition(" as of ")
+                found.add((model, dt.datetime.fromisoformat(origin)))
+        return found
+
 
 # ---- the months the ingestion DAGs loaded ----------------------------------------------------------
 

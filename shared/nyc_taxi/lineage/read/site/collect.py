@@ -357,6 +357,7 @@ def collect(settings: Settings, stale: StaleReport | None = None) -> SiteData:
         urn: _dataset_facts(node, schemas[urn], urn in graph.nodes, runs, settings, columns, found)
         for urn, node in nodes.items()
     }
+    stale = stale if stale is not None else check_stale(settings, runs=runs)
     return SiteData(
         graph=graph,
         runs=runs,
@@ -369,7 +370,7 @@ def collect(settings: Settings, stale: StaleReport | None = None) -> SiteData:
         evolution=_evolution(runs, settings),
         forecast=_forecast_vs_actual(settings),
         cards=_cards(runs, settings),
-        stale=stale if stale is not None else check_stale(settings, runs=runs),
+        stale=stale,
         reproductions=recorded_reproductions(settings),
-        backtests=compare(settings),
+        backtests=compare(settings, stale=stale.scores()),
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.comparison import TIE
 from nyc_taxi.core.datasets import PublishedFiles, Table
-from nyc_taxi.core.jobs import Pipeline
+from nyc_taxi.core.jobs import UPPER_BOUND, Pipeline
 from nyc_taxi.core.quality import declared_rule
 from nyc_taxi.lineage.read.columns import ColumnStep
 from nyc_taxi.lineage.read.graph import LineageGraph, Node
@@ -280,19 +280,30 @@ class Pages:
                 cells.append(
                     f"<b>{wape}</b> · MAE {score['mae']:.2f} · bias {score['bias']:+.2f}"
                     + (f" · {score['coverage']:.0%} of its hours" if score["coverage"] < 1 else "")
+                    + (" · <b>stale</b>" if (model, origin) in compared.stale else "")
                 )
-            cells.append(esc(compared.winner(origin) or "not comparable"))
+            cells.append(esc(compared.winner(origin) or f"not comparable: {compared.why_not(origin)}"))
             rows.append(cells)
         wins = compared.wins()
         counted = len(compared.compared)
         summary = ", ".join(f"<b>{esc(m)}</b> {wins[m]} of {counted}" for m in compared.models)
         means = ", ".join(f"{esc(m)} {w:.1%}" for m in compared.models if (w := compared.mean_wape(m)) is not None)
+        caveats = "".join(
+            f"<p class='caveat'><b>{esc(m)}</b>: {esc(UPPER_BOUND[m])}.</p>"
+            for m in compared.models
+            if m in UPPER_BOUND
+        )
         body = (
             lead
+            + caveats
             + section("WAPE by origin", chart, "chart")
             + section(
                 "By origin and model",
-                table(["origin", *compared.models, "best"], rows, "backtests")
+                table(
+                    ["origin", *(f"{m}*" if m in UPPER_BOUND else m for m in compared.models), "best"],
+                    rows,
+                    "backtests",
+                )
                 + f"<p>Wins: {summary}"
                 + (f", ties {wins[TIE]}" if wins[TIE] else "")
                 + "."

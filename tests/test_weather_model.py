@@ -1,0 +1,66 @@
+"""The weather-adjusted model (forecast/model.py) learns a wet-day factor only from a window with both wet
+and dry days, and says when it cannot (it forecasts as seasonal naive then); it never reads a day without
+weather as dry. The refusal of a window without weather, on the real path: test_training_flow.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from nyc_taxi.forecast import model as models
+
+AS_OF = dt.datetime(2024, 2, 15)
+DAYS = 14
+
+
+def _training(rides) -> tuple:
+    start = AS_OF - dt.timedelta(days=DAYS)
+    hours = [start + dt.timedelta(hours=h) for h in range(DAYS * 24)]
+    rows = {(zone, hour): rides(zone, hour) for zone in (1, 2) for hour in hours}
+    return models.training_table(rows), rows
+
+
+def _rain(wet) -> dict[dt.date, float]:
+    first = (AS_OF - dt.timedelta(days=DAYS)).date()
+    return {first + dt.timedelta(days=n): (5.0 if wet(first + dt.timedelta(days=n)) else 0.0) for n in range(DAYS + 2)}
+
+
+@pytest.mark.parametrize("weather", ["dry", "wet"])
+def test_a_window_of_one_kind_of_day_teaches_no_factor_and_forecasts_as_seasonal_naive_saying_so(weather):
+    table, _ = _training(lambda zone, hour: 3 + zone + hour.hour % 5)
+    rain = _rain(lambda day: weather == "wet")
+    fitted = models.WeatherAdjusted.fit(table, daily_prcp_mm=rain)
+    assert fitted.wet_factor is None and "no wet day or no dry day" in fitted.fell_back
+    summary = fitted.summary()
+    assert summary["wet_factor"] is None and summary["fell_back"] == fitted.fell_back
+    horizon = [AS_OF + dt.timedelta(hours=h) for h in range(24)]
+    naive = models.SeasonalNaive.fit(table).predict([1, 2], horizon)
+    assert fitted.predict([1, 2], horizon) == naive
+
+
+def test_a_window_of_wet_and_dry_days_learns_their_ratio_and_applies_it_to_wet_horizon_days():
+    wet = lambda day: day.day % 3 == 0  # noqa: E731
+    table, rows = _training(lambda zone, hour: 9 if wet(hour.date()) else 3)
+    fitted = models.WeatherAdjusted.fit(table, daily_prcp_mm=_rain(wet))
+    # independent: the rides against a week earlier's, on wet days over dry days
+    week = dt.timedelta(hours=168)
+    sums = {True: [0, 0], False: [0, 0]}
+    for (zone, hour), count in rows.items():
+        if (zone, hour - week) in rows:
+            sums[wet(hour.date())][0] += count
+            sums[wet(hour.date())][1] += rows[(zone, hour - week)]
+    expected = (sums[True][0] / sums[True][1]) / (sums[False][0] / sums[False][1])
+    assert fitted.wet_factor == pytest.approx(expected) and fitted.fell_back is None
+    day = AS_OF.date()
+    hour = AS_OF
+    assert fitted.adjustment(hour) == (fitted.wet_factor if wet(day) else 1.0)
+
+
+def test_a_horizon_day_without_weather_is_never_read_as_dry():
+    wet = lambda day: day.day % 2 == 0  # noqa: E731
+    table, _ = _training(lambda zone, hour: 9 if wet(hour.date()) else 3)
+    rain = {day: mm for day, mm in _rain(wet).items() if day < AS_OF.date()}  # nothing for the horizon
+    fitted = models.WeatherAdjusted.fit(table, daily_prcp_mm=rain)
+    with pytest.raises(KeyError):
+        fitted.predict([1], [AS_OF])

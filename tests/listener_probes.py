@@ -61,8 +61,11 @@ def https(address: str, port: int, path: str, context, method: str = "GET", data
         return f"refused: {error}"
 
 
-def without_credentials(kind: str, address: str, port: int, ca: str | None = None) -> str:
-    """What a listener of ``kind`` answers a client that has no credentials, said in one line."""
+def without_credentials(
+    kind: str, address: str, port: int, ca: str | None = None, certificate: str | None = None
+) -> str:
+    """What a listener of ``kind`` answers a client that has no credentials (or, ``with-certificate-…``, the
+    SeaweedFS certificate in the directory ``certificate``), said in one line."""
     import socket
     import ssl
 
@@ -73,6 +76,13 @@ def without_credentials(kind: str, address: str, port: int, ca: str | None = Non
         if kind == "grpc":
             return tls_handshake(address, port, context)
         return str(https(address, port, SEAWEEDFS_HTTPS[kind.removeprefix("https-")], context))
+    if kind.startswith("with-certificate-"):  # the server checked against ``ca``, the client's own in ``certificate``
+        context = ssl.create_default_context(cafile=ca)
+        context.load_cert_chain(f"{certificate}/seaweedfs.crt", f"{certificate}/seaweedfs.key")
+        what = kind.removeprefix("with-certificate-")
+        if what == "grpc":
+            return tls_handshake(address, port, context)
+        return str(https(address, port, SEAWEEDFS_HTTPS[what.removeprefix("https-")], context))
     if kind == "redis":
         with socket.create_connection((address, port), timeout=10) as connection:
             connection.sendall(b"PING\r\n")
@@ -81,7 +91,8 @@ def without_credentials(kind: str, address: str, port: int, ca: str | None = Non
         import psycopg2
 
         try:
-            psycopg2.connect(host=address, port=port, user="nyc_taxi", password="guessed", dbname="postgres").close()
+            # the role and database every host may reach (the superuser's are control's alone: no entry)
+            psycopg2.connect(host=address, port=port, user="lakehouse", password="guessed", dbname="lakehouse").close()
         except psycopg2.OperationalError as error:
             return str(error).strip()
         return "let in"
@@ -103,4 +114,4 @@ def without_credentials(kind: str, address: str, port: int, ca: str | None = Non
 
 
 if __name__ == "__main__":
-    print(json.dumps(without_credentials(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])))
+    print(json.dumps(without_credentials(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:6])))

@@ -119,6 +119,18 @@ def _listeners(network, host: str) -> set[tuple[str, int, str]]:
     return found
 
 
+def _command_line(network, host: str, port: int) -> str:
+    """The whole command line of the process listening on ``port`` in the host: what an unknown socket is."""
+    listed = subprocess.run(
+        ["ip", "netns", "exec", network.namespace(host), "ss", "-Hltnp", f"sport = :{port}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pid = re.search(r"pid=(\d+)", listed).group(1)
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
 def test_each_program_listens_on_its_hosts_address_or_its_loopback_and_nowhere_else(hosts):
     """Every listener on its host's address or its loopback; but a worker's task-log server, which Airflow
     opens on every interface (it has no setting for an address): on a host whose only interfaces are its
@@ -161,11 +173,49 @@ def _probe(network, host: str, kind: str, address: str, port: int, *more: str) -
     return json.loads(done.stdout)
 
 
-def test_a_client_on_a_worker_host_without_the_credentials_is_refused_by_control_and_the_other_worker(hosts):
-    """From worker-b's network, with nothing of the deployment's credentials: control's PostgreSQL, Redis,
-    Airflow API, Spark master, SeaweedFS master (gRPC and HTTPS), filer (gRPC), S3 gateway and lineage
-    receiver, and worker-a's volume server, Spark worker and task-log server, each refuse."""
+def _kinds(record: dict, settings) -> dict[int, str]:
+    """Each port of the deployment as the probe that asks it without credentials (``listener_probes.py``)."""
     from nyc_taxi.airflow_adapter.environment import WORKER_LOG_SERVER_PORT
+
+    weed, spark = record["seaweedfs"], record["spark"]
+    return {
+        record["postgres"]["port"]: "postgres",
+        record["redis"]["port"]: "redis",
+        settings.airflow_port: "airflow",
+        spark["port"]: "spark",
+        spark["worker_port"]: "spark",
+        weed["master_port"]: "https-master",
+        weed["volume_port"]: "https-volume",
+        weed["filer_port"]: "https-filer",
+        weed["s3_port"]: "s3",
+        **{weed[f"{part}_grpc_port"]: "grpc" for part in ("master", "volume", "filer", "s3")},
+        record["lineage"]["port"]: "lineage-receiver",
+        WORKER_LOG_SERVER_PORT: "log-server",
+    }
+
+
+# what each kind of listener answers a client without the deployment's credentials
+REFUSED = {
+    "postgres": lambda said: "password authentication failed" in said,  # the role hosts may use, a guess
+    "redis": lambda said: said.startswith("-NOAUTH"),
+    "airflow": lambda said: said.startswith("401"),
+    "spark": lambda said: "network.crypto.AuthRpcHandler" in said,
+    "grpc": lambda said: "CERTIFICATE_REQUIRED" in said,
+    "https-master": lambda said: "CERTIFICATE_REQUIRED" in said,
+    "https-volume": lambda said: "CERTIFICATE_REQUIRED" in said,
+    "https-filer": lambda said: "CERTIFICATE_REQUIRED" in said,
+    "s3": lambda said: said.startswith("403") and "AccessDenied" in said,
+    "log-server": lambda said: said.startswith("403"),  # no token the API server signed
+    "lineage-receiver": lambda said: said.startswith("401"),  # no host's token
+}
+
+
+def test_every_socket_any_host_listens_on_refuses_a_client_without_credentials_from_another_host(hosts):
+    """Every TCP socket each host listens on (read inside the host: ``ss``), asked from another host's
+    network with nothing of the deployment's credentials: each refuses, as its kind does. A socket on a
+    host's loopback only is reachable from no other host (Spark's web UIs, which do not authenticate, and the
+    loopback twin SeaweedFS opens beside each of its listeners). A
+    port the probes do not know fails the test: a new listener is probed, or this test says why not."""
     from nyc_taxi.core import team
     from nyc_taxi.core.processes import read_record
     from nyc_taxi.deployment.across_hosts import host_settings
@@ -173,31 +223,25 @@ def test_a_client_on_a_worker_host_without_the_credentials_is_refused_by_control
 
     settings, _, network, _ = hosts
     record = read_record(team.services_record(settings))
-    control, worker = network.layout.host("control").address, network.layout.host("worker-a").address
-    ca = str(ObjectStorage(host_settings(settings, network, "worker-b"), record).authority.certificate)
-    weed = record["seaweedfs"]
-    said = {
-        "postgres": _probe(network, "worker-b", "postgres", control, record["postgres"]["port"]),
-        "redis": _probe(network, "worker-b", "redis", control, record["redis"]["port"]),
-        "airflow": _probe(network, "worker-b", "airflow", control, settings.airflow_port),
-        "spark master": _probe(network, "worker-b", "spark", control, record["spark"]["port"]),
-        "spark worker": _probe(network, "worker-b", "spark", worker, record["spark"]["worker_port"]),
-        "seaweedfs master grpc": _probe(network, "worker-b", "grpc", control, weed["master_grpc_port"], ca),
-        "seaweedfs master https": _probe(network, "worker-b", "https-master", control, weed["master_port"], ca),
-        "seaweedfs volume https": _probe(network, "worker-b", "https-volume", worker, weed["volume_port"], ca),
-        "seaweedfs filer grpc": _probe(network, "worker-b", "grpc", control, weed["filer_grpc_port"], ca),
-        "s3": _probe(network, "worker-b", "s3", control, weed["s3_port"]),
-        "worker-a's log server": _probe(network, "worker-b", "log-server", worker, WORKER_LOG_SERVER_PORT),
-        "lineage receiver": _probe(network, "worker-b", "lineage-receiver", control, record["lineage"]["port"]),
-    }
-    assert "password authentication failed" in said["postgres"], said
-    assert said["redis"].startswith("-NOAUTH"), said
-    assert said["airflow"].startswith("401"), said
-    assert all("network.crypto.AuthRpcHandler" in said[f"spark {d}"] for d in ("master", "worker")), said
-    assert all("CERTIFICATE_REQUIRED" in said[k] for k in said if k.startswith("seaweedfs")), said
-    assert said["s3"].startswith("403") and "AccessDenied" in said["s3"], said
-    assert said["worker-a's log server"].startswith("403"), said  # no token the API server signed
-    assert said["lineage receiver"].startswith("401"), said  # no host's token
+    kinds, said, unprobed = _kinds(record, settings), {}, []
+    for host in network.layout.hosts:
+        other = next(h.name for h in network.layout.hosts if h.name not in (host.name, "control"))
+        ca = str(ObjectStorage(host_settings(settings, network, other), record).authority.certificate)
+        for address, port, command in sorted(_listeners(network, host.name)):
+            if address == "127.0.0.1":  # SeaweedFS opens a loopback twin beside each of its listeners
+                known = (record["spark"]["web_port"], record["spark"]["worker_web_port"], *kinds)
+                assert port in known, (host.name, port, command, _command_line(network, host.name, port))
+                continue
+            if port not in kinds:
+                unprobed.append(f"{host.name} {address}:{port} ({command})")
+                continue
+            reached = host.address if address in ("0.0.0.0", "::") else address
+            said[(host.name, port, kinds[port])] = _probe(network, other, kinds[port], reached, port, ca)
+    assert unprobed == [], unprobed
+    refused = {key: answer for key, answer in said.items() if REFUSED[key[2]](answer)}
+    assert said == refused, {k: v for k, v in said.items() if k not in refused}
+    assert {kind for _, _, kind in said} == set(REFUSED), said  # every kind of listener was asked
+    assert len(said) >= 14, said
 
 
 def test_a_host_is_given_only_the_secrets_its_programs_use_and_the_authoritys_key_stays_with_the_operator(hosts):
@@ -265,6 +309,100 @@ def test_a_program_on_a_host_sees_only_its_own_state_directory_by_construction(h
             assert not [p for p in paths if p.is_relative_to(state) and not p.is_relative_to(own)], (host, paths)
             seen += 1
     assert seen >= 16
+
+
+def test_from_a_worker_host_no_postgresql_connection_is_a_superuser_or_reaches_airflows_database(hosts):
+    """With every file worker-a holds (its record: the Iceberg catalog's role), from its network: the catalog's
+    database lets that role in, which is no superuser, creates no role or database and owns only the
+    catalog's database; Airflow's database refuses it, and nothing on the host is a credential of Airflow's
+    role or of the superuser (no URL file of Airflow's database either). Control holds Airflow's role, and
+    the superuser is PostgreSQL's own host's alone."""
+    from nyc_taxi.core import team
+    from nyc_taxi.core.processes import read_record
+
+    settings, _, network, _ = hosts
+    vault = read_record(team.services_record(settings))
+    own = network.directory("worker-a")
+    given = read_record(own / "team" / "services.json")
+    assert set(given["postgres"]["roles"]) == {"lakehouse"} and "password" not in given["postgres"], given["postgres"]
+    control = read_record(network.directory("control") / "team" / "services.json")
+    assert set(control["postgres"]["roles"]) == {"airflow", "lakehouse"} and "password" in control["postgres"]
+    secrets = [vault["postgres"]["password"], vault["postgres"]["roles"]["airflow"]]
+    texts = [p.read_bytes().decode(errors="replace") for p in own.rglob("*") if p.is_file()]
+    assert not [secret for secret in secrets for text in texts if secret in text]
+    assert not (own / "team" / "airflow-database.url").exists()
+    probe = (
+        "import json, psycopg2\nfrom nyc_taxi.core import team\nfrom nyc_taxi.core.settings import Settings\n"
+        "c = team.Postgres(Settings(profile='team')).connection('lakehouse')\nsaid = {}\n"
+        "for database in ('lakehouse', 'airflow', 'postgres'):\n"
+        "    try:\n"
+        "        db = psycopg2.connect(host=c['host'], port=c['port'], user=c['user'], password=c['password'],"
+        " dbname=database, connect_timeout=5)\n"
+        "        cur = db.cursor()\n"
+        "        cur.execute('SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = current_user')\n"
+        "        said[database] = list(cur.fetchone())\n"
+        "        cur.execute('SELECT datname FROM pg_database WHERE pg_get_userbyid(datdba) = current_user')\n"
+        "        said[database] += [r[0] for r in cur.fetchall()]\n"
+        "    except psycopg2.OperationalError as error:\n"
+        "        said[database] = str(error).strip().splitlines()[0]\n"
+        "print(json.dumps(said))"
+    )
+    ran = subprocess.run(network.command("worker-a", [sys.executable, "-c", probe]), capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    said = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert said["lakehouse"] == [False, False, False, "lakehouse"], said
+    assert "no pg_hba.conf entry" in said["airflow"] and "no pg_hba.conf entry" in said["postgres"], said
+
+
+def test_a_worker_host_sees_no_postgresql_socket_or_data_of_controls(hosts):
+    """PostgreSQL runs on control (as root: as Debian's postgres user, its data and socket under that user's
+    home): in worker-a's mount namespace that home is an empty, read-only directory, so no path around the
+    network reaches control's PostgreSQL; on control it holds the cluster."""
+    import pwd
+
+    _, _, network, _ = hosts
+    home = pwd.getpwnam("postgres").pw_dir
+    listing = f"import os; print(sorted(os.listdir({home!r})))"
+    seen = {
+        host: subprocess.run(network.command(host, [sys.executable, "-c", listing]), capture_output=True, text=True)
+        for host in ("worker-a", "control")
+    }
+    assert seen["worker-a"].returncode == 0 and seen["worker-a"].stdout.strip() == "[]", seen["worker-a"]
+    assert "nyc-taxi" in seen["control"].stdout, seen["control"]
+    sockets = subprocess.run(
+        network.command("worker-a", ["sh", "-c", f"find {home} /tmp -name '.s.PGSQL.*' 2>/dev/null; true"]),
+        capture_output=True,
+        text=True,
+    )
+    assert sockets.stdout.strip() == "", sockets.stdout
+
+
+def _certificate_name(path: Path) -> str:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    certificate = x509.load_pem_x509_certificate(path.read_bytes())
+    return certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+
+
+def test_each_host_holds_a_certificate_of_its_own_and_a_volume_server_lets_in_only_the_hosts_that_need_it(hosts):
+    """Each host's SeaweedFS certificate is its own (its own key, its host's name); worker-b's, presented to
+    worker-a's volume server over gRPC, is refused (only control's programs talk to a volume server there),
+    and control's is let in."""
+    settings, _, network, _ = hosts
+    tls = {h.name: network.directory(h.name) / "team" / "seaweedfs" / "tls" for h in network.layout.hosts}
+    assert {h: _certificate_name(d / "seaweedfs.crt") for h, d in tls.items()} == {h: h for h in tls}
+    assert len({(d / "seaweedfs.key").read_bytes() for d in tls.values()}) == len(tls)
+    from nyc_taxi.core import team
+    from nyc_taxi.core.processes import read_record
+
+    record = read_record(team.services_record(settings))
+    worker, port = network.layout.host("worker-a").address, record["seaweedfs"]["volume_grpc_port"]
+    ca = str(tls["worker-b"] / "ca.crt")
+    refused = _probe(network, "worker-b", "with-certificate-grpc", worker, port, ca, str(tls["worker-b"]))
+    let_in = _probe(network, "control", "with-certificate-grpc", worker, port, ca, str(tls["control"]))
+    assert refused.startswith("refused") or refused.endswith(": 0 bytes"), refused  # the handshake, or hung up on
+    assert let_in.startswith("spoke h2") and not let_in.endswith(": 0 bytes"), let_in
 
 
 def _errors(network) -> list[str]:
@@ -472,3 +610,58 @@ def _lineage_arrived_on_control_once(settings, network) -> None:
                 assert plain(server(control).read(stored)) == plain(sent), path
                 jobs |= {r["job"]["name"] for r in sent if "job" in r}
     assert len(jobs) > 3 and jobs <= {r.job for r in Runs.read(control)}, jobs
+
+
+@pytest.mark.system
+def test_a_certificate_taken_from_a_host_is_refused_everywhere_once_a_new_authority_is_made(hosts, tmp_path):
+    """worker-a's certificate and key, as an attacker on it would take them; `team new-authority --hosts`
+    (the documented revocation: a new authority, every host a new certificate): the taken one is refused by
+    the master, the filer and the volume servers, over gRPC and HTTPS, while worker-a's new one is let in and
+    every program answers again. Last in the module: the deployment goes on with the new authority."""
+    from nyc_taxi.core import team
+    from nyc_taxi.core.processes import read_record
+
+    settings, env, network, _ = hosts
+    tls = network.directory("worker-a") / "team" / "seaweedfs" / "tls"
+    taken = tmp_path / "taken"
+    shutil.copytree(tls, taken)
+    rotated = team_cli(env, "new-authority", "--hosts")
+    assert rotated.returncode == 0, rotated.stdout + rotated.stderr
+    assert (tls / "ca.crt").read_bytes() != (taken / "ca.crt").read_bytes()
+    record = read_record(team.services_record(settings))
+    weed, control, worker_b = (
+        record["seaweedfs"],
+        network.layout.host("control").address,
+        network.layout.host("worker-b").address,
+    )
+    ca = str(tls / "ca.crt")  # the servers' new authority: what is checked is the client's certificate
+    asked = {
+        "master grpc": ("grpc", control, weed["master_grpc_port"]),
+        "master https": ("https-master", control, weed["master_port"]),
+        "filer grpc": ("grpc", control, weed["filer_grpc_port"]),
+        "filer https": ("https-filer", control, weed["filer_port"]),
+        "volume https": ("https-volume", worker_b, weed["volume_port"]),
+        "volume grpc (from control's new one)": ("grpc", worker_b, weed["volume_grpc_port"]),
+    }
+    old = {
+        name: _probe(network, "worker-a", f"with-certificate-{kind}", address, port, ca, str(taken))
+        for name, (kind, address, port) in asked.items()
+        if not name.startswith("volume grpc")
+    }
+    assert all(said.startswith("refused") or said.endswith(": 0 bytes") for said in old.values()), old
+    control_tls = network.directory("control") / "team" / "seaweedfs" / "tls"
+    new = {
+        name: _probe(
+            network,
+            "worker-a" if "control" not in name else "control",
+            f"with-certificate-{kind}",
+            address,
+            port,
+            ca,
+            str(tls if "control" not in name else control_tls),
+        )
+        for name, (kind, address, port) in asked.items()
+    }
+    assert all(said == "200" or said.startswith("spoke h2") for said in new.values()), new
+    status = _status(env, "--hosts")
+    assert all(p["state"] == "RUNNING" and p["answers"] == "yes" for p in status.values()), status

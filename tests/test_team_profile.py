@@ -261,6 +261,7 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
     from nyc_taxi.deployment.services import JWT_KEYS
 
     secrets = [record["postgres"]["password"], record["redis"]["password"], record["seaweedfs"]["secret_key"]]
+    secrets += list(record["postgres"]["roles"].values())  # the roles that own Airflow's database and the catalog's
     secrets += [record["spark"]["secret"], *(record["seaweedfs"][key] for key in JWT_KEYS)]
     secrets += [record["airflow"][name] for name in services.AIRFLOW_SECRETS]
     config = subprocess.run(
@@ -282,7 +283,7 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
     secret_files = {
         services.services_record(settings),
         services.Postgres(settings).airflow_url_file,
-        services.Postgres(settings).celery_results_url_file,
+        services.Redis(settings).results_url_file,
         services.Redis(settings).broker_url_file,
         team_dir / "redis" / "redis.conf",
         team_dir / "seaweedfs" / "s3-identities.json",

@@ -66,7 +66,8 @@ def catalog(state_dir: Path):
     record = json.loads((state_dir / "team" / "services.json").read_text())
     postgres, store, at = record["postgres"], record["seaweedfs"], record.get("addresses", {})
     database = f"{at.get('postgres', '127.0.0.1')}:{postgres['port']}"
-    uri = f"postgresql+psycopg2://{postgres['user']}:{postgres['password']}@{database}/lakehouse"
+    user, password = "lakehouse", postgres["roles"]["lakehouse"]  # the role that owns the catalog's database
+    uri = f"postgresql+psycopg2://{user}:{password}@{database}/lakehouse"
     return SqlCatalog(
         "lakehouse",
         uri=uri,

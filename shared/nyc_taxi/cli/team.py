@@ -5,6 +5,9 @@ CeleryExecutor with two workers (``nyc_taxi/deployment/supervisord.conf``), unde
 on 127.0.0.1 only. supervisord restarts a program that dies. Services the team runs itself are given
 with POSTGRES_URL, REDIS_URL, S3_ENDPOINT_URL and SPARK_MASTER and are not started.
 
+`bash run team new-authority --hosts`: revoke every host's SeaweedFS certificate (one taken from a host): the
+deployment stopped, a new authority, a new certificate for every host, everything started again.
+
 `bash run team up --hosts`, `team status --hosts`: the same programs across the hosts of
 ``deployment/hosts.toml`` (control, worker-a, worker-b), each host a network namespace of this machine
 with its own supervisord (``nyc_taxi/deployment/across_hosts.py``); `team down` stops them too.
@@ -25,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["hosts"]:  # the hosts layout: deployment/hosts.toml
         return _hosts(argv[1:])
     parser = argparse.ArgumentParser(prog="bash run team", description=__doc__)
-    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("action", choices=["up", "down", "status", "new-authority"])
     parser.add_argument(
         "--delete-data", action="store_true", help="down: also remove the services' data (PostgreSQL, SeaweedFS, Redis)"
     )
@@ -41,14 +44,21 @@ def main(argv: list[str] | None = None) -> int:
             across_hosts.running(services.team_settings(settings))
             and not services.Supervisor(services.team_settings(settings)).running()
         )
+    if args.action == "new-authority" and not args.hosts:
+        parser.error("new-authority revokes the hosts' certificates: team new-authority --hosts")
     if args.hosts and args.action != "down":
         settings = services.team_settings(settings)
 
         def across():  # run as the operator, from control's network, where every host answers
-            operator = across_hosts.in_control(settings, argv, make=args.action == "up")
+            operator = across_hosts.in_control(settings, argv, make=args.action in ("up", "new-authority"))
             if operator is not None:
                 return operator
-            return {"up": across_hosts.up, "status": across_hosts.status}[args.action](settings)
+            actions = {
+                "up": across_hosts.up,
+                "status": across_hosts.status,
+                "new-authority": across_hosts.new_authority,
+            }
+            return actions[args.action](settings)
 
         return _said(across)
     return _said(

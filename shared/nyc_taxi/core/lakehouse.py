@@ -36,6 +36,9 @@ DATABASE_COMMENT = "NYC taxi demand forecasting"
 # (SQLite's default, 5 s, answered a Trigger with a 500 "database is locked" on a busy machine).
 # Airflow's sql_alchemy_connect_args(_async) name these; it adds to the sync one, so two dicts.
 AIRFLOW_SQLITE_CONNECT_ARGS = {"timeout": 60}
+# Airflow's metadata database on a host that holds none (a host of Celery workers across hosts): a
+# connection there is refused at once, naming why, instead of reaching an empty SQLite file.
+NO_DATABASE_HERE = "postgresql+psycopg2://no-metadata-database-on-a-worker-host@127.0.0.1:1/airflow"
 AIRFLOW_SQLITE_CONNECT_ARGS_ASYNC = {"timeout": 60}
 
 
@@ -503,13 +506,21 @@ class TeamLakehouse(S3Objects, LocalLakehouse):
 
     def airflow_services(self) -> dict[str, str]:
         # URLs with passwords are read from 0600 files when Airflow needs them: no password is in an
-        # environment, and `airflow config list` shows the commands, not the URLs
+        # environment, and `airflow config list` shows the commands, not the URLs. Celery's workers need no
+        # metadata database (their tasks report to the API server's execution API, their results go to
+        # Redis): a host of workers alone is given none, and its Airflow is pointed at a database that
+        # refuses, so a part of Airflow that reached for one there would say so at once.
         postgres, redis = team.Postgres(self.settings), team.Redis(self.settings)
+        database = (
+            {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD": f"cat {postgres.airflow_url_file}"}
+            if team.runs_here(self.settings, "airflow-scheduler")
+            else {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": NO_DATABASE_HERE}
+        )
         return {
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD": f"cat {postgres.airflow_url_file}",
+            **database,
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
             "AIRFLOW__CELERY__BROKER_URL_CMD": f"cat {redis.broker_url_file}",
-            "AIRFLOW__CELERY__RESULT_BACKEND_CMD": f"cat {postgres.celery_results_url_file}",
+            "AIRFLOW__CELERY__RESULT_BACKEND_CMD": f"cat {redis.results_url_file}",
             # the secrets this host is given (a host of Celery workers: only the one its log server checks
             # requests with), one on every host: none is left for Airflow to generate per host
             **{

@@ -42,6 +42,11 @@ def address(settings: Settings, program: str) -> str:
     return ((read_record(services_record(settings)) or {}).get("addresses") or {}).get(program, LOOPBACK)
 
 
+def runs_here(settings: Settings, program: str) -> bool:
+    """Whether ``program`` of the deployment runs on this host (on one machine: every program does)."""
+    return address(settings, program) == this_host(settings)[1] or this_host(settings)[1] == LOOPBACK
+
+
 def this_host(settings: Settings) -> tuple[str, str]:
     """The name and address of the host this state directory is (the record a host is given says), or of
     this machine (its name, 127.0.0.1)."""
@@ -58,6 +63,12 @@ def _recorded(settings: Settings, service: str) -> dict:
     return record
 
 
+# The databases of a deployment's own PostgreSQL, each owned by a role of its name (the superuser creates
+# them, and nothing else uses it): Airflow's metadata, on the hosts of Airflow's scheduler, API server, DAG
+# processor and triggerer; the Iceberg catalog, on every host that runs tasks.
+OWNED_DATABASES = ("airflow", "lakehouse")
+
+
 @dataclass(frozen=True)
 class Postgres:
     settings: Settings
@@ -66,12 +77,29 @@ class Postgres:
     def given(self) -> bool:
         return self.settings.postgres_url is not None
 
-    def connection(self) -> dict:
-        """host, port, user, password of the server (the given one, or the one `team up` runs)."""
+    def connection(self, database: str | None = None) -> dict:
+        """host, port, user, password for ``database`` (the given server's user for every database; on the
+        server `team up` runs, the role of that name that owns it, else the superuser, which only the host
+        of PostgreSQL holds: a host without a database's credential gets KeyError naming it)."""
         if self.given:
             url = urlsplit(self.settings.postgres_url.get_secret_value())
             return {"host": url.hostname, "port": url.port or 5432, "user": url.username, "password": url.password}
-        return {"host": address(self.settings, "postgres"), **_recorded(self.settings, "postgres")}
+        recorded = _recorded(self.settings, "postgres")
+        roles = recorded.get("roles") or {}
+        if database in OWNED_DATABASES:
+            if database not in roles:
+                raise KeyError(f"this host holds no credential of PostgreSQL's database {database!r}")
+            user, password = database, roles[database]
+        else:
+            if "password" not in recorded:
+                raise KeyError("this host holds no credential of PostgreSQL's superuser")
+            user, password = recorded["user"], recorded["password"]
+        return {
+            "host": address(self.settings, "postgres"),
+            "port": recorded["port"],
+            "user": user,
+            "password": password,
+        }
 
     @property
     def airflow_url_file(self) -> Path:
@@ -80,23 +108,24 @@ class Postgres:
 
     @property
     def celery_results_url_file(self) -> Path:
-        """Where the Celery executor keeps its task results (Airflow's database), for ``result_backend_cmd``."""
+        """Where an earlier layout kept the Celery executor's results URL (Airflow's database): removed."""
         return team_dir(self.settings) / "celery-results.url"
 
     def url(self, database: str) -> str:
         """SQLAlchemy's URL of a database (psycopg2), password included: never print it."""
-        c = self.connection()
+        c = self.connection(database)
         return f"postgresql+psycopg2://{quote(c['user'])}:{quote(c['password'])}@{c['host']}:{c['port']}/{database}"
 
     def jdbc(self, database: str) -> tuple[str, str, str]:
         """(JDBC URL, user, password) of a database."""
-        c = self.connection()
+        c = self.connection(database)
         return f"jdbc:postgresql://{c['host']}:{c['port']}/{database}", c["user"], c["password"]
 
     def connect(self, database: str = "postgres"):
+        """A connection to ``database`` with its owner's credential ("postgres": the superuser's)."""
         import psycopg2
 
-        c = self.connection()
+        c = self.connection(database)
         return psycopg2.connect(
             host=c["host"], port=c["port"], user=c["user"], password=c["password"], dbname=database, connect_timeout=5
         )
@@ -148,11 +177,20 @@ class Redis:
         """The broker's URL, password included, for Airflow's ``broker_url_cmd`` (mode 0600)."""
         return team_dir(self.settings) / "celery-broker.url"
 
-    def url(self) -> str:
+    @property
+    def results_url_file(self) -> Path:
+        """Where the Celery executor keeps its tasks' results (Redis), for Airflow's ``result_backend_cmd``."""
+        return team_dir(self.settings) / "celery-results-redis.url"
+
+    def url(self, database: int = 0) -> str:
         if self.given:
             return self.settings.redis_url.get_secret_value()
         record = _recorded(self.settings, "redis")
-        return f"redis://:{quote(record['password'])}@{address(self.settings, 'redis')}:{record['port']}/0"
+        return f"redis://:{quote(record['password'])}@{address(self.settings, 'redis')}:{record['port']}/{database}"
+
+    def results_url(self) -> str:
+        """Celery's results: a given Redis's own URL, the deployment's database 1 (its broker is database 0)."""
+        return self.url() if self.given else self.url(1)
 
 
 @dataclass(frozen=True)

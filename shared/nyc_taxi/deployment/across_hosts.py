@@ -22,6 +22,7 @@ its own supervisord, its own state directory and the configuration it is given.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -48,12 +49,16 @@ def host_settings(settings: Settings, network: Network, host: str) -> Settings:
     return settings.model_copy(update={"state_dir": network.directory(host)})
 
 
-# The secrets only some programs use, and those programs: a host running none of them is not given it.
-# The rest (PostgreSQL's and Redis's passwords, the S3 key pair, Spark's secret) every host's tasks or
-# programs use: Celery's results and the Iceberg catalog are in PostgreSQL, its broker is Redis, tasks
-# write the lake and run Spark drivers.
+# The secrets only some programs use (a path in the record), and those programs: a host running none of
+# them is not given it. The rest (the Iceberg catalog's role, Redis's password, the S3 key pair, Spark's
+# secret) every host's tasks or programs use: the catalog is in PostgreSQL, Celery's broker and results are
+# in Redis, tasks write the lake and run Spark drivers. PostgreSQL's superuser is its own host's alone, and
+# Airflow's database's role is the hosts' that run Airflow's components (no Celery worker needs it: its tasks
+# report to the API server).
 AIRFLOW_CONTROL = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
 SECRETS_OF = {
+    ("postgres", "password"): ("postgres",),
+    ("postgres", "roles", "airflow"): AIRFLOW_CONTROL,
     ("airflow", "jwt_secret"): AIRFLOW_CONTROL,  # the scheduler signs tasks' tokens, the API server checks them
     ("airflow", "fernet_key"): AIRFLOW_CONTROL,  # connections and variables in the metadata database
     # task-log requests: every Airflow process of supervisord.conf
@@ -72,17 +77,24 @@ def given_record(record: dict, network: Network, host: Host) -> dict:
     for other in sorted(network.layout.hosts, key=lambda h: h.name == host.name):  # its own last: they win
         for name in processes(other):
             addresses[name], names[name] = other.address, other.name
-    kept = {k: dict(v) for k, v in record.items() if k not in ("addresses", "hosts", "host", "network")}
+    kept = json.loads(
+        json.dumps({k: v for k, v in record.items() if k not in ("addresses", "hosts", "runs_on", "host", "network")})
+    )
     own = set(processes(host))
-    for (part, secret), users in SECRETS_OF.items():
+    for (*where, secret), users in SECRETS_OF.items():
         if not own & set(users):
-            kept.get(part, {}).pop(secret, None)
+            part = kept
+            for key in where:
+                part = part.get(key, {})
+            part.pop(secret, None)
     if "lineage-receiver" not in own and "tokens" in kept.get(
         "lineage", {}
     ):  # a host's own token; all on the receiver's
         kept["lineage"]["tokens"] = {n: t for n, t in kept["lineage"]["tokens"].items() if n == host.name}
     itself = {"name": host.name, "address": host.address}
-    return kept | {"addresses": addresses, "hosts": names, "host": itself, "network": str(network.layout.network())}
+    runs_on = {name: sorted(h.name for h in network.layout.hosts if name in processes(h)) for name in names}
+    placed = {"addresses": addresses, "hosts": names, "runs_on": runs_on, "host": itself}
+    return kept | placed | {"network": str(network.layout.network())}
 
 
 def in_control(settings: Settings, argv: list[str], make: bool = True, module: str = "nyc_taxi.cli.team") -> int | None:
@@ -130,9 +142,10 @@ def up(settings: Settings) -> list[str]:
         authority = services.ObjectStorage(settings, record).authority
         for host, own in hosts:
             write_private(team.services_record(own), given_record(record, network, host))
-            if any(p.startswith("seaweedfs-") for p in host.programs):
-                tls = services.ObjectStorage(own, record).authority.directory
-                authority.issue(services.SEAWEEDFS_CERTIFICATE, sorted({team.LOOPBACK, host.address}), into=tls)
+            if any(p.startswith("seaweedfs-") or p == "metaflow-metadata" for p in host.programs):
+                tls = services.ObjectStorage(own, record).authority.directory  # the host's own, named by it
+                addresses = sorted({team.LOOPBACK, host.address})
+                authority.issue(services.SEAWEEDFS_CERTIFICATE, addresses, into=tls, common_name=host.name)
         said += _start(settings, network, hosts)
     return said
 
@@ -177,6 +190,33 @@ def _start(settings: Settings, network: Network, hosts: list, only: str | None =
                 f"{service.name}: " + "; ".join(f"{', '.join(n)} on {h.name} ({h.address})" for h, _, n in starting)
             )
     return said
+
+
+def new_authority(settings: Settings) -> list[str]:
+    """Every SeaweedFS certificate the deployment's authority issued revoked: every host's supervisord
+    stopped (its programs read their certificates when they start; the hosts stay), the authority and every
+    host's certificate removed, then `up` again, which makes a new authority and issues each host a new
+    certificate. A certificate
+    taken from a host is refused from then on by every listener that asks for one (gRPC and HTTPS alike:
+    SeaweedFS keeps no revocation list). The data stays."""
+    from nyc_taxi.deployment import services
+
+    network, said = Network(settings), []
+    for host in sorted(network.layout.hosts, key=lambda h: h.name == CONTROL):  # as `down` stops them
+        supervisor = Supervisor(host_settings(settings, network, host.name))
+        if supervisor.running():
+            supervisor.stop()
+            said.append(f"{host.name}: stopped (every program, then supervisord)")
+    directories = [services.ObjectStorage(settings, {}).authority.directory]
+    directories += [
+        services.ObjectStorage(host_settings(settings, network, h.name), {}).authority.directory
+        for h in network.layout.hosts
+    ]
+    for directory in directories:
+        if directory.exists():
+            shutil.rmtree(directory)
+            said.append(f"removed {directory}")
+    return said + up(settings)
 
 
 def boot(settings: Settings, host: str) -> list[str]:

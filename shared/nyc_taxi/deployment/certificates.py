@@ -67,18 +67,21 @@ def _name(common_name: str):
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _issued(path: Path, authority, addresses: list[str]) -> bool:
-    """Whether the certificate at ``path`` is signed by ``authority`` and serves exactly ``addresses``."""
+def _issued(path: Path, authority, addresses: list[str], common_name: str) -> bool:
+    """Whether the certificate at ``path`` is signed by ``authority``, names ``common_name`` and serves
+    exactly ``addresses``."""
     from cryptography import x509
     from cryptography.exceptions import InvalidSignature
+    from cryptography.x509.oid import NameOID
 
     kept = x509.load_pem_x509_certificate(path.read_bytes())
     try:
         kept.verify_directly_issued_by(authority)
     except (ValueError, TypeError, InvalidSignature):
         return False
+    named = [a.value for a in kept.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
     served = kept.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    return sorted(map(str, served.get_values_for_type(x509.IPAddress))) == sorted(addresses)
+    return named == [common_name] and sorted(map(str, served.get_values_for_type(x509.IPAddress))) == sorted(addresses)
 
 
 class Authority:
@@ -114,26 +117,33 @@ class Authority:
         write_private_text(self.certificate, _certificate_pem(certificate))
         self.certificate.chmod(0o644)
 
-    def issue(self, name: str, addresses: list[str], into: Path | None = None) -> tuple[Path, Path]:
+    def issue(
+        self, name: str, addresses: list[str], into: Path | None = None, common_name: str | None = None
+    ) -> tuple[Path, Path]:
         """``name``'s certificate and key, for a server on ``addresses`` and as a client, in ``into`` (this
-        directory unless given; with a copy of the authority's certificate): the kept ones when they were
-        issued by this authority for exactly these addresses."""
+        directory unless given; with a copy of the authority's certificate), naming ``common_name`` (``name``
+        unless given: across hosts, the host's name, which a server's allowed names check): the kept ones
+        when they were issued by this authority for exactly these addresses and that name."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.x509.oid import ExtendedKeyUsageOID
 
-        into = into or self.directory
+        into, common_name = into or self.directory, common_name or name
         cert_path, key_path = into / f"{name}.crt", into / f"{name}.key"
-        if self.certificate.is_file() and cert_path.is_file() and key_path.is_file():
-            authority = x509.load_pem_x509_certificate(self.certificate.read_bytes())
-            if _issued(cert_path, authority, addresses):
-                return cert_path, key_path
+        authority_here = into / "ca.crt" if into != self.directory else self.certificate
+        if authority_here.is_file() and cert_path.is_file() and key_path.is_file():
+            authority = x509.load_pem_x509_certificate(authority_here.read_bytes())
+            if _issued(cert_path, authority, addresses, common_name):
+                if into == self.directory or not self.certificate.is_file():
+                    return cert_path, key_path
+                if self.certificate.read_bytes() == authority_here.read_bytes():
+                    return cert_path, key_path
         self.ensure()
         authority = x509.load_pem_x509_certificate(self.certificate.read_bytes())
         authority_key = serialization.load_pem_private_key((self.directory / "ca.key").read_bytes(), None)
         key = _key()
         certificate = (
-            _builder(_name(name), authority.subject, key.public_key())
+            _builder(_name(common_name), authority.subject, key.public_key())
             .add_extension(
                 x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]),
                 critical=False,

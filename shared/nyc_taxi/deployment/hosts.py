@@ -422,6 +422,21 @@ class Network:
                 return pid
         return None
 
+    def _not_its_own(self, host: str) -> list[Path]:
+        """The machine's directories of another host's programs outside the state directory, which this
+        host's mount namespace hides (an empty read-only tmpfs over each): PostgreSQL's home, where its data
+        and sockets are when it runs as root, on every host that does not run PostgreSQL. On real machines,
+        one host each, they are not there."""
+        import pwd
+
+        if "postgres" in self.layout.host(host).programs:
+            return []
+        try:
+            home = Path(pwd.getpwnam("postgres").pw_dir)
+        except KeyError:
+            return []
+        return [home] if home.is_dir() else []
+
     def command(self, host: str, argv: list[str]) -> list[str]:
         """``argv`` as it runs on ``host``: in its network namespace and a private mount namespace that
         shows only the host's own state directory (at ``<state>/hosts/<host>``, its STATE_DIR) and its own
@@ -444,6 +459,7 @@ class Network:
         # instead of vanishing with the namespace. Every mount is private to the namespace.
         kept = sorted({str(CHECKOUT), str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve())})
         paths = " ".join(shlex.quote(k) for k in kept)
+        hidden = " ".join(shlex.quote(str(p)) for p in self._not_its_own(host))
         script = (
             'set -e; state="$1"; own="$2"; shift 2; hold=$(mktemp -d /dev/shm/nyc-taxi-host.XXXXXX); '
             'trap \'umount -R "$hold" 2>/dev/null; rmdir "$hold"\' EXIT; '
@@ -458,6 +474,8 @@ class Network:
             'mkdir -p "$state"; mount -t tmpfs -o size=1m,mode=0755 host-state "$state"; '
             'mkdir -p "$state/hosts/${own##*/}"; mount --move "$hold/own" "$state/hosts/${own##*/}"; '
             'mount -o remount,ro "$state"; umount "$hold"; rmdir "$hold"; trap - EXIT; '
+            f"for path in {hidden}; do "
+            '  mount -t tmpfs -o size=4k,mode=0755 not-this-host "$path"; mount -o remount,ro "$path"; done; '
             'export STATE_DIR="$state/hosts/${own##*/}"; exec "$@"'
         )
         return ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",

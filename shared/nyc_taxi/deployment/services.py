@@ -46,8 +46,9 @@ from nyc_taxi.deployment import process_states
 from nyc_taxi.deployment.certificates import Authority
 from nyc_taxi.deployment.supervisor import MARKER, Supervisor, logs_dir, own_processes, program_names, run_dir
 
-POSTGRES_USER = "nyc_taxi"
-DATABASES = ("airflow", "lakehouse")  # Airflow's metadata and Celery's results; the Iceberg catalog
+POSTGRES_USER = "nyc_taxi"  # the superuser: it creates the roles and databases, and nothing else uses it
+DATABASES = team.OWNED_DATABASES  # Airflow's metadata; the Iceberg catalog: each owned by the role of its name
+HBA_MARK = "# nyc-taxi: who may connect from the hosts' network (written by `team up`)"
 
 
 def _wait(ready, seconds: float, what: str, log: Path | None = None) -> None:
@@ -141,7 +142,8 @@ class Postgres(Service):
         return team.Postgres(self.settings)
 
     def ports(self) -> dict:
-        return {"port": free_port(), "user": POSTGRES_USER, "password": secrets.token_urlsafe(24)}
+        roles = {name: secrets.token_urlsafe(24) for name in DATABASES}
+        return {"port": free_port(), "user": POSTGRES_USER, "password": secrets.token_urlsafe(24), "roles": roles}
 
     # PostgreSQL refuses to run as root: as root, its server runs as Debian's postgres user, with its
     # data under that user's home (a tree under a 0700 home such as /root is not reachable for it)
@@ -178,10 +180,27 @@ class Postgres(Service):
         if not (self.directory / "data" / "PG_VERSION").is_file():
             self._initdb()
         if network := self.record.get("network"):  # across hosts: the other hosts connect by address
-            rules = self.directory / "data" / "pg_hba.conf"
-            rule = f"host all {POSTGRES_USER} {network} scram-sha-256"
-            if rule not in rules.read_text().splitlines():
-                rules.write_text(rules.read_text() + rule + "\n")
+            self._allow_the_hosts(network)
+
+    def _allow_the_hosts(self, network: str) -> None:
+        """Across hosts, who may connect by address (initdb's rules let every role in from the loopback
+        only): the Iceberg catalog's role to its database from the hosts' network (every host's tasks),
+        Airflow's role to its database and the superuser from control's own address (Airflow's components
+        and the operator run there), nothing else; a rule of an earlier `up` is replaced."""
+        rules = self.directory / "data" / "pg_hba.conf"
+        own = f"{team.address(self.settings, 'postgres')}/32"
+        ours = [
+            HBA_MARK,
+            f"host lakehouse lakehouse {network} scram-sha-256",
+            f"host airflow airflow {own} scram-sha-256",
+            f"host all {POSTGRES_USER} {own} scram-sha-256",
+        ]
+        kept = [
+            line
+            for line in rules.read_text().splitlines()
+            if line not in ours and not (line.startswith("host all ") and line.endswith(f"{network} scram-sha-256"))
+        ]
+        rules.write_text("\n".join([*kept, *ours]) + "\n")
 
     def _initdb(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -210,16 +229,88 @@ class Postgres(Service):
         return True
 
     def after(self) -> None:
+        """Each database and the role of its name that owns it (and every object in it: a deployment made
+        before the roles had its superuser own them), where this host holds the superuser's credential
+        (PostgreSQL's own host); then the URL file of Airflow's database, where this host holds its role's."""
+        if self.given or "password" in self.record["postgres"]:
+            self._databases_and_roles()
+        if self.given or "airflow" in (self.record["postgres"].get("roles") or {}):
+            write_private_text(self.client.airflow_url_file, self.client.url("airflow"))
+        else:  # a host of Celery workers: Airflow's database is not this host's to reach
+            self.client.airflow_url_file.unlink(missing_ok=True)
+        team.Postgres(self.settings).celery_results_url_file.unlink(missing_ok=True)  # an earlier layout's
+
+    def _databases_and_roles(self) -> None:
+        from psycopg2 import sql
+
         db = self.client.connect()
         db.autocommit = True
         with db.cursor() as cursor:
+            cursor.execute("SET log_min_error_statement = panic")  # a failed statement's password: not in a log
             for name in DATABASES:
+                if not self.given:
+                    password = self.record["postgres"]["roles"][name]
+                    cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,))
+                    verb = "ALTER" if cursor.fetchone() else "CREATE"
+                    cursor.execute(
+                        sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {}").format(
+                            sql.Identifier(name), sql.Literal(password)
+                        )
+                    )
                 cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
                 if cursor.fetchone() is None:
-                    cursor.execute(f'CREATE DATABASE "{name}"')
+                    owner = sql.SQL("") if self.given else sql.SQL(" OWNER {}").format(sql.Identifier(name))
+                    cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)) + owner)
         db.close()
-        write_private_text(self.client.airflow_url_file, self.client.url("airflow"))
-        write_private_text(self.client.celery_results_url_file, "db+" + self.client.url("airflow"))
+        if not self.given:
+            for name in DATABASES:
+                self._owned_by(name)
+
+    def _owned_by(self, name: str) -> None:
+        """Database ``name``, its public schema and everything in it owned by the role of its name."""
+        from psycopg2 import sql
+
+        db = self._superuser(name)
+        db.autocommit = True
+        role = sql.Identifier(name)
+        with db.cursor() as cursor:
+            cursor.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(role, role))
+            cursor.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(role))
+            cursor.execute(
+                """SELECT c.relkind, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                   WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+                   AND pg_get_userbyid(c.relowner) <> %s""",
+                (name,),
+            )
+            kinds = {
+                "r": "TABLE",
+                "p": "TABLE",
+                "v": "VIEW",
+                "m": "MATERIALIZED VIEW",
+                "S": "SEQUENCE",
+                "f": "FOREIGN TABLE",
+            }
+            for kind, relation in cursor.fetchall():
+                cursor.execute(
+                    sql.SQL(f"ALTER {kinds[kind]} {{}} OWNER TO {{}}").format(sql.Identifier("public", relation), role)
+                )
+            cursor.execute(
+                """SELECT t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+                   WHERE n.nspname = 'public' AND t.typtype IN ('e', 'd') AND pg_get_userbyid(t.typowner) <> %s""",
+                (name,),
+            )
+            for (type_name,) in cursor.fetchall():
+                cursor.execute(sql.SQL("ALTER TYPE {} OWNER TO {}").format(sql.Identifier("public", type_name), role))
+        db.close()
+
+    def _superuser(self, database: str):
+        """A connection to ``database`` as the superuser (its objects' owner may be any role)."""
+        import psycopg2
+
+        c = self.client.connection()
+        return psycopg2.connect(
+            host=c["host"], port=c["port"], user=c["user"], password=c["password"], dbname=database, connect_timeout=5
+        )
 
     def given_up(self) -> None:
         try:
@@ -268,7 +359,11 @@ class Redis(Service):
         return redis.Redis.from_url(team.Redis(self.settings).url(), socket_timeout=2).ping()
 
     def after(self) -> None:
-        write_private_text(team.Redis(self.settings).broker_url_file, team.Redis(self.settings).url())
+        """The broker's and Celery's results' URLs (Redis, database 1: no host of Celery workers holds a
+        credential of Airflow's database), each in a 0600 file."""
+        client = team.Redis(self.settings)
+        write_private_text(client.broker_url_file, client.url())
+        write_private_text(client.results_url_file, client.results_url())
 
     given_up = after
 
@@ -282,7 +377,42 @@ JWT_KEYS = {
     "jwt_filer_write_key": "jwt.filer_signing",  # the S3 gateway signs its writes to the filer
     "jwt_filer_read_key": "jwt.filer_signing.read",  # and its reads
 }
-SEAWEEDFS_CERTIFICATE = "seaweedfs"  # every SeaweedFS program's, as server and as client
+SEAWEEDFS_CERTIFICATE = "seaweedfs"  # every SeaweedFS program's of a host, as server and as client
+# Across hosts, the programs whose hosts a SeaweedFS gRPC server lets in (by their certificate's name): the
+# master, its volume servers (their heartbeats), the filer, the S3 gateway and every mount of Metaflow's home;
+# a volume server, the master, the filer and the gateway (not another host's tasks or volume server); the
+# filer, the gateway and the mounts; the gateway, the filer.
+GRPC_CLIENTS = {
+    "master": ("seaweedfs-master", "seaweedfs-volume", "seaweedfs-filer", "seaweedfs-s3", "metaflow-metadata"),
+    "volume": ("seaweedfs-master", "seaweedfs-filer", "seaweedfs-s3"),
+    "filer": ("seaweedfs-filer", "seaweedfs-s3", "metaflow-metadata"),
+    "s3": ("seaweedfs-filer", "seaweedfs-s3"),
+}
+
+
+def certificate_name(settings: Settings) -> str:
+    """The name a host's SeaweedFS certificate carries: across hosts its host's, on one machine the programs'."""
+    name, address = team.this_host(settings)
+    return name if address != team.LOOPBACK else SEAWEEDFS_CERTIFICATE
+
+
+def grpc_clients(record: dict) -> dict[str, list[str]]:
+    """Across hosts (the record names every host each program runs on), each gRPC server's allowed
+    certificate names (``GRPC_CLIENTS``); on one machine none: one certificate serves every program."""
+    runs_on = record.get("runs_on") or {}
+    if not runs_on:
+        return {}
+    return {
+        part: sorted(
+            {
+                h
+                for p, placed in runs_on.items()
+                if any(p == c or p.startswith(f"{c}-") for c in clients)
+                for h in placed
+            }
+        )
+        for part, clients in GRPC_CLIENTS.items()
+    }
 
 
 class ObjectStorage(Service):
@@ -333,16 +463,24 @@ class ObjectStorage(Service):
         """``security.toml``, which every SeaweedFS program reads from its working directory (supervisord
         runs them in this one): mutual TLS on every gRPC and HTTP port but the S3 gateway's (which checks
         S3 signatures), a JWT the master signs for each write to a volume, and JWTs the S3 gateway signs
-        for the filer's HTTP reads and writes."""
+        for the filer's HTTP reads and writes. Across hosts each host's certificate names the host, and each
+        gRPC server lets in only the hosts whose programs talk to it (``GRPC_CLIENTS``)."""
         cert, key = self.authority.issue(
-            SEAWEEDFS_CERTIFICATE, sorted({team.LOOPBACK, team.this_host(self.settings)[1]})
+            SEAWEEDFS_CERTIFICATE,
+            sorted({team.LOOPBACK, team.this_host(self.settings)[1]}),
+            common_name=certificate_name(self.settings),
         )
         record, ca = self.record["seaweedfs"], self.authority.certificate
         pair = f'cert = "{cert}"\nkey = "{key}"\n'
         # across hosts, a host holds the keys its programs check or sign with (across_hosts.SECRETS_OF)
         sections = [f'[{section}]\nkey = "{record[name]}"\n' for name, section in JWT_KEYS.items() if name in record]
         sections += [f'[grpc]\nca = "{ca}"\n']
-        sections += [f"[grpc.{part}]\n{pair}" for part in ("master", "volume", "filer", "s3", "client")]
+        allowed = grpc_clients(self.record)
+        sections += [
+            f"[grpc.{part}]\n{pair}"
+            + (f'allowed_commonNames = "{",".join(allowed[part])}"\n' if part in allowed else "")
+            for part in ("master", "volume", "filer", "s3", "client")
+        ]
         sections += [f'[https.client]\nenabled = true\n{pair}ca = "{ca}"\n']
         sections += [f'[https.{part}]\n{pair}ca = "{ca}"\n' for part in ("master", "volume", "filer")]
         write_private_text(self.directory / "security.toml", "\n".join(sections))

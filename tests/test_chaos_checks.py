@@ -859,10 +859,11 @@ def test_a_shipper_moment_stopped_while_it_waits_for_a_held_record_ends_with_tha
         server.stop()
 
 
-def _mission_scores(root: Path, wape: float, scored_at: dt.datetime):
+def _mission_scores(root: Path, wape: float, scored_at: dt.datetime, twice: bool = False):
     """A lake of the mission's last tables through pyiceberg (its SQL catalog, files on disk): actuals, the
-    forecast, and a score of it naming the snapshots it was computed from, scored at ``scored_at``; the
-    lineage's version of the scores (its snapshot id) resolved by the chaos check."""
+    forecast, and a score of it naming the snapshots it was computed from, scored at ``scored_at`` (``twice``:
+    the score appended again, its key doubled); the lineage's version of the scores (its snapshot id)
+    resolved by the chaos check."""
     import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
 
@@ -872,11 +873,12 @@ def _mission_scores(root: Path, wape: float, scored_at: dt.datetime):
     lake = SqlCatalog("lake", uri=f"sqlite:///{root}/catalog.db", warehouse=f"file://{root}/warehouse")
     lake.create_namespace("nyc_taxi")
 
-    def table_of(declared, rows: dict):
+    def table_of(declared, rows: dict, times: int = 1):
         schema = iceberg_schema(declared)
         table = lake.create_table(f"nyc_taxi.{declared.name}", schema)
         arrow = schema.as_arrow()
-        table.append(pa.Table.from_pydict({f.name: rows.get(f.name, [None]) for f in arrow}, schema=arrow))
+        for _ in range(times):
+            table.append(pa.Table.from_pydict({f.name: rows.get(f.name, [None]) for f in arrow}, schema=arrow))
         return table
 
     hour, origin = dt.datetime(2024, 2, 15, 1), dt.datetime(2024, 2, 15)
@@ -916,6 +918,7 @@ def _mission_scores(root: Path, wape: float, scored_at: dt.datetime):
             "actuals_snapshot_id": [actuals.current_snapshot().snapshot_id],
             "scored_at": [scored_at],
         },
+        times=2 if twice else 1,
     )
     resolve = check.VersionResolver(None, lake=lake)
     return resolve("nyc_taxi.yellow_rides_forecast_scores", str(scores.current_snapshot().snapshot_id))
@@ -929,5 +932,6 @@ def test_the_scores_lineage_compares_their_figures_and_the_versions_they_name_ne
     again = _mission_scores(tmp_path / "faulty", 0.25, dt.datetime(2026, 11, 27, 11, 30, tzinfo=dt.UTC))
     other = _mission_scores(tmp_path / "wrong", 0.26, dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC))
     assert first.startswith("rows:") and first == again and other != first
+    assert _mission_scores(tmp_path / "doubled", 0.25, dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC), True) != first
     assert "scored_at" in check.LEFT_OUT and "forecast_snapshot_id" in check.LEFT_OUT
     assert check.LEFT_OUT in chaos_run.table({"runs": []})

@@ -3,9 +3,10 @@ catalog's own connection details (not the project's lakehouse) and against an in
 the published files, every data file and manifest read back from the object store, the lineage as the
 lineage server received it, and the process table.
 
-- **tables**: every row of the staging tables, raw, weather, actuals and forecasts by its key, with a
-  SHA-256 of its values; the columns that say when or by which run a row was written are left out (a re-run
-  writes them anew); no key twice;
+- **tables**: every row of the staging tables, raw, weather, actuals, forecasts and scores by its key, with
+  a SHA-256 of its values; the columns that say when or by which run a row was written are left out (a re-run
+  writes them anew), and a version a row names (a score's forecast and actuals) is compared as the rows it
+  holds; no key twice;
 - **files**: every manifest of the current snapshot and every data file it lists, read whole;
 - **expectations**: the tables against what the published files say they must hold, computed apart
   (``expected.py``): every run, the clean one too;
@@ -40,6 +41,7 @@ TABLES = {
     d.WEATHER_RAW.name: d.WEATHER_RAW.primary_key,
     d.YELLOW_RIDES_HOURLY_ACTUALS.name: d.YELLOW_RIDES_HOURLY_ACTUALS.primary_key,
     d.YELLOW_RIDES_HOURLY_FORECAST.name: d.YELLOW_RIDES_HOURLY_FORECAST.primary_key,
+    d.YELLOW_RIDES_FORECAST_SCORES.name: d.YELLOW_RIDES_FORECAST_SCORES.primary_key,
 }
 # when, or by which run, a row was written or scored: a re-run writes these anew
 VOLATILE = {"ingested_at", "computed_at", "created_at", "scored_at", "model_version"}
@@ -110,12 +112,17 @@ def table_rows(table, snapshot_id: int | None = None, resolve=None) -> tuple[dic
 def tables(state_dir: Path, namespace: str = "nyc_taxi") -> dict:
     """Each compared table: its row count, a fingerprint of all its rows, its doubled keys, and the rows."""
     lake = catalog(state_dir)
-    result = {}
+    resolve, result = VersionResolver(None, namespace, lake=lake), {}
     for name in TABLES:
-        rows, doubled = table_rows(lake.load_table(f"{namespace}.{name}"))
-        fingerprint = hashlib.sha256(json.dumps(sorted(rows.items())).encode()).hexdigest()
+        rows, doubled = table_rows(lake.load_table(f"{namespace}.{name}"), resolve=resolve)
+        fingerprint = _fingerprint(rows, doubled)
         result[name] = {"rows": len(rows), "fingerprint": fingerprint, "doubled": doubled, "by_key": rows}
     return result
+
+
+def _fingerprint(rows: dict[str, str], doubled: list[str]) -> str:
+    """All of a table's rows, and the keys it holds twice (a doubled row is not the same table)."""
+    return hashlib.sha256(json.dumps([sorted(rows.items()), sorted(doubled)]).encode()).hexdigest()
 
 
 def table_differences(clean: dict, faulty: dict) -> dict[str, str]:
@@ -246,8 +253,8 @@ class VersionResolver:
             table_name = dataset.rsplit(".", 1)[-1]
             try:
                 table = self.lake.load_table(f"{self.namespace}.{table_name}")
-                rows, _ = table_rows(table, int(version), resolve=self)  # a score: the versions it names
-                self.cache[key] = "rows:" + hashlib.sha256(json.dumps(sorted(rows.items())).encode()).hexdigest()[:16]
+                rows, doubled = table_rows(table, int(version), resolve=self)  # a score: the versions it names
+                self.cache[key] = "rows:" + _fingerprint(rows, doubled)[:16]
             except Exception as error:  # an expired or unknown snapshot: named as such, never equal by chance
                 self.cache[key] = f"unresolved:{version}:{type(error).__name__}"
         return self.cache[key]

@@ -511,6 +511,9 @@ def test_a_day_is_judged_whole_by_its_hours_as_docs_quality_says():
     28-day window. No JVM: the window's hourly rides as the actuals count them, judged by ``WindowDays``."""
     import collections
 
+    import pyarrow.compute as pc
+
+    from nyc_taxi.core import quality
     from nyc_taxi.fixtures import tlc
     from nyc_taxi.forecast.steps import Window, WindowDays
 
@@ -525,7 +528,15 @@ def test_a_day_is_judged_whole_by_its_hours_as_docs_quality_says():
             if p is not None and z is not None and 1 <= z <= 265 and (p.date() != day or keep(i, p))
         )
         days = WindowDays(window, {h: n for h, n in hourly.items() if window.start <= h < window.end})
-        [row] = [r for r in days.rows().to_pylist() if r["day"] == day]
+        rows = days.rows()
+        [row] = [r for r in rows.to_pylist() if r["day"] == day]
+        # the actuals' check, its SQL over the day's row as compute_actuals runs it, judges it as the rule does
+        [check] = [c for c in d.YELLOW_RIDES_HOURLY_ACTUALS.checks if c.name == "day_rides_near_their_weekday"]
+        alone = rows.filter(pc.equal(rows["day"], pa.scalar(day, pa.date32())))
+        [result] = quality.judge(
+            "actuals", [check], quality.count_arrow(alone, quality.aggregates([check], {})), None, {}
+        )
+        assert result.passed == days.whole(day), (row, result)
         return round(row["rides"] / row["reference"], 2), round(row["usual_hours"], 2), days.whole(day)
 
     daytime = range(7, 18)
@@ -535,6 +546,8 @@ def test_a_day_is_judged_whole_by_its_hours_as_docs_quality_says():
     assert judged(lambda i, p: i % 10 < 4) == (0.4, 0.0, False)  # four in ten kept
     assert judged(lambda i, p: p.hour not in daytime or i % 10 == 0) == (0.5, 0.39, True)  # a holiday's shape
     assert judged(lambda i, p: p.hour not in daytime or i % 10 < 3) == (0.61, 0.39, True)
+    assert judged(lambda i, p: p.hour not in (10, 11, 12)) == (0.85, 0.83, False)  # three hours lost: a hole
+    assert judged(lambda i, p: p.hour != 11) == (0.95, 0.94, True)  # one hour lost: no hole
 
 
 @pytest.mark.spark

@@ -245,6 +245,13 @@ def test_a_month_republished_inside_a_scored_horizon_makes_its_score_stale_and_t
     assert [f["run"] for f in flows] == [_flow_run("A")], report["stale"]
     assert scores.name in flows[0]["outputs"] and "yellow_taxi_raw" in flows[0]["reason"], flows[0]
     assert flows[0]["score"] == f"seasonal_naive as of {RUNS['A']['as_of_datetime']}", flows[0]
+    # the backtest's comparison reads the same lineage: A's score is marked stale and ranks nothing
+    from nyc_taxi.cli import backtest
+    from nyc_taxi.core import comparison
+
+    assert backtest.stale_scores(_settings()) == {("seasonal_naive", as_of)}
+    compared = comparison.compare(_settings(), [as_of], ("seasonal_naive",), backtest.stale_scores(_settings()))
+    assert compared.stale == {("seasonal_naive", as_of)} and " stale" in comparison.render(compared)
     assert [(p["dag"], p["conf"]) for p in report["plan"]] == [
         ("train_forecast_model", {**RUNS["A"], "predict_horizon_hours": 24})
     ]

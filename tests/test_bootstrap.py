@@ -38,13 +38,19 @@ def fake_wheel(version: str) -> bytes:
 
 
 @contextmanager
-def index_serving(files: dict[str, bytes], json_api: bool = True):
-    """A package index on 127.0.0.1 whose page for uv lists ``files`` (the simple API, JSON or HTML)."""
+def index_serving(files: dict[str, bytes], json_api: bool = True, login: str | None = None):
+    """A package index on 127.0.0.1 whose page for uv lists ``files`` (the simple API, JSON or HTML);
+    with ``login`` (user:password), one that answers 401 to a request without it."""
+    import base64
+
     asked: list[str] = []
 
     class Index(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             asked.append(self.path)
+            if login and self.headers.get("Authorization") != "Basic " + base64.b64encode(login.encode()).decode():
+                self.send_error(401)
+                return
             if self.path == "/simple/uv/":
                 if json_api:
                     body = json.dumps({"files": [{"filename": n, "url": f"/files/{n}"} for n in files]}).encode()
@@ -97,6 +103,30 @@ def test_uv_is_installed_from_the_index_only_as_the_wheel_its_pin_names(tmp_path
         assert module.main([str(elsewhere)]) == 1
     assert "not the pinned" in capsys.readouterr().err
     assert not elsewhere.exists() or not list(elsewhere.iterdir())
+
+
+@pytest.mark.parametrize("given", ["in-the-url", "netrc"])
+def test_an_index_that_asks_for_a_login_gets_it_as_uv_and_pip_give_it_and_it_is_never_printed(
+    tmp_path, monkeypatch, capsys, given
+):
+    module = installer()
+    wheel = fake_wheel(module.UV_VERSION)
+    filename = "uv-fake-py3-none-any.whl"
+    monkeypatch.setattr(module, "WHEELS", {module.this_machine(): (filename, hashlib.sha256(wheel).hexdigest())})
+    with index_serving({filename: wheel}, login="reader:s3cret-pw") as (url, asked):
+        netrc = tmp_path / "netrc"
+        netrc.write_text("machine 127.0.0.1 login reader password s3cret-pw\n")
+        netrc.chmod(0o600)
+        monkeypatch.setenv("NETRC", str(netrc) if given == "netrc" else str(tmp_path / "none"))
+        index = url.replace("http://", "http://reader:s3cret-pw@") if given == "in-the-url" else url
+        monkeypatch.setenv("UV_DEFAULT_INDEX", index)
+        assert module.main([str(tmp_path / "bin")]) == 0
+        assert asked == ["/simple/uv/", f"/files/{filename}"]
+        monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+        monkeypatch.setenv("UV_DEFAULT_INDEX", url.replace("http://", "http://reader:wrong-pw@"))
+        assert module.main([str(tmp_path / "other")]) == 1  # refused (401), and said without the login
+    said = capsys.readouterr().err
+    assert "s3cret-pw" not in said and "wrong-pw" not in said and "401" in said, said
 
 
 def test_every_pinned_wheel_is_uvs_of_the_pinned_version():

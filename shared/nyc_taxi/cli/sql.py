@@ -8,7 +8,8 @@ The session is the one every task gets (``core/spark.get_spark``: the warm Spark
 else a JVM of its own), its current catalog and namespace the lakehouse's, so a table is named with or
 without its namespace; Iceberg's metadata tables (``….snapshots``,
 ``….history``) and time travel (``VERSION AS OF``) work as in Spark. Any statement Spark SQL takes runs,
-writes included: the tables are the pipeline's own.
+writes included (an INSERT, a DELETE, a DROP TABLE commit to the pipeline's own tables, as Spark's SQL
+shell would; nothing here asks first).
 """
 
 from __future__ import annotations
@@ -41,6 +42,33 @@ def run(spark, statement: str, shown: int) -> str:
     return render(frame.columns, rows[:shown], total)
 
 
+def split_statements(text: str) -> tuple[list[str], str]:
+    """(the statements ``text`` ends with ';', what follows the last one): a ';' inside a string literal
+    ('…' or "…", with Spark's backslash escapes), a quoted name (`…`) or a comment (-- to the line's end,
+    /* … */) ends nothing."""
+    done, start, i, quote = [], 0, 0, None
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\" and quote != "`":
+                i += 1  # the escaped character
+            elif c == quote:
+                quote = None
+        elif c in "'\"`":
+            quote = c
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            i = len(text) if end < 0 else end + 1
+        elif c == ";":
+            done.append(text[start:i].strip())
+            start = i + 1
+        i += 1
+    return [s for s in done if s], text[start:]
+
+
 def _statements(stream):
     """Statements read from ``stream``, each ended by ';' (a line of its own may hold several)."""
     pending = ""
@@ -53,9 +81,8 @@ def _statements(stream):
             break
         if not pending.strip() and line.strip().lower() in ("exit", "quit", "exit;", "quit;"):
             break
-        pending += line
-        *done, pending = pending.split(";")
-        yield from (s.strip() for s in done if s.strip())
+        done, pending = split_statements(pending + line)
+        yield from done
     if pending.strip():
         yield pending.strip()
 

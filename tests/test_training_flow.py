@@ -423,9 +423,12 @@ def test_bash_run_sql_answers_what_pyiceberg_reads_from_the_tables_files(loaded)
     assert answer.returncode == 0, answer.stderr[-3000:]
     assert answer.stdout.splitlines()[-2:] == [f"{rows:<8}", "(1 row)"], answer.stdout
 
-    typed = sql(typed="SELECT count(*) AS trips\n  FROM yellow_taxi_raw;\nSELECT x FROM nowhere;\nexit\n")
+    typed = sql(
+        typed="SELECT count(*) AS trips\n  FROM yellow_taxi_raw;\nSELECT 'a;b' AS s; SELECT x FROM nowhere;\nexit\n"
+    )
     assert typed.returncode == 1  # a statement failed
     assert f"{rows:<5}" in typed.stdout.splitlines() and "TABLE_OR_VIEW_NOT_FOUND" in typed.stderr
+    assert "a;b" in typed.stdout.splitlines()  # a ';' in a string ends no statement
     assert "Traceback" not in typed.stderr
 
 
@@ -433,17 +436,19 @@ def test_the_weather_model_is_refused_a_day_without_observed_weather_naming_it(l
     """weather_raw holds September and October 2024: a weather-adjusted forecast from November 1st has no
     observed weather for its horizon day, and one from September 5th over a week has none for the training
     days of August: each is refused naming those days and the month to load, before a model is fitted (a
-    day without weather is never read as dry). Seasonal naive forecasts the same windows."""
+    day without weather is never read as dry); the first as the flow runs it, a user would. Seasonal naive
+    forecasts the same windows."""
     from nyc_taxi.forecast import steps
     from nyc_taxi.forecast.errors import NoDataInWindow
 
     november = dt.datetime(2024, 11, 1)
-    steps.compute_actuals(november, 28, 24)
-    with pytest.raises(NoDataInWindow) as refused:
-        steps.training_data(november, 28, 24, "weather_adjusted")
-    said = str(refused.value)
-    assert "holds none for the horizon days 2024-11-01:" in said, said
-    assert 'ingest_weather_data DAG first ({"month": "2024-11"})' in said and "upper bound" in said, said
+    mark = len(ol_events())
+    result = run_flow("--as_of_datetime", "2024-11-01T00:00", "--lookback_days", "28", "--model", "weather_adjusted")
+    said = result.stdout + result.stderr
+    assert result.returncode != 0 and "holds none for the horizon days 2024-11-01:" in said, said[-3000:]
+    assert 'ingest_weather_data DAG first ({"month": "2024-11"})' in said and "upper bound" in said, said[-3000:]
+    failed = {e["job"]["name"] for e in ol_events(mark) if e["eventType"] == "FAIL"}
+    assert "TrainForecastModelFlow.prepare_training_data" in failed, failed
     assert steps.training_data(november, 28, 24, "seasonal_naive").rows.num_rows > 0
 
     september = dt.datetime(2024, 9, 5)

@@ -353,16 +353,25 @@ def demo(tmp_path_factory):
     stdout = root / "stdout.txt"
     if not (kept and stdout.exists()):
         shutil.rmtree(root / "state", ignore_errors=True)
+        from nyc_taxi.fixtures.lineage_server import LineageServer
+
         env = {**os.environ, "STATE_DIR": str(root / "state")}
         for name in ("TLC_BASE_URL", "NOAA_BASE_URL"):  # the demo serves its own fixture months
             env.pop(name, None)
-        result = subprocess.run(
-            [sys.executable, "-m", "nyc_taxi.cli.demo", "--images", str(root / "images")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        # the machine's own lineage servers, which the demo, offline, must not send to (a test reads the count)
+        elsewhere = LineageServer(root / "sent-elsewhere.jsonl").start("ok")
+        env |= {"OPENLINEAGE_URL": elsewhere.url, "DATAHUB_GMS_URL": elsewhere.url}
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "nyc_taxi.cli.demo", "--images", str(root / "images")],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+        finally:
+            (root / "sent-elsewhere.count").write_text(str(len(elsewhere.requests())))
+            elsewhere.stop()
         assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
         stdout.write_text(result.stdout)
     # the demo served its sources on 127.0.0.1 (a port of its own: one identity whatever the port)

@@ -108,3 +108,37 @@ def test_a_local_airflow_writer_waits_out_a_lock_held_longer_than_sqlites_defaul
     assert len(waited) == 2 and waited[0] >= 6 and waited[1] >= 6, waited  # beyond SQLite's default 5 s
     with sqlite3.connect(database) as db:
         assert sorted(r[0] for r in db.execute("SELECT engine FROM written")) == ["async", "sync"]
+
+
+@pytest.mark.airflow
+def test_lineage_replay_ships_to_a_datahub_connection_kept_in_airflows_metadata_database(tmp_path, airflow_state):
+    """A `datahub_rest_default` connection made as a user makes one in the UI or with `airflow connections
+    add` is kept in the metadata database, which a process outside any task does not ask through
+    ``BaseHook``: `bash run lineage-replay` finds it there, with its token."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from nyc_taxi.airflow_adapter.environment import airflow_environment
+    from nyc_taxi.core.settings import Settings
+
+    settings = Settings(state_dir=tmp_path / "state", profile="local")
+    airflow_state(settings)
+    env = {**os.environ, "STATE_DIR": str(settings.state_dir), **airflow_environment(settings)}
+    env = {k: v for k, v in env.items() if not k.startswith("AIRFLOW_CONN_DATAHUB_REST")}
+    added = [
+        *(sys.executable, "-m", "airflow", "connections", "add", "datahub_rest_default"),
+        *("--conn-type", "datahub-rest", "--conn-host", "http://127.0.0.1:9", "--conn-password", "t-9"),
+    ]
+    subprocess.run(added, env=env, check=True, capture_output=True, timeout=300)
+    probe = (
+        "import json\nfrom nyc_taxi.airflow_adapter.datahub_connection import shipping_targets\n"
+        "from nyc_taxi.core.settings import Settings\n"
+        "said = {way: [(t.url, t.token) for t in shipping_targets(Settings(), metadata_database=way == 'cli')]"
+        " for way in ('cli', 'hook')}\nprint(json.dumps(said))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said == {"cli": [["http://127.0.0.1:9", "t-9"]], "hook": []}, said

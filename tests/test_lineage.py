@@ -771,6 +771,18 @@ def test_the_demo_says_each_task_and_each_flow_step_as_it_ends(demo):
     assert all(said == [job.name for job in j.TRAINING_FLOW.jobs] for said in per_run.values()), per_run
 
 
+def test_the_demo_stays_offline_whatever_lineage_servers_the_machines_settings_name(demo):
+    """The demo ran with OPENLINEAGE_URL and DATAHUB_GMS_URL naming a server (``conftest.demo``): it said it
+    set them aside, that server got no request, and the lineage is in the demo's own files all the same."""
+    from lineage_receiver import local_lineage
+
+    settings, stdout, _ = demo
+    assert "(not used by the demo, which is offline: DATAHUB_GMS_URL, OPENLINEAGE_URL;" in stdout
+    assert (settings.state_dir.parent / "sent-elsewhere.count").read_text() == "0"
+    recorded = local_lineage(settings)
+    assert recorded.openlineage and recorded.datahub
+
+
 def test_the_demo_ends_with_both_models_compared_at_its_origins_as_duckdb_scores_them(demo):
     """After the demo the forecast table holds both models' forecasts for every origin it ran, and the table it
     prints last equals DuckDB's scores over the forecast and actuals tables' files as they are now: WAPE and MAE

@@ -96,6 +96,21 @@ def test_a_users_lineage_destinations_in_airflow_are_handed_to_both_tools(tmp_pa
     assert airflow_environment(settings, {"AIRFLOW__OPENLINEAGE__DISABLED": "True"})["OPENLINEAGE_DISABLED"] == "true"
 
 
+def test_a_lineage_destination_given_as_a_command_is_run_as_airflow_runs_it_and_a_secret_is_said_unread(tmp_path):
+    settings = _settings(tmp_path)
+    transport = {"type": "http", "url": "http://127.0.0.1:9/from-a-command"}
+    kept = tmp_path / "transport.json"
+    kept.write_text(json.dumps(transport))
+    env = airflow_environment(settings, {"AIRFLOW__OPENLINEAGE__TRANSPORT_CMD": f"cat {kept}"})
+    assert yaml.safe_load(Path(env["OPENLINEAGE_CONFIG"]).read_text()) == {"transport": transport}
+    env = airflow_environment(settings, {"AIRFLOW__DATAHUB__CONN_ID_CMD": "echo my_datahub"})
+    assert env["DATAHUB_CONN_ID"] == "my_datahub" and env["AIRFLOW__DATAHUB__CONN_ID"] == "datahub_file"
+    secret = {"AIRFLOW__OPENLINEAGE__TRANSPORT_SECRET": "openlineage_transport"}
+    assert "OPENLINEAGE_CONFIG" not in airflow_environment(settings, secret)
+    (said,) = not_used(settings, secret)
+    assert said.startswith("AIRFLOW__OPENLINEAGE__TRANSPORT ([openlineage] transport) given as ") and "not read" in said
+
+
 def test_the_example_airflow_cfg_is_read_as_it_says(tmp_path):
     cfg = EXAMPLES / "airflow.cfg"
     env = airflow_environment(_settings(tmp_path), {"AIRFLOW_CONFIG": str(cfg)})
@@ -149,8 +164,63 @@ def test_openlineage_targets_are_what_openlineages_client_reads(tmp_path, monkey
     )
     targets = openlineage_targets()
     assert sorted(t.config["type"] for t in targets) == ["file", "http"] and len({t.key for t in targets}) == 2
-    monkeypatch.setenv("OPENLINEAGE_DISABLED", "true")
-    assert openlineage_targets() == []
+    keys = [t.key for t in targets]
+    for target in targets:
+        target.transport(5.0)  # built, as shipping builds it: the ledger's name is what it was
+    assert [t.key for t in targets] == keys
+    for disabled in ("true", "1", "T"):  # as Airflow's provider reads it
+        monkeypatch.setenv("OPENLINEAGE_DISABLED", disabled)
+        assert openlineage_targets() == []
+
+
+def test_a_ledger_is_named_by_the_server_not_by_its_key_or_timeout():
+    from nyc_taxi.lineage.write.destinations import OpenLineageTarget
+
+    plain = OpenLineageTarget({"type": "http", "url": "http://127.0.0.1:5000"}, "x")
+    keyed = {"type": "http", "url": "http://127.0.0.1:5000", "auth": {"type": "api_key", "apiKey": "new"}}
+    assert OpenLineageTarget(keyed | {"timeout": 9, "name": "marquez"}, "y").key == plain.key
+    assert OpenLineageTarget({"type": "http", "url": "http://127.0.0.1:5001"}, "x").key != plain.key
+    assert OpenLineageTarget({**plain.config, "endpoint": "api/v2/lineage"}, "x").key != plain.key
+
+
+def test_a_transport_that_cannot_be_built_stops_its_own_shipping_and_not_datahubs(tmp_path, monkeypatch):
+    """A Kafka transport where OpenLineage's Kafka library is not installed: its events stay pending with
+    the reason, and DataHub's records are shipped all the same."""
+    import builtins
+
+    from datahub.emitter.mcp import MetadataChangeProposalWrapper
+    from datahub.metadata.schema_classes import StatusClass
+    from lineage_receiver import Receiver
+
+    from nyc_taxi.lineage.write import delivery
+    from nyc_taxi.lineage.write.outbox import Outbox
+
+    config = tmp_path / "openlineage.yml"
+    kafka = {"type": "kafka", "topic": "lineage", "config": {"bootstrap.servers": "127.0.0.1:9"}}
+    config.write_text(yaml.safe_dump({"transport": kafka}))
+    monkeypatch.setenv("OPENLINEAGE_CONFIG", str(config))
+    real_import = builtins.__import__
+
+    def without_kafka(name, *args, **kwargs):
+        if name.startswith("confluent_kafka"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_kafka)
+    server = Receiver(tmp_path / "receiver.jsonl").start("ok")
+    try:
+        settings = _settings(tmp_path, datahub_gms_url=server.url)
+        event = {"eventType": "COMPLETE", "eventTime": "2024-01-01T00:00:00Z", "producer": "x", "schemaURL": "x"}
+        event |= {"run": {"runId": "0190e2a4-0000-7000-8000-000000000000"}, "job": {"namespace": "n", "name": "j"}}
+        outbox = Outbox(settings, "airflow")
+        outbox.add_events([event])
+        urn = "urn:li:dataset:(urn:li:dataPlatform:iceberg,nyc_taxi.raw_trips,PROD)"
+        outbox.add_records([MetadataChangeProposalWrapper(entityUrn=urn, aspect=StatusClass(removed=False))])
+        shipments = {s.server: s for s in delivery.ship(settings).shipments}
+        assert shipments["openlineage"].pending == 1 and "confluent_kafka" in shipments["openlineage"].error
+        assert shipments["datahub"].sent == 1 and shipments["datahub"].error is None
+    finally:
+        server.stop()
 
 
 def test_the_example_openlineage_yml_is_shipped_to_as_it_says(tmp_path, monkeypatch):

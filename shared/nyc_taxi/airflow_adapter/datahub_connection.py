@@ -36,14 +36,17 @@ def plugin_emitter():
     return hook.make_emitter()
 
 
-def shipping_targets(settings, environment_only: bool = False) -> list:
+def shipping_targets(settings, environment_only: bool = False, metadata_database: bool = False) -> list:
     """The DataHub servers Airflow's tasks ship the local records to: each connection ``DATAHUB_CONN_ID``
     names (the user's ``[datahub] conn_id``; the plugin's default, ``datahub_rest_default``, otherwise) that
     exists and is a ``datahub-rest`` one, read as the plugin reads it (its host and port, its password the
     token). None of them: DataHub's own settings (``destinations.datahub_target``) decide.
-    ``environment_only``: only the connections given as ``AIRFLOW_CONN_…`` variables, read without the
-    metadata database (the scheduler's end of a DAG run: a lookup there would leave its session's objects
-    detached)."""
+
+    Where a connection is looked for: in a task, Airflow's own way (``BaseHook``: its secrets backends,
+    then the API server); ``environment_only``, the ``AIRFLOW_CONN_…`` variables alone (the scheduler's end
+    of a DAG run: a lookup through the metadata database there would leave its session's objects
+    detached); ``metadata_database``, every secrets backend Airflow's own CLI asks, the metadata database
+    last (`bash run lineage-replay`, outside any task: a connection made in the UI is kept there)."""
     from airflow.sdk import BaseHook
 
     from nyc_taxi.lineage.write.destinations import DataHubTarget
@@ -51,11 +54,17 @@ def shipping_targets(settings, environment_only: bool = False) -> list:
     if environment_only:
         from airflow.secrets.environment_variables import EnvironmentVariablesBackend
 
-        backend = EnvironmentVariablesBackend()
+        lookup = EnvironmentVariablesBackend().get_connection
+    elif metadata_database:
+        from airflow.models import Connection
+
+        lookup = Connection.get_connection_from_secrets
+    else:
+        lookup = BaseHook.get_connection
     targets = []
     for conn_id in filter(None, (c.strip() for c in settings.datahub_conn_id.split(","))):
         try:
-            conn = backend.get_connection(conn_id) if environment_only else BaseHook.get_connection(conn_id)
+            conn = lookup(conn_id)
         except Exception:  # not defined (AirflowNotFoundException), or no way to ask here
             continue
         if conn is None:

@@ -54,6 +54,10 @@ REQUIRED = {
     "AIRFLOW__DATAHUB__PLATFORM_INSTANCE": "a dataset's DataHub URN is the same from both tools: set "
     "DATAHUB_PLATFORM_INSTANCE",
     "AIRFLOW__DATAHUB__CAPTURE_OL_FILE_DATASETS": "the landed files are datasets of the lineage",
+    "AIRFLOW__CORE__AUTH_MANAGER": "the project's REST client signs in as the simple auth manager's admin, "
+    "whose password Airflow generates into AIRFLOW_HOME",
+    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "the project's REST client signs in as the simple auth manager's "
+    "admin, whose password Airflow generates into AIRFLOW_HOME",
     "AIRFLOW__API__HOST": "the project's REST client and the tasks find the API server there",
     "AIRFLOW__API__PORT": "the project's REST client and the tasks find the API server there: set AIRFLOW_PORT",
     "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": "the tasks report to the API server: set AIRFLOW_PORT",
@@ -121,6 +125,7 @@ def project_airflow_settings(settings: Settings) -> dict[str, str]:
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url(settings)}/execution/",
         # Simple auth manager: user admin; Airflow generates its password into
         # $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated (never a fixed one).
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         # Both lineage integrations on (the DataHub plugin silences OpenLineage unless told not to).
         "AIRFLOW__DATAHUB__ENABLED": "True",
@@ -174,7 +179,7 @@ def airflow_environment(settings: Settings | None = None, environ: dict[str, str
     paths = [str(LOCAL_SETTINGS), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {
         **kept,
-        **_lineage_destinations(settings, given),
+        **_lineage_destinations(settings, given, environ),
         REQUIRED_HOME: str(settings.airflow_home),
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
         PROJECT_SET: mark({k: v for k, v in kept.items() if k.startswith("AIRFLOW__")}),
@@ -215,21 +220,35 @@ def airflow_process_environment(settings: Settings | None = None, environ: dict[
     return {**{k: v for k, v in environ.items() if k not in gone}, **airflow_environment(settings, environ)}
 
 
-def _lineage_destinations(settings: Settings, given: dict[str, str]) -> dict[str, str]:
+def _handed_value(name: str, given: dict[str, str | None], environ: dict[str, str]) -> str | None:
+    """A lineage destination's value as the user gave it: as a value, or as a ``_CMD`` variable, whose
+    command is run as Airflow runs it (its output is the value); one given as ``_SECRET`` (a secrets
+    backend's) is not read here, and ``not_used`` says so."""
+    if given.get(name) is not None:
+        return given[name]
+    if command := environ.get(f"{name}_CMD"):
+        import subprocess
+
+        return subprocess.run(shlex.split(command), capture_output=True, text=True, check=True).stdout.strip()
+    return None
+
+
+def _lineage_destinations(settings: Settings, given: dict[str, str | None], environ: dict[str, str]) -> dict[str, str]:
     """The user's Airflow settings of where lineage goes, as the settings both tools read: their
     ``[openlineage] config_path`` (which the provider reads before ``transport``) or ``transport`` as
     ``OPENLINEAGE_CONFIG``, ``[openlineage] disabled`` as ``OPENLINEAGE_DISABLED``, ``[datahub] conn_id`` as
     ``DATAHUB_CONN_ID``."""
     handed: dict[str, str] = {}
-    if path := given.get("AIRFLOW__OPENLINEAGE__CONFIG_PATH"):
+    if path := _handed_value("AIRFLOW__OPENLINEAGE__CONFIG_PATH", given, environ):
         handed["OPENLINEAGE_CONFIG"] = path
-    elif transport := given.get("AIRFLOW__OPENLINEAGE__TRANSPORT"):
+    elif transport := _handed_value("AIRFLOW__OPENLINEAGE__TRANSPORT", given, environ):
         written = settings.lineage_dir / "airflow-openlineage-transport.json"  # JSON is YAML, mode 0600
         write_private(written, {"transport": json.loads(transport)})
         handed["OPENLINEAGE_CONFIG"] = str(written)
-    if str(given.get("AIRFLOW__OPENLINEAGE__DISABLED", "")).strip().lower() in ("true", "1", "t"):
+    disabled = _handed_value("AIRFLOW__OPENLINEAGE__DISABLED", given, environ) or ""
+    if disabled.strip().lower() in ("true", "1", "t"):
         handed["OPENLINEAGE_DISABLED"] = "true"
-    if conn_id := given.get("AIRFLOW__DATAHUB__CONN_ID"):
+    if conn_id := _handed_value("AIRFLOW__DATAHUB__CONN_ID", given, environ):
         handed["DATAHUB_CONN_ID"] = conn_id
     return handed
 
@@ -248,6 +267,12 @@ def not_used(settings: Settings | None = None, environ: dict[str, str] | None = 
         and name not in HANDED_ON
         and value is not None
         and value != project.get(name)
+    ]
+    said += [
+        f"{name} ({'[{}] {}'.format(*_section_key(name))}) given as {name}_SECRET is not read: Airflow's lineage is "
+        "written to the state directory's files first, and shipped where a value or a _CMD of it says"
+        for name in (*HANDED_ON, "AIRFLOW__OPENLINEAGE__DISABLED")
+        if f"{name}_SECRET" in environ and f"{name}_CMD" not in environ and name not in environ
     ]
     home = environ.get(REQUIRED_HOME)
     if home and Path(home).resolve() != settings.airflow_home.resolve():

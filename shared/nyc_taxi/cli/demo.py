@@ -84,12 +84,42 @@ def _dag_runs() -> list[str]:
     return runs + backtest.dag_runs(list(ORIGINS), list(MODELS), LOOKBACK_DAYS, HORIZON_HOURS)
 
 
-def _metaflow_on_its_local_default(settings) -> None:
-    """The demo's flows keep their runs under its state directory, offline, whatever Metaflow configuration
-    (``~/.metaflowconfig``, ``METAFLOW_PROFILE``) the machine has: `bash run training-flow` uses that one."""
-    if profile := os.environ.pop("METAFLOW_PROFILE", None):
-        print(f"    (METAFLOW_PROFILE={profile} is not used by the demo: it runs Metaflow locally, offline)")
+# The machine's settings of where lineage goes and of Metaflow's services: the demo is offline and uses
+# none of them (`bash run training-flow`, the DAGs and `bash run lineage-replay` do).
+_NOT_OFFLINE = (
+    *("OPENLINEAGE_URL", "OPENLINEAGE_API_KEY", "OPENLINEAGE_ENDPOINT", "OPENLINEAGE_CONFIG", "OPENLINEAGE__"),
+    *("DATAHUB_GMS_", "DATAHUB_CONN_ID", "AIRFLOW_CONN_DATAHUB"),
+    *("AIRFLOW__OPENLINEAGE__CONFIG_PATH", "AIRFLOW__OPENLINEAGE__TRANSPORT", "AIRFLOW__DATAHUB__CONN_ID"),
+    *("METAFLOW_PROFILE", "METAFLOW_DEFAULT_", "METAFLOW_SERVICE_", "METAFLOW_DATASTORE_", "METAFLOW_DATATOOLS_"),
+    *("METAFLOW_S3", "METAFLOW_CARD_", "METAFLOW_KUBERNETES_", "METAFLOW_BATCH_", "METAFLOW_ARGO_", "METAFLOW_SFN_"),
+)
+
+
+def _offline(settings) -> None:
+    """The demo's lineage stays in its state directory's files and its flows keep their runs there, whatever
+    the machine's settings name (OpenLineage's transport, a DataHub server or connection, a Metaflow
+    configuration or profile): the ones it sets aside are said, their values not. Set in this process's
+    environment, which every program the demo starts inherits (a team deployment it starts too)."""
+    aside = sorted(k for k in os.environ if k.startswith(_NOT_OFFLINE))
+    for name in aside:
+        del os.environ[name]
+    if aside:
+        print(
+            f"    (not used by the demo, which is offline: {', '.join(aside)}; `bash run lineage-replay` ships "
+            "its lineage where they say)"
+        )
+    os.environ.update(_offline_lineage(settings))
     os.environ["METAFLOW_HOME"] = str(settings.metaflow_home)
+
+
+def _offline_lineage(settings) -> dict[str, str]:
+    """Where both tools look for lineage destinations, pointed at none: an OpenLineage configuration without
+    a transport (over openlineage.yml in the working directory or ~/.openlineage), DataHub's ~/.datahubenv
+    skipped, and no DataHub server in the state directory's settings file."""
+    config = settings.state_dir / "demo-openlineage.yml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("# the demo is offline: no transport (its events stay in the lineage files)\ntransport: {}\n")
+    return {"OPENLINEAGE_CONFIG": str(config), "DATAHUB_SKIP_CONFIG": "true", "DATAHUB_GMS_URL": ""}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,6 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sources", help=argparse.SUPPRESS)  # across hosts: the operator serves them there
     args = parser.parse_args(argv)
     settings = get_settings()
+    _offline(settings)
+    get_settings.cache_clear()
+    settings = get_settings()
     if args.hosts:
         raise SystemExit(_across_hosts(settings, [a for a in (argv or sys.argv[1:]) if a != "--hosts"]))
     site = settings.state_dir / "demo-site"
@@ -121,8 +154,8 @@ def main(argv: list[str] | None = None) -> None:
             os.environ["SPARK_SERVER"] = "false"
         get_settings.cache_clear()
         settings = get_settings()
-        _metaflow_on_its_local_default(settings)
-        env = airflow_process_environment(settings)
+        env = airflow_process_environment(settings) | _offline_lineage(settings)  # not a destination an
+        env.pop("DATAHUB_CONN_ID", None)  # airflow.cfg of AIRFLOW_CONFIG names: handed on, they would ship
         prepare_directories(settings)
         with _warm_spark(settings, not args.own_jvms):
             _say(

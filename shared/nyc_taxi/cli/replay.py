@@ -5,7 +5,8 @@ bash run lineage-replay --status   what is pending, per server and file
 
 The servers are those each tool's settings name: OpenLineage's transport (openlineage.yml,
 OPENLINEAGE_CONFIG, OPENLINEAGE_URL), DataHub's (the Airflow connection [datahub] conn_id names,
-default datahub_rest_default; DATAHUB_GMS_URL and DATAHUB_GMS_TOKEN; ~/.datahubenv).
+default datahub_rest_default, wherever Airflow keeps it: its metadata database, AIRFLOW_CONN_ variables, a
+secrets backend; else DATAHUB_GMS_URL and DATAHUB_GMS_TOKEN; ~/.datahubenv).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", action="store_true", help="say what is pending; send nothing")
     args = parser.parse_args(argv)
     settings = get_settings()
-    datahub = shipping_targets(settings)
+    datahub = shipping_targets(settings, metadata_database=True)  # a connection made in Airflow's UI too
     if not servers(settings, datahub):
         print(
             "error: nothing to ship to: configure OpenLineage (openlineage.yml, OPENLINEAGE_URL) or DataHub "

@@ -27,6 +27,7 @@ from nyc_taxi.lineage.write.destinations import (
     DataHubTarget,
     OpenLineageTarget,
     datahub_target,
+    openlineage_disabled,
     openlineage_events_dir,
     openlineage_targets,
 )
@@ -154,10 +155,15 @@ def servers(
     if receiver.elsewhere():
         url, token = receiver.url(), receiver.token()
         auth = {"type": "api_key", "apiKey": token}
-        return [
-            OpenLineageServer(settings, OpenLineageTarget({"type": "http", "url": url, "auth": auth}, "the receiver")),
-            DataHubServer(settings, DataHubTarget(url, token, "the receiver")),
-        ]
+        receiving = [DataHubServer(settings, DataHubTarget(url, token, "the receiver"))]
+        if not openlineage_disabled():  # OpenLineage's own switch, on this host too
+            receiving.insert(
+                0,
+                OpenLineageServer(
+                    settings, OpenLineageTarget({"type": "http", "url": url, "auth": auth}, "the receiver")
+                ),
+            )
+        return receiving
     targets = datahub if datahub else [t for t in [datahub_target(settings)] if t]
     unique = {}
     for target in targets:

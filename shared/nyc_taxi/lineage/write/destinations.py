@@ -11,6 +11,7 @@ as each tool's own documentation says they are named (``delivery`` ships the fil
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -42,9 +43,9 @@ def openlineage_file(settings: Settings, tool: str) -> Path:
 
 
 def openlineage_disabled() -> bool:
-    """OpenLineage's own switch (``OPENLINEAGE_DISABLED``, read as its client reads it): no event is made
-    or sent, by either tool (Airflow's provider reads the same variable)."""
-    return os.environ.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true"
+    """OpenLineage's own switch (``OPENLINEAGE_DISABLED``, read as Airflow's provider reads it: true, 1 or
+    t; OpenLineage's client takes only true): no event is made or sent, by either tool."""
+    return os.environ.get("OPENLINEAGE_DISABLED", "").strip().lower() in ("true", "1", "t")
 
 
 def _digest(value: dict) -> str:
@@ -60,8 +61,9 @@ class OpenLineageTarget:
 
     @property
     def key(self) -> str:
-        """Names the target's ledger: another transport configuration gets every event again."""
-        return _digest(self.config)
+        """Names the target's ledger by where the events go, not how: another server (its type, URL,
+        endpoint, topic...) gets every event again; a new key, timeout or name of the same server does not."""
+        return _digest({k: v for k, v in self.config.items() if k not in HOW_NOT_WHERE})
 
     @property
     def label(self) -> str:
@@ -73,7 +75,12 @@ class OpenLineageTarget:
         says otherwise (whoever ships next tries again: retries here would only make a task wait)."""
         from openlineage.client.transport import get_default_factory
 
-        return get_default_factory().create(_one_try(self.config, request_timeout))
+        # a copy: the factory takes a composite member's name and priority out of what it is given
+        return get_default_factory().create(_one_try(copy.deepcopy(self.config), request_timeout))
+
+
+# what of a transport's configuration says how it sends, not where: not part of its ledger's name
+HOW_NOT_WHERE = ("auth", "timeout", "retry", "custom_headers", "compression", "name", "priority", "verify")
 
 
 def _one_try(config: dict, timeout: float) -> dict:
@@ -109,12 +116,16 @@ def openlineage_targets() -> list[OpenLineageTarget]:
     if file is None and not any(k.startswith("OPENLINEAGE__") or k == "OPENLINEAGE_URL" for k in os.environ):
         return []
     from openlineage.client import OpenLineageClient
+    from openlineage.client.transport.noop import NoopConfig, NoopTransport
 
     before, said = set(os.environ), logging.getLogger("openlineage.client.client")
     level = said.level
-    said.setLevel(logging.WARNING)  # not "will use the http transport": it is only asked
+    said.setLevel(logging.WARNING)  # not "will use the noop transport": it is only asked
     try:  # the file over OPENLINEAGE__ variables; the client adds OPENLINEAGE_URL to a composite's members
-        transport = dict(OpenLineageClient().config.transport or {})
+        # A transport handed to the client: the configured one is built per server when shipping, where a
+        # failure (a Kafka transport without its library) stops that server alone, not DataHub's delivery.
+        client = OpenLineageClient(transport=NoopTransport(NoopConfig()))
+        transport = dict(client.config.transport or {})
     finally:  # which it does by setting OPENLINEAGE__ variables of its own in this process: taken back
         said.setLevel(level)
         for name in set(os.environ) - before:

@@ -90,7 +90,8 @@ def fetch(address: str, index: str, headers: dict[str, str] | None = None):
     request = urllib.request.Request(shown(address), headers=dict(headers or {}))
     login = login_for(index)
     if login and urllib.parse.urlsplit(address).hostname == urllib.parse.urlsplit(index).hostname:
-        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(login).encode()).decode())
+        # unredirected: a redirect to another host (a CDN, S3) does not carry it on
+        request.add_unredirected_header("Authorization", "Basic " + base64.b64encode(":".join(login).encode()).decode())
     return urllib.request.urlopen(request, timeout=120)
 
 

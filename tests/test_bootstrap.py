@@ -38,9 +38,10 @@ def fake_wheel(version: str) -> bytes:
 
 
 @contextmanager
-def index_serving(files: dict[str, bytes], json_api: bool = True, login: str | None = None):
+def index_serving(files: dict[str, bytes], json_api: bool = True, login: str | None = None, redirect: str = ""):
     """A package index on 127.0.0.1 whose page for uv lists ``files`` (the simple API, JSON or HTML);
-    with ``login`` (user:password), one that answers 401 to a request without it."""
+    with ``login`` (user:password), one that answers 401 to a request without it; with ``redirect`` (an
+    address), one that sends each file's request there, as an index in front of a CDN does."""
     import base64
 
     asked: list[str] = []
@@ -50,6 +51,11 @@ def index_serving(files: dict[str, bytes], json_api: bool = True, login: str | N
             asked.append(self.path)
             if login and self.headers.get("Authorization") != "Basic " + base64.b64encode(login.encode()).decode():
                 self.send_error(401)
+                return
+            if redirect and self.path.startswith("/files/"):
+                self.send_response(302)
+                self.send_header("Location", redirect + self.path)
+                self.end_headers()
                 return
             if self.path == "/simple/uv/":
                 if json_api:
@@ -127,6 +133,39 @@ def test_an_index_that_asks_for_a_login_gets_it_as_uv_and_pip_give_it_and_it_is_
         assert module.main([str(tmp_path / "other")]) == 1  # refused (401), and said without the login
     said = capsys.readouterr().err
     assert "s3cret-pw" not in said and "wrong-pw" not in said and "401" in said, said
+
+
+def test_the_login_is_not_carried_to_the_host_a_wheel_is_redirected_to(tmp_path, monkeypatch):
+    """The index sends the wheel's request to another host (localhost, not 127.0.0.1: another name): the
+    file is fetched there without the index's login."""
+    module = installer()
+    wheel = fake_wheel(module.UV_VERSION)
+    filename = "uv-fake-py3-none-any.whl"
+    monkeypatch.setattr(module, "WHEELS", {module.this_machine(): (filename, hashlib.sha256(wheel).hexdigest())})
+    with index_serving({filename: wheel}) as (cdn, _):
+        seen: list[str | None] = []
+
+        class Recording(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # the CDN: what it was sent, then the file
+                seen.append(self.headers.get("Authorization"))
+                self.send_response(302)
+                self.send_header("Location", cdn.replace("/simple", "") + self.path)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        recorder = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+        threading.Thread(target=recorder.serve_forever, daemon=True).start()
+        try:
+            other = f"http://localhost:{recorder.server_port}"
+            with index_serving({filename: wheel}, login="reader:s3cret-pw", redirect=other) as (url, asked):
+                monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+                monkeypatch.setenv("UV_DEFAULT_INDEX", url.replace("http://", "http://reader:s3cret-pw@"))
+                assert module.main([str(tmp_path / "bin")]) == 0
+        finally:
+            recorder.shutdown()
+    assert asked == ["/simple/uv/", f"/files/{filename}"] and seen == [None]
 
 
 def test_every_pinned_wheel_is_uvs_of_the_pinned_version():

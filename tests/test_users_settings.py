@@ -18,10 +18,12 @@ import yaml
 from nyc_taxi.airflow_adapter.environment import (
     PROJECT_SET,
     REQUIRED,
+    SENSITIVE,
     airflow_environment,
     airflow_process_environment,
     not_used,
     replaced,
+    users_airflow_settings,
 )
 from nyc_taxi.core.settings import REPO_ROOT, Settings
 from nyc_taxi.lineage.write.destinations import datahub_target, openlineage_targets
@@ -45,9 +47,16 @@ def test_a_users_airflow_setting_wins_over_a_project_default_and_a_required_one_
     assert not_used(settings, {"AIRFLOW__CORE__EXECUTOR": "X"}) == [
         f"AIRFLOW__CORE__EXECUTOR ([core] executor) is the project's: {REQUIRED['AIRFLOW__CORE__EXECUTOR']}"
     ]
-    # a setting given in its _CMD form is given too
+    # a _CMD form is a setting only where Airflow reads one, its sensitive settings: elsewhere it ignores it
     env = airflow_environment(settings, {"AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG_CMD": "echo 3"})
-    assert "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG" not in env
+    assert env["AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG"] == "2"  # the project's, as Airflow would have it
+    assert users_airflow_settings({"AIRFLOW__CORE__FERNET_KEY_CMD": "cat key"}) == {"AIRFLOW__CORE__FERNET_KEY": None}
+
+
+def test_the_settings_airflow_reads_in_a_cmd_form_are_airflows_sensitive_ones():
+    from airflow.configuration import conf
+
+    assert conf.sensitive_config_values == SENSITIVE
 
 
 def test_the_airflow_cfg_airflow_config_names_wins_over_a_project_default(tmp_path):
@@ -96,19 +105,12 @@ def test_a_users_lineage_destinations_in_airflow_are_handed_to_both_tools(tmp_pa
     assert airflow_environment(settings, {"AIRFLOW__OPENLINEAGE__DISABLED": "True"})["OPENLINEAGE_DISABLED"] == "true"
 
 
-def test_a_lineage_destination_given_as_a_command_is_run_as_airflow_runs_it_and_a_secret_is_said_unread(tmp_path):
-    settings = _settings(tmp_path)
-    transport = {"type": "http", "url": "http://127.0.0.1:9/from-a-command"}
-    kept = tmp_path / "transport.json"
-    kept.write_text(json.dumps(transport))
-    env = airflow_environment(settings, {"AIRFLOW__OPENLINEAGE__TRANSPORT_CMD": f"cat {kept}"})
-    assert yaml.safe_load(Path(env["OPENLINEAGE_CONFIG"]).read_text()) == {"transport": transport}
-    env = airflow_environment(settings, {"AIRFLOW__DATAHUB__CONN_ID_CMD": "echo my_datahub"})
-    assert env["DATAHUB_CONN_ID"] == "my_datahub" and env["AIRFLOW__DATAHUB__CONN_ID"] == "datahub_file"
-    secret = {"AIRFLOW__OPENLINEAGE__TRANSPORT_SECRET": "openlineage_transport"}
-    assert "OPENLINEAGE_CONFIG" not in airflow_environment(settings, secret)
-    (said,) = not_used(settings, secret)
-    assert said.startswith("AIRFLOW__OPENLINEAGE__TRANSPORT ([openlineage] transport) given as ") and "not read" in said
+def test_a_lineage_destination_in_a_cmd_form_is_no_setting_as_airflow_reads_none(tmp_path):
+    """[openlineage] transport is not one of Airflow's sensitive settings: Airflow ignores its _CMD form,
+    and the project neither runs the command nor hands anything on."""
+    ran = tmp_path / "ran"
+    env = airflow_environment(_settings(tmp_path), {"AIRFLOW__OPENLINEAGE__TRANSPORT_CMD": f"touch {ran}"})
+    assert "OPENLINEAGE_CONFIG" not in env and not ran.exists()
 
 
 def test_the_example_airflow_cfg_is_read_as_it_says(tmp_path):
@@ -181,6 +183,15 @@ def test_a_ledger_is_named_by_the_server_not_by_its_key_or_timeout():
     assert OpenLineageTarget(keyed | {"timeout": 9, "name": "marquez"}, "y").key == plain.key
     assert OpenLineageTarget({"type": "http", "url": "http://127.0.0.1:5001"}, "x").key != plain.key
     assert OpenLineageTarget({**plain.config, "endpoint": "api/v2/lineage"}, "x").key != plain.key
+    # the same server as OPENLINEAGE_URL names it (its default endpoint spelled out) and as a file may
+    assert (
+        OpenLineageTarget({**plain.config, "endpoint": "api/v1/lineage", "url": plain.config["url"] + "/"}, "z").key
+        == plain.key
+    )
+    kafka = {"type": "kafka", "topic": "lineage", "config": {"bootstrap.servers": "b:9092", "sasl.password": "a"}}
+    rotated = {**kafka, "config": {**kafka["config"], "sasl.password": "b"}}
+    assert OpenLineageTarget(kafka, "k").key == OpenLineageTarget(rotated, "k").key
+    assert OpenLineageTarget({**kafka, "topic": "other"}, "k").key != OpenLineageTarget(kafka, "k").key
 
 
 def test_a_transport_that_cannot_be_built_stops_its_own_shipping_and_not_datahubs(tmp_path, monkeypatch):

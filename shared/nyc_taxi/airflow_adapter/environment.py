@@ -2,9 +2,9 @@
 `python -m nyc_taxi.airflow_adapter.environment` prints it as `export` lines for the task runner;
 tests apply it before importing Airflow.
 
-A user's own Airflow settings win over the project's defaults: an ``AIRFLOW__SECTION__KEY`` variable (or
-its ``_CMD`` / ``_SECRET`` form) in the environment, or the key in the airflow.cfg that ``AIRFLOW_CONFIG``
-names. Only the settings the project cannot work without (``REQUIRED``, each with why; the table in
+A user's own Airflow settings win over the project's defaults: an ``AIRFLOW__SECTION__KEY`` variable in
+the environment (or, for the settings Airflow treats as sensitive, its ``_CMD`` / ``_SECRET`` form), or the
+key in the airflow.cfg that ``AIRFLOW_CONFIG`` names. Only the settings the project cannot work without (``REQUIRED``, each with why; the table in
 docs/operations.md) are the project's whatever the user says, and ``not_used`` names what of the user's
 they replace. Two of them are where lineage goes, and a user's value there is honoured as the place
 lineage is shipped to: Airflow's lineage is written to files in the state directory first (DataHub's
@@ -71,6 +71,22 @@ REQUIRED = {
     "AIRFLOW__CELERY__BROKER_URL_CMD": _SERVICES,
     "AIRFLOW__CELERY__RESULT_BACKEND_CMD": _SERVICES,
 }
+# The settings Airflow reads in their _CMD and _SECRET forms too: its sensitive ones (Airflow's
+# ``conf.sensitive_config_values``, which needs Airflow's configuration loaded: 2 s and a directory made in
+# AIRFLOW_HOME, too much for every `bash run`). A _CMD of any other setting Airflow ignores, and so does the
+# project. tests/test_users_settings.py compares this with Airflow's own set.
+SENSITIVE = frozenset(
+    {
+        ("api", "secret_key"), ("api_auth", "jwt_secret"), ("atlas", "password"), ("celery", "broker_url"),
+        ("celery", "flower_basic_auth"), ("celery", "result_backend"),
+        ("celery_broker_transport_options", "sentinel_kwargs"),
+        ("celery_result_backend_transport_options", "sentinel_kwargs"), ("core", "asset_manager_kwargs"),
+        ("core", "fernet_key"), ("core", "sql_alchemy_conn"), ("database", "sql_alchemy_conn"),
+        ("database", "sql_alchemy_conn_async"), ("database", "sql_alchemy_engine_args"),
+        ("logging", "remote_task_handler_kwargs"), ("opensearch", "password"), ("secrets", "backend_kwargs"),
+        ("sentry", "sentry_dsn"), ("webserver", "secret_key"), ("workers", "secrets_backend_kwargs"),
+    }
+)  # fmt: skip
 # Not AIRFLOW__ settings, and the project's too: Airflow's home is the state directory's (its database,
 # logs, the standalone's password; STATE_DIR moves it), and its processes load the project's local settings.
 REQUIRED_HOME = "AIRFLOW_HOME"
@@ -150,22 +166,30 @@ def _section_key(name: str) -> tuple[str, str]:
     return section.lower(), key.lower()
 
 
-def users_airflow_settings(environ: dict[str, str] | None = None) -> dict[str, str]:
+def users_airflow_settings(environ: dict[str, str] | None = None) -> dict[str, str | None]:
     """The Airflow settings the user gave, by their AIRFLOW__ name: the airflow.cfg ``AIRFLOW_CONFIG`` names,
-    under the ``AIRFLOW__`` variables of the environment that the project did not set itself (a ``_CMD`` or
-    ``_SECRET`` variable counts as its setting given, its value not read)."""
+    under the ``AIRFLOW__`` variables of the environment that the project did not set itself. A sensitive
+    setting given in its ``_CMD`` or ``_SECRET`` form counts as given, its value not read (None); any other
+    setting's ``_CMD`` or ``_SECRET`` is not a setting, as Airflow reads none."""
     environ = os.environ if environ is None else environ
     ours = project_set(environ, PROJECT_SET)
-    given: dict[str, str] = {}
+    given: dict[str, str | None] = {}
+
+    def give(name: str, value: str) -> None:
+        if _base(name) == name:
+            given[name] = value
+        elif _section_key(_base(name)) in SENSITIVE:
+            given[_base(name)] = None
+
     if environ.get("AIRFLOW_CONFIG") and Path(environ["AIRFLOW_CONFIG"]).is_file():
         parser = configparser.RawConfigParser()
         parser.read(environ["AIRFLOW_CONFIG"])
         for section in parser.sections():
             for key, value in parser.items(section):
-                given[f"AIRFLOW__{section.upper()}__{key.upper()}"] = value
+                give(f"AIRFLOW__{section.upper()}__{key.upper()}", value)
     for name, value in environ.items():
         if name.startswith("AIRFLOW__") and name not in ours:
-            given[_base(name)] = value if _base(name) == name else None
+            give(name, value)
     return given
 
 
@@ -179,10 +203,10 @@ def airflow_environment(settings: Settings | None = None, environ: dict[str, str
     paths = [str(LOCAL_SETTINGS), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {
         **kept,
-        **_lineage_destinations(settings, given, environ),
+        **_lineage_destinations(settings, given),
         REQUIRED_HOME: str(settings.airflow_home),
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
-        PROJECT_SET: mark({k: v for k, v in kept.items() if k.startswith("AIRFLOW__")}),
+        PROJECT_SET: mark(kept),
     }
 
 
@@ -220,35 +244,21 @@ def airflow_process_environment(settings: Settings | None = None, environ: dict[
     return {**{k: v for k, v in environ.items() if k not in gone}, **airflow_environment(settings, environ)}
 
 
-def _handed_value(name: str, given: dict[str, str | None], environ: dict[str, str]) -> str | None:
-    """A lineage destination's value as the user gave it: as a value, or as a ``_CMD`` variable, whose
-    command is run as Airflow runs it (its output is the value); one given as ``_SECRET`` (a secrets
-    backend's) is not read here, and ``not_used`` says so."""
-    if given.get(name) is not None:
-        return given[name]
-    if command := environ.get(f"{name}_CMD"):
-        import subprocess
-
-        return subprocess.run(shlex.split(command), capture_output=True, text=True, check=True).stdout.strip()
-    return None
-
-
-def _lineage_destinations(settings: Settings, given: dict[str, str | None], environ: dict[str, str]) -> dict[str, str]:
+def _lineage_destinations(settings: Settings, given: dict[str, str | None]) -> dict[str, str]:
     """The user's Airflow settings of where lineage goes, as the settings both tools read: their
     ``[openlineage] config_path`` (which the provider reads before ``transport``) or ``transport`` as
     ``OPENLINEAGE_CONFIG``, ``[openlineage] disabled`` as ``OPENLINEAGE_DISABLED``, ``[datahub] conn_id`` as
     ``DATAHUB_CONN_ID``."""
     handed: dict[str, str] = {}
-    if path := _handed_value("AIRFLOW__OPENLINEAGE__CONFIG_PATH", given, environ):
+    if path := given.get("AIRFLOW__OPENLINEAGE__CONFIG_PATH"):
         handed["OPENLINEAGE_CONFIG"] = path
-    elif transport := _handed_value("AIRFLOW__OPENLINEAGE__TRANSPORT", given, environ):
+    elif transport := given.get("AIRFLOW__OPENLINEAGE__TRANSPORT"):
         written = settings.lineage_dir / "airflow-openlineage-transport.json"  # JSON is YAML, mode 0600
         write_private(written, {"transport": json.loads(transport)})
         handed["OPENLINEAGE_CONFIG"] = str(written)
-    disabled = _handed_value("AIRFLOW__OPENLINEAGE__DISABLED", given, environ) or ""
-    if disabled.strip().lower() in ("true", "1", "t"):
+    if str(given.get("AIRFLOW__OPENLINEAGE__DISABLED") or "").strip().lower() in ("true", "1", "t"):
         handed["OPENLINEAGE_DISABLED"] = "true"
-    if conn_id := _handed_value("AIRFLOW__DATAHUB__CONN_ID", given, environ):
+    if conn_id := given.get("AIRFLOW__DATAHUB__CONN_ID"):
         handed["DATAHUB_CONN_ID"] = conn_id
     return handed
 
@@ -267,12 +277,6 @@ def not_used(settings: Settings | None = None, environ: dict[str, str] | None = 
         and name not in HANDED_ON
         and value is not None
         and value != project.get(name)
-    ]
-    said += [
-        f"{name} ({'[{}] {}'.format(*_section_key(name))}) given as {name}_SECRET is not read: Airflow's lineage is "
-        "written to the state directory's files first, and shipped where a value or a _CMD of it says"
-        for name in (*HANDED_ON, "AIRFLOW__OPENLINEAGE__DISABLED")
-        if f"{name}_SECRET" in environ and f"{name}_CMD" not in environ and name not in environ
     ]
     home = environ.get(REQUIRED_HOME)
     if home and Path(home).resolve() != settings.airflow_home.resolve():

@@ -62,13 +62,14 @@ class OpenLineageTarget:
     @property
     def key(self) -> str:
         """Names the target's ledger by where the events go, not how: another server (its type, URL,
-        endpoint, topic...) gets every event again; a new key, timeout or name of the same server does not."""
-        return _digest({k: v for k, v in self.config.items() if k not in HOW_NOT_WHERE})
+        endpoint, topic...) gets every event again; a new key, password, timeout or name of the same server
+        does not, nor the same server named with its default endpoint or without."""
+        return _digest(_where(self.config))
 
     @property
     def label(self) -> str:
         url = self.config.get("url")
-        return f"{url}/{self.config.get('endpoint', 'api/v1/lineage')}" if url else f"a {self.config['type']} transport"
+        return f"{url}/{self.config.get('endpoint', DEFAULT_ENDPOINT)}" if url else f"a {self.config['type']} transport"
 
     def transport(self, request_timeout: float):
         """The transport, with one try per request cut off by ``request_timeout`` unless the configuration
@@ -81,6 +82,25 @@ class OpenLineageTarget:
 
 # what of a transport's configuration says how it sends, not where: not part of its ledger's name
 HOW_NOT_WHERE = ("auth", "timeout", "retry", "custom_headers", "compression", "name", "priority", "verify")
+SECRET_WORDS = ("password", "secret", "token", "apikey", "api_key", "credential", "sasl")  # at any depth
+DEFAULT_ENDPOINT = "api/v1/lineage"  # the http transport's, when none is given
+
+
+def _where(config: dict) -> dict:
+    """A transport's configuration as where it sends: without ``HOW_NOT_WHERE`` (at the top) and any key
+    that names a secret (at any depth: a Kafka client's ``sasl.password``), an http transport's URL with
+    its endpoint as the transport resolves it."""
+
+    def kept(value):
+        if isinstance(value, dict):
+            return {k: kept(v) for k, v in value.items() if not any(w in str(k).lower() for w in SECRET_WORDS)}
+        return value
+
+    where = kept({k: v for k, v in config.items() if k not in HOW_NOT_WHERE})
+    if where.get("type") == "http":
+        where["url"] = str(where.get("url", "")).rstrip("/")
+        where["endpoint"] = str(where.get("endpoint") or DEFAULT_ENDPOINT).strip("/")
+    return where
 
 
 def _one_try(config: dict, timeout: float) -> dict:
@@ -134,7 +154,7 @@ def openlineage_targets() -> list[OpenLineageTarget]:
         origin = f"the OpenLineage configuration {file}" if file else "OPENLINEAGE__ variables"
         return [OpenLineageTarget(member, origin) for member in _members(transport)]
     if url := os.environ.get("OPENLINEAGE_URL"):
-        config = {"type": "http", "url": url, "endpoint": os.environ.get("OPENLINEAGE_ENDPOINT", "api/v1/lineage")}
+        config = {"type": "http", "url": url, "endpoint": os.environ.get("OPENLINEAGE_ENDPOINT", DEFAULT_ENDPOINT)}
         if key := os.environ.get("OPENLINEAGE_API_KEY"):
             config["auth"] = {"type": "api_key", "apiKey": key}
         return [OpenLineageTarget(config, "OPENLINEAGE_URL")]

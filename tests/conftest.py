@@ -343,6 +343,7 @@ def demo(tmp_path_factory):
 
     While working on those tests, `DEMO_DIR=<dir> bash run test -k lineage` keeps the demo's directory
     (`<dir>/state`, `<dir>/stdout.txt`) and reuses it when it is complete; CI never sets it."""
+    import json
     import subprocess
     import sys
 
@@ -360,7 +361,11 @@ def demo(tmp_path_factory):
             env.pop(name, None)
         # the machine's own lineage servers, which the demo, offline, must not send to (a test reads the count)
         elsewhere = LineageServer(root / "sent-elsewhere.jsonl").start("ok")
+        (root / "users-openlineage.yml").write_text(f"transport:\n  type: http\n  url: {elsewhere.url}\n")
+        (root / "users-airflow.cfg").write_text(f"[openlineage]\nconfig_path = {root / 'users-openlineage.yml'}\n")
+        connection = json.dumps({"conn_type": "datahub-rest", "host": elsewhere.url})
         env |= {"OPENLINEAGE_URL": elsewhere.url, "DATAHUB_GMS_URL": elsewhere.url}
+        env |= {"AIRFLOW_CONFIG": str(root / "users-airflow.cfg"), "AIRFLOW_CONN_DATAHUB_REST_DEFAULT": connection}
         try:
             result = subprocess.run(
                 [sys.executable, "-m", "nyc_taxi.cli.demo", "--images", str(root / "images")],

@@ -29,16 +29,19 @@ import sys
 import time
 from pathlib import Path
 
+from nyc_taxi.airflow_adapter.environment import PROJECT_SET as AIRFLOW_SET
 from nyc_taxi.airflow_adapter.environment import airflow_process_environment, prepare_directories
 from nyc_taxi.cli import backtest
 from nyc_taxi.core import comparison
 from nyc_taxi.core import datasets as d
+from nyc_taxi.core.environments import project_set
 from nyc_taxi.core.jobs import INGEST_WEATHER_DATA, INGEST_YELLOW_TAXI_DATA, TRAIN_FORECAST_MODEL, TRAINING_FLOW
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.progress import run_showing_progress
 from nyc_taxi.core.settings import get_settings
 from nyc_taxi.fixtures.server import FixtureServer, served_to_hosts
 from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
+from nyc_taxi.metaflow_adapter.environment import PROJECT_SET as METAFLOW_SET
 
 MONTHS = ((2024, 1), (2024, 2))
 ORIGINS = (dt.datetime(2024, 2, 8), dt.datetime(2024, 2, 15))  # weekly forecast origins, both models at each
@@ -88,7 +91,7 @@ def _dag_runs() -> list[str]:
 # none of them (`bash run training-flow`, the DAGs and `bash run lineage-replay` do).
 _NOT_OFFLINE = (
     *("OPENLINEAGE_URL", "OPENLINEAGE_API_KEY", "OPENLINEAGE_ENDPOINT", "OPENLINEAGE_CONFIG", "OPENLINEAGE__"),
-    *("DATAHUB_GMS_", "DATAHUB_CONN_ID", "AIRFLOW_CONN_DATAHUB"),
+    *("DATAHUB_GMS_", "DATAHUB_CONN_ID", "AIRFLOW_CONN_DATAHUB", "AIRFLOW_CONFIG"),
     *("AIRFLOW__OPENLINEAGE__CONFIG_PATH", "AIRFLOW__OPENLINEAGE__TRANSPORT", "AIRFLOW__DATAHUB__CONN_ID"),
     *("METAFLOW_PROFILE", "METAFLOW_DEFAULT_", "METAFLOW_SERVICE_", "METAFLOW_DATASTORE_", "METAFLOW_DATATOOLS_"),
     *("METAFLOW_S3", "METAFLOW_CARD_", "METAFLOW_KUBERNETES_", "METAFLOW_BATCH_", "METAFLOW_ARGO_", "METAFLOW_SFN_"),
@@ -101,11 +104,13 @@ def _offline(settings) -> None:
     configuration or profile): the ones it sets aside are said, their values not. Set in this process's
     environment, which every program the demo starts inherits (a team deployment it starts too)."""
     aside = sorted(k for k in os.environ if k.startswith(_NOT_OFFLINE))
+    ours = project_set(os.environ, AIRFLOW_SET) | project_set(os.environ, METAFLOW_SET)  # set by `bash run` itself
+    users = [name for name in aside if name not in ours]
     for name in aside:
         del os.environ[name]
-    if aside:
+    if users:
         print(
-            f"    (not used by the demo, which is offline: {', '.join(aside)}; `bash run lineage-replay` ships "
+            f"    (not used by the demo, which is offline: {', '.join(users)}; `bash run lineage-replay` ships "
             "its lineage where they say)"
         )
     os.environ.update(_offline_lineage(settings))
@@ -114,12 +119,18 @@ def _offline(settings) -> None:
 
 def _offline_lineage(settings) -> dict[str, str]:
     """Where both tools look for lineage destinations, pointed at none: an OpenLineage configuration without
-    a transport (over openlineage.yml in the working directory or ~/.openlineage), DataHub's ~/.datahubenv
+    a transport (over openlineage.yml in the working directory or ~/.openlineage), no Airflow connection to
+    ship DataHub's records to (none looked for, in a secrets backend either), DataHub's ~/.datahubenv
     skipped, and no DataHub server in the state directory's settings file."""
     config = settings.state_dir / "demo-openlineage.yml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text("# the demo is offline: no transport (its events stay in the lineage files)\ntransport: {}\n")
-    return {"OPENLINEAGE_CONFIG": str(config), "DATAHUB_SKIP_CONFIG": "true", "DATAHUB_GMS_URL": ""}
+    return {
+        "OPENLINEAGE_CONFIG": str(config),
+        "DATAHUB_CONN_ID": "",
+        "DATAHUB_SKIP_CONFIG": "true",
+        "DATAHUB_GMS_URL": "",
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -154,8 +165,7 @@ def main(argv: list[str] | None = None) -> None:
             os.environ["SPARK_SERVER"] = "false"
         get_settings.cache_clear()
         settings = get_settings()
-        env = airflow_process_environment(settings) | _offline_lineage(settings)  # not a destination an
-        env.pop("DATAHUB_CONN_ID", None)  # airflow.cfg of AIRFLOW_CONFIG names: handed on, they would ship
+        env = airflow_process_environment(settings) | _offline_lineage(settings)
         prepare_directories(settings)
         with _warm_spark(settings, not args.own_jvms):
             _say(

@@ -12,6 +12,7 @@ secrets backend; else DATAHUB_GMS_URL and DATAHUB_GMS_TOKEN; ~/.datahubenv).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from nyc_taxi.airflow_adapter.datahub_connection import shipping_targets
@@ -27,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", action="store_true", help="say what is pending; send nothing")
     args = parser.parse_args(argv)
     settings = get_settings()
-    datahub = shipping_targets(settings, metadata_database=True)  # a connection made in Airflow's UI too
+    with contextlib.redirect_stdout(sys.stderr):  # Airflow's own log lines: what this prints is the answer
+        datahub = shipping_targets(settings, metadata_database=True)  # a connection made in Airflow's UI too
     if not servers(settings, datahub):
         print(
             "error: nothing to ship to: configure OpenLineage (openlineage.yml, OPENLINEAGE_URL) or DataHub "

@@ -34,7 +34,7 @@ class TrainForecastModelFlow(FlowSpec):
     @step
     def start(self):
         """Check the configuration before any work."""
-        self.as_of = forecast.parse_as_of(self.as_of_datetime)
+        self.as_of = jobs.parse_as_of(self.as_of_datetime)
         forecast.check_configuration(self.model, self.lookback_days, self.predict_horizon_hours)
         self.next(self.compute_actuals)
 

@@ -13,7 +13,6 @@ Exit status: 0 reproduced, 1 an output differs, 2 it cannot be reproduced (the a
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from nyc_taxi.core import datasets as d
-from nyc_taxi.core.jobs import TRAINING_FLOW
+from nyc_taxi.core.jobs import TRAINING_FLOW, parse_as_of
 from nyc_taxi.core.reproduction import Comparison, Unreproducible
 from nyc_taxi.core.settings import REPO_ROOT, Settings
 from nyc_taxi.lineage.read.runs import JobRun, Runs
@@ -66,7 +65,7 @@ def _flow(run: JobRun, runs: Runs, settings: Settings) -> list[Comparison]:
         )
     p = run.parameters
     recorded = Recorded(
-        as_of=dt.datetime.fromisoformat(p["as_of_datetime"]),
+        as_of=parse_as_of(p["as_of_datetime"]),
         lookback_days=int(p["lookback_days"]),
         horizon_hours=int(p["predict_horizon_hours"]),
         model=p["model"],

@@ -349,6 +349,7 @@ WEATHER_RAW = Table(
 # (forecast/steps.py).
 WHOLE, USUAL_HOUR, USUAL_HOURS, BUSY = 0.6, 0.85, 0.25, 0.02
 HOLE, HOLE_HOURS = 0.05, 2
+AT_MOST = 3  # times its weekday's rides: more is a file loaded twice, not a busy day
 YELLOW_RIDES_HOURLY_ACTUALS = Table(
     name="yellow_rides_hourly_actuals",
     description="Yellow taxi pickups per zone and New York local hour (zero-filled for zones active in the window)",
@@ -379,7 +380,7 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
                    "the model that nobody rode"),
         expect("day_rides_near_their_weekday",
                "NOT training OR NOT complete OR rides = 0 OR reference IS NULL "
-               f"OR (rides <= 3 * reference AND coalesce(hole_hours, 0) < {HOLE_HOURS} "
+               f"OR (rides <= {AT_MOST} * reference AND coalesce(hole_hours, 0) < {HOLE_HOURS} "
                f"AND (rides >= {WHOLE} * reference OR coalesce(usual_hours, 0) >= {USUAL_HOURS}))",
                on=("pickup_hour", "ride_count"), severity="error", grain="day",
                doc="A training day is whole against its weekday: at most three times its rides, and at least "

@@ -9,6 +9,7 @@ meant to do (the lineage a task announces when it starts).
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -84,6 +85,18 @@ AS_OF_DATETIME = Parameter(
     pattern=r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d(:[0-5]\d)?",
     form="a New York local time YYYY-MM-DDTHH:MM, without an offset (e.g. 2024-02-15T00:00)",
 )
+
+
+def parse_as_of(text: str) -> dt.datetime:
+    """A forecast origin as every reader takes it: `YYYY-MM-DDTHH:MM` New York local wall-clock time
+    (``AS_OF_DATETIME``), truncated to the hour (the flow forecasts from it; the scores name it)."""
+    try:
+        value = dt.datetime.fromisoformat(AS_OF_DATETIME.check(text))
+    except ValueError as bad:
+        raise ValueError(str(bad) if "is not" in str(bad) else f"as_of_datetime {text!r}: {bad}") from None
+    return value.replace(minute=0, second=0, microsecond=0)
+
+
 MODEL = Parameter(
     "model",
     "seasonal_naive, or weather_adjusted (also reads weather_raw)",

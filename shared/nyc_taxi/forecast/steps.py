@@ -15,7 +15,7 @@ from nyc_taxi.core import comparison, jobs, quality
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
-from nyc_taxi.core.datasets import BUSY, HOLE, HOLE_HOURS, USUAL_HOUR, USUAL_HOURS, WHOLE
+from nyc_taxi.core.datasets import AT_MOST, BUSY, HOLE, HOLE_HOURS, USUAL_HOUR, USUAL_HOURS, WHOLE
 from nyc_taxi.core.intervals import Intervals
 from nyc_taxi.core.naming import iceberg_identifier, spark_table
 from nyc_taxi.core.profiles import profile
@@ -39,15 +39,6 @@ RAW, WEATHER, ACTUALS, FORECAST, MODEL, SCORES = (
     d.YELLOW_RIDES_FORECAST_MODEL,
     d.YELLOW_RIDES_FORECAST_SCORES,
 )
-
-
-def parse_as_of(text: str) -> dt.datetime:
-    """`YYYY-MM-DDTHH:MM` New York local wall-clock time (jobs.AS_OF_DATETIME), truncated to the hour."""
-    try:
-        value = dt.datetime.fromisoformat(jobs.AS_OF_DATETIME.check(text))
-    except ValueError as bad:
-        raise ValueError(str(bad) if "is not" in str(bad) else f"as_of_datetime {text!r}: {bad}") from None
-    return value.replace(minute=0, second=0, microsecond=0)
 
 
 def check_configuration(model_name: str, lookback_days: int, horizon_hours: int) -> None:
@@ -183,7 +174,7 @@ class WindowDays:
         reference, rides = self._reference(day), self.rides.get(day, 0)
         if reference is None:
             return rides > 0
-        if (self._hole_hours(day) or 0) >= HOLE_HOURS:
+        if rides > AT_MOST * reference or (self._hole_hours(day) or 0) >= HOLE_HOURS:
             return False
         return rides >= WHOLE * reference or (self._usual_hours(day) or 0.0) >= USUAL_HOURS
 

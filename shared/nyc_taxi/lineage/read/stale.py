@@ -34,6 +34,7 @@ from nyc_taxi.core.jobs import (
     TRAIN_FORECAST_MODEL,
     TRAINING_FLOW,
     Pipeline,
+    parse_as_of,
 )
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.snapshots import MONTH, REPLACED_VERSION, data_changes, held_version
@@ -135,7 +136,7 @@ class StaleReport:
         for item in self.items:
             if item.score:
                 model, _, origin = item.score.partition(" as of ")
-                found.add((model, dt.datetime.fromisoformat(origin)))
+                found.add((model, parse_as_of(origin)))  # the origin as the flow took it: to the hour
         return found
 
 

@@ -5,6 +5,7 @@ weather as dry. The refusal of a window without weather, on the real path: test_
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
@@ -62,5 +63,8 @@ def test_a_horizon_day_without_weather_is_never_read_as_dry():
     table, _ = _training(lambda zone, hour: 9 if wet(hour.date()) else 3)
     rain = {day: mm for day, mm in _rain(wet).items() if day < AS_OF.date()}  # nothing for the horizon
     fitted = models.WeatherAdjusted.fit(table, daily_prcp_mm=rain)
-    with pytest.raises(KeyError):
+    assert fitted.wet_factor is not None  # a factor learned: the horizon's day would be read for rain
+    with pytest.raises(KeyError, match=re.escape(repr(AS_OF.date()))):  # that day, not a dry default
         fitted.predict([1], [AS_OF])
+    # the flow refuses such a day by name before the model is fitted:
+    # tests/test_training_flow.py::test_the_weather_model_is_refused_a_day_without_observed_weather_naming_it

@@ -551,7 +551,29 @@ def test_a_day_is_judged_whole_by_its_hours_as_docs_quality_says():
     assert judged(lambda i, p: p.hour not in daytime or i % 10 < 3) == (0.61, 0.39, True)
     assert judged(lambda i, p: p.hour not in (10, 11, 12)) == (0.85, 0.83, False)  # three hours lost: a hole
     assert judged(lambda i, p: p.hour != 11) == (0.95, 0.94, True)  # one hour lost: no hole
-    assert judged(lambda i, p: True, times=4) == (3.98, 1.0, False)  # counted four times: a file loaded again
+    assert judged(lambda i, p: True, times=2) == (1.99, 1.0, False)  # counted twice: a file loaded again
+
+
+def test_an_hour_empty_by_chance_makes_no_hole_and_one_emptied_does():
+    """Two busy hours in a row with no trip: in a month of a few trips an hour (4 on its weekday: chance, as a
+    small fixture month's day met), the day is whole; with 40 trips an hour on its weekday, it has a hole."""
+    from nyc_taxi.forecast.steps import Window, WindowDays
+
+    window, day = Window.of(dt.datetime(2024, 2, 29), 28, 24), dt.date(2024, 2, 22)
+
+    def judged(per_hour: int) -> tuple[int, bool]:
+        hourly = {
+            window.start + dt.timedelta(hours=h): per_hour
+            * (2 if 8 <= (window.start + dt.timedelta(hours=h)).hour < 20 else 1)
+            for h in range(28 * 24)
+        }
+        for hour in (10, 11):  # both emptied on the day: busy hours (twice the night's)
+            hourly[dt.datetime.combine(day, dt.time(hour))] = 0
+        days = WindowDays(window, {h: n for h, n in hourly.items() if n})
+        return days.rows().to_pylist()[(day - window.start.date()).days]["hole_hours"], days.whole(day)
+
+    assert judged(2) == (0, True)  # 4 trips an hour on its weekday: no hole (under HOLE_RIDES)
+    assert judged(20) == (2, False)  # 40: a hole of two hours
 
 
 @pytest.mark.spark

@@ -349,7 +349,8 @@ WEATHER_RAW = Table(
 # (forecast/steps.py).
 WHOLE, USUAL_HOUR, USUAL_HOURS, BUSY = 0.6, 0.85, 0.25, 0.02
 HOLE, HOLE_HOURS = 0.05, 2
-AT_MOST = 3  # times its weekday's rides: more is a file loaded twice, not a busy day
+HOLE_RIDES = 20  # an hour is told empty only where its weekday's holds this many: with fewer, 0 can be chance
+AT_MOST = 1.8  # times its weekday's rides: a day counted twice (a file loaded again) is 2, a busy day far under
 YELLOW_RIDES_HOURLY_ACTUALS = Table(
     name="yellow_rides_hourly_actuals",
     description="Yellow taxi pickups per zone and New York local hour (zero-filled for zones active in the window)",
@@ -368,7 +369,7 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
     # `reference`, its weekday's rides: hour by hour, the median of that hour on the window's other complete
     # training days of its weekday when there are two or more, else of all of them, summed; `usual_hours`, the
     # share of its busy hours (2 % of the reference's day or more) holding 85 % of their reference or more;
-    # `hole_hours`, the most busy hours in a row each holding under 5 % of theirs).
+    # `hole_hours`, the most busy hours in a row each holding under 5 % of theirs, of 20 rides or more).
     # A window that fails is not committed, and no model is trained on it. A horizon day raw does not hold
     # whole by the same rule — no trip, a few stray ones of a month not loaded, most of its trips missing —
     # has not happened or is not loaded yet: it is not counted (no zero is written for it), and not scored.
@@ -383,11 +384,11 @@ YELLOW_RIDES_HOURLY_ACTUALS = Table(
                f"OR (rides <= {AT_MOST} * reference AND coalesce(hole_hours, 0) < {HOLE_HOURS} "
                f"AND (rides >= {WHOLE} * reference OR coalesce(usual_hours, 0) >= {USUAL_HOURS}))",
                on=("pickup_hour", "ride_count"), severity="error", grain="day",
-               doc="A training day is whole against its weekday: at most three times its rides, and at least "
+               doc="A training day is whole against its weekday: under twice its rides (a day counted twice), and at least "
                    "six tenths, or else a quarter of its busy hours as busy as usual; and no two busy hours in a "
                    "row all but empty. A holiday moves rides between hours and keeps the evening's; trips "
                    "missing from a file thin every hour alike or leave hours empty: a day with half its trips "
-                   "missing, or three of its hours, fails (docs/quality.md)"),
+                   "missing, three of its hours in a row, or counted twice, fails (docs/quality.md)"),
     ),
 )
 YELLOW_RIDES_FORECAST_MODEL = Model(

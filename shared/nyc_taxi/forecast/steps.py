@@ -15,7 +15,7 @@ from nyc_taxi.core import comparison, jobs, quality
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
-from nyc_taxi.core.datasets import AT_MOST, BUSY, HOLE, HOLE_HOURS, USUAL_HOUR, USUAL_HOURS, WHOLE
+from nyc_taxi.core.datasets import AT_MOST, BUSY, HOLE, HOLE_HOURS, HOLE_RIDES, USUAL_HOUR, USUAL_HOURS, WHOLE
 from nyc_taxi.core.intervals import Intervals
 from nyc_taxi.core.naming import iceberg_identifier, spark_table
 from nyc_taxi.core.profiles import profile
@@ -156,14 +156,16 @@ class WindowDays:
         return len(usual) / len(busy) if busy else None
 
     def _hole_hours(self, day: dt.date) -> int | None:
-        """The most busy hours of the day in a row (in the window) each holding under HOLE of theirs."""
+        """The most busy hours of the day in a row (in the window) each holding under HOLE of theirs (an hour
+        whose weekday's holds fewer than HOLE_RIDES is no hole: at a few rides an hour, none is chance)."""
         references = self.hour_references(day)
         if not references:
             return None
         longest = run = 0
         for hour in self._hours(day):
             reference = references[hour.time()]
-            empty = reference >= BUSY * sum(references.values()) and self.hourly.get(hour, 0) < HOLE * reference
+            busy = reference >= max(BUSY * sum(references.values()), HOLE_RIDES)  # else an empty hour can be chance
+            empty = busy and self.hourly.get(hour, 0) < HOLE * reference
             run = run + 1 if empty else 0
             longest = max(longest, run)
         return longest
@@ -743,7 +745,7 @@ def train(data: TrainingData, model_name: str, version: str) -> Trained:
     fit (the training step's pathspec)."""
     kind = models.MODELS[model_name]
     fitted = kind.fit(data.rows, daily_prcp_mm=data.daily_prcp_mm)
-    if fell_back := getattr(fitted, "fell_back", None):  # said in the run's output and in its lineage (summary)
+    if fell_back := getattr(fitted, "fell_back", None):  # said in the run's output and the model's DataHub record
         log.warning("%s %s: %s", model_name, version, fell_back)
     read = data.report.inputs[0]
     uses = [

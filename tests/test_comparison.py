@@ -12,6 +12,7 @@ from nyc_taxi.core.jobs import UPPER_BOUND
 
 ORIGIN = dt.datetime(2024, 2, 15)
 SEASONAL, WEATHER = "seasonal_naive", "weather_adjusted"
+RUNS = {SEASONAL: "TrainForecastModelFlow/7", WEATHER: "TrainForecastModelFlow/8"}  # the flow run of each score
 
 
 def _score(model: str, wape: float, **changed) -> dict:
@@ -28,6 +29,7 @@ def _score(model: str, wape: float, **changed) -> dict:
         "actual_rides": 1000,
         "lookback_days": 28,
         "zone_set": "a" * 64,
+        "model_version": f"{RUNS[model]}/train_forecasting_model/3",
         **changed,
     }
 
@@ -56,6 +58,21 @@ def test_a_stale_score_is_marked_and_not_ranked():
     assert stale.why_not(ORIGIN) == "a stale score" and stale.winner(ORIGIN) is None
     [row] = [line for line in comparison.render(stale).splitlines() if line.startswith("2024-02-15")]
     assert "40.0% (0.80) stale" in row and row.endswith("not comparable: a stale score")
+
+
+def test_a_score_whose_run_the_lineage_does_not_record_is_said_not_known_fresh():
+    """Staleness is judged from the flow runs the lineage records: a score of a run it does not record (made
+    with OpenLineage off) is marked, never passed as fresh; with every run recorded, nothing is marked."""
+    rows = [_score(SEASONAL, 0.5), _score(WEATHER, 0.4)]
+    runs = frozenset(RUNS.values())
+    assert not comparison.of_rows(rows, judged_runs=runs).unjudged
+    assert "?" not in comparison.render(comparison.of_rows(rows, judged_runs=runs))
+    part = comparison.of_rows(rows, judged_runs=runs - {RUNS[WEATHER]})
+    assert part.unjudged == {(WEATHER, ORIGIN)}
+    text = comparison.render(part)
+    [row] = [line for line in text.splitlines() if line.startswith("2024-02-15")]
+    assert "40.0% (0.80) ?" in row and "? whether the score is stale is not known" in text
+    assert not comparison.of_rows(rows).unjudged  # staleness not asked: nothing said either way
 
 
 def test_the_weather_models_scores_are_said_to_be_an_upper_bound_where_they_are_shown():

@@ -249,9 +249,11 @@ def test_a_month_republished_inside_a_scored_horizon_makes_its_score_stale_and_t
     from nyc_taxi.cli import backtest
     from nyc_taxi.core import comparison
 
-    assert backtest.stale_scores(_settings()) == {("seasonal_naive", as_of)}
-    compared = comparison.compare(_settings(), [as_of], ("seasonal_naive",), backtest.stale_scores(_settings()))
+    stale, judged = backtest.staleness(_settings())
+    assert stale == {("seasonal_naive", as_of)} and _flow_run("A") in judged
+    compared = comparison.compare(_settings(), [as_of], ("seasonal_naive",), stale, judged)
     assert compared.stale == {("seasonal_naive", as_of)} and " stale" in comparison.render(compared)
+    assert not compared.unjudged
     assert [(p["dag"], p["conf"]) for p in report["plan"]] == [
         ("train_forecast_model", {**RUNS["A"], "predict_horizon_hours": 24})
     ]

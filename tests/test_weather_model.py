@@ -68,3 +68,29 @@ def test_a_horizon_day_without_weather_is_never_read_as_dry():
         fitted.predict([1], [AS_OF])
     # the flow refuses such a day by name before the model is fitted:
     # tests/test_training_flow.py::test_the_weather_model_is_refused_a_day_without_observed_weather_naming_it
+
+
+def test_a_fit_that_fell_back_says_so_in_its_datahub_model_record(tmp_path):
+    """The training step's report of a weather model that learned no factor: the model's DataHub record
+    carries what the fit said of itself (no wet factor, the fall back to seasonal naive)."""
+    from nyc_taxi.core import datasets as d
+    from nyc_taxi.core.jobs import TRAINING_FLOW
+    from nyc_taxi.core.settings import Settings
+    from nyc_taxi.forecast import steps
+    from nyc_taxi.lineage.write import datahub
+    from nyc_taxi.lineage.write.report import DatasetUse, StepReport
+
+    table, _ = _training(lambda zone, hour: 3 + zone + hour.hour % 5)
+    start = AS_OF - dt.timedelta(days=DAYS)
+    read = DatasetUse(d.YELLOW_RIDES_HOURLY_ACTUALS, version="1")
+    data = steps.TrainingData(table, AS_OF, start, _rain(lambda day: False), StepReport(inputs=[read]))
+    trained = steps.train(data, "weather_adjusted", "TrainForecastModelFlow/1/train_forecasting_model/2")
+    job = next(j for j in TRAINING_FLOW.jobs if d.YELLOW_RIDES_FORECAST_MODEL in j.writes)
+    step = datahub.StepRun(TRAINING_FLOW, job, "TrainForecastModelFlow/1/train_forecasting_model/2", 1, "v1")
+    settings = Settings(_env_file=None, state_dir=tmp_path)
+    [properties] = [
+        r.aspect for r in datahub.model_records(step, trained.report, settings) if r.aspectName == "mlModelProperties"
+    ]
+    said = properties.customProperties
+    assert said["fell_back"] == trained.model.fell_back and said["wet_factor"] == "null", said
+    assert said["model"] == "weather_adjusted" and said["horizon_weather"] == "observed (an upper bound)"

@@ -85,14 +85,17 @@ def main(argv: list[str] | None = None) -> None:
                 print("\n".join(f"  {line}" for line in dag_run_results.describe(result, settings)), flush=True)
         except RuntimeError as failed:
             raise SystemExit(str(failed)) from None
-    print(comparison.render(comparison.compare(settings, origins, tuple(models), stale_scores(settings))))
+    print(comparison.render(comparison.compare(settings, origins, tuple(models), *staleness(settings))))
 
 
-def stale_scores(settings) -> set:
-    """The scores `bash run lineage --stale` calls stale (from the lineage's records; the sources not asked)."""
+def staleness(settings) -> tuple[set, frozenset[str]]:
+    """The scores `bash run lineage --stale` calls stale (from the lineage's records; the sources not asked),
+    and the flow runs that judgement read: a score of another run's is not known fresh."""
     from nyc_taxi.lineage.read import stale
+    from nyc_taxi.lineage.read.runs import Runs
 
-    return stale.check(settings).scores()
+    runs = Runs.read(settings)
+    return stale.check(settings, runs=runs).scores(), stale.flow_runs(runs)
 
 
 if __name__ == "__main__":

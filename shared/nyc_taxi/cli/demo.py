@@ -93,6 +93,8 @@ _NOT_OFFLINE = (
     *("OPENLINEAGE_URL", "OPENLINEAGE_API_KEY", "OPENLINEAGE_ENDPOINT", "OPENLINEAGE_CONFIG", "OPENLINEAGE__"),
     *("DATAHUB_GMS_", "DATAHUB_CONN_ID", "AIRFLOW_CONN_DATAHUB", "AIRFLOW_CONFIG"),
     *("AIRFLOW__OPENLINEAGE__CONFIG_PATH", "AIRFLOW__OPENLINEAGE__TRANSPORT", "AIRFLOW__DATAHUB__CONN_ID"),
+    # the demo's stale, re-run and reproduce stages read its runs from OpenLineage's events: it makes them
+    *("OPENLINEAGE_DISABLED", "AIRFLOW__OPENLINEAGE__DISABLED"),
     *("METAFLOW_PROFILE", "METAFLOW_DEFAULT_", "METAFLOW_SERVICE_", "METAFLOW_DATASTORE_", "METAFLOW_DATATOOLS_"),
     *("METAFLOW_S3", "METAFLOW_CARD_", "METAFLOW_KUBERNETES_", "METAFLOW_BATCH_", "METAFLOW_ARGO_", "METAFLOW_SFN_"),
 )
@@ -232,8 +234,9 @@ def _compare(settings) -> None:
         f"the models compared at the demo's origins (bash run backtest --no-run --origins {len(ORIGINS)} "
         f"--last {last:%Y-%m-%dT%H:%M})"
     )
-    stale = backtest.stale_scores(settings)
-    print(_indent(comparison.render(comparison.compare(settings, list(ORIGINS), MODELS, stale))))
+    print(
+        _indent(comparison.render(comparison.compare(settings, list(ORIGINS), MODELS, *backtest.staleness(settings))))
+    )
 
 
 @contextlib.contextmanager

@@ -28,6 +28,18 @@ class Comparison:
     origins: tuple[dt.datetime, ...]  # oldest first
     scores: dict[tuple[str, dt.datetime], dict]  # (model, origin) -> its row of the scores table
     stale: frozenset[tuple[str, dt.datetime]] = frozenset()  # (model, origin) of the scores that are stale
+    # the flow runs (Metaflow's pathspecs) whose lineage staleness was judged from; None: not asked
+    judged_runs: frozenset[str] | None = None
+
+    @property
+    def unjudged(self) -> frozenset[tuple[str, dt.datetime]]:
+        """(model, origin) of the scores whose run the lineage does not record (OpenLineage off, its events
+        lost): whether they are stale is not known, and they are marked so, never passed as fresh."""
+        if self.judged_runs is None:
+            return frozenset()
+        return frozenset(
+            key for key, row in self.scores.items() if _flow_run(row["model_version"]) not in self.judged_runs
+        )
 
     def score(self, model: str, origin: dt.datetime) -> dict | None:
         return self.scores.get((model, origin))
@@ -83,19 +95,27 @@ class Comparison:
         return sum(r["mae"] * r["scored_zone_hours"] for r in rows) / actual if actual else None
 
 
+def _flow_run(model_version: str) -> str:
+    """The flow run of a model version (the pathspec of its training step): ``Flow/run_id``."""
+    return "/".join(model_version.split("/")[:2])
+
+
 def of_rows(
     rows: list[dict],
     origins: list[dt.datetime] | None = None,
     models: tuple[str, ...] | None = None,
     stale: set[tuple[str, dt.datetime]] = frozenset(),
+    judged_runs: frozenset[str] | None = None,
 ):
     """The comparison of score rows (the scores table's) of ``models`` at ``origins`` (default: all of them);
-    ``stale``, the (model, origin) of the scores a source changed under."""
+    ``stale``, the (model, origin) of the scores a source changed under, judged from the lineage of the flow
+    runs ``judged_runs`` (None: staleness not asked)."""
     scores = {(r["model_name"], r["as_of_datetime"]): r for r in rows}
     models = tuple(dict.fromkeys(models or sorted({m for m, _ in scores})))
     origins = sorted(origins or {o for _, o in scores})
     kept = {k: v for k, v in scores.items() if k[0] in models and k[1] in origins}
-    return Comparison(models, tuple(origins), kept, frozenset(stale) & frozenset(kept))
+    judged = frozenset(judged_runs) if judged_runs is not None else None
+    return Comparison(models, tuple(origins), kept, frozenset(stale) & frozenset(kept), judged)
 
 
 def compare(
@@ -103,6 +123,7 @@ def compare(
     origins: list[dt.datetime] | None = None,
     models: tuple[str, ...] | None = None,
     stale: set[tuple[str, dt.datetime]] = frozenset(),
+    judged_runs: frozenset[str] | None = None,
 ) -> Comparison:
     """The scores table's comparison of ``models`` at ``origins`` (default: every model and origin it holds)."""
     from pyiceberg.exceptions import NoSuchTableError
@@ -114,7 +135,7 @@ def compare(
         rows = load_table(SCORES, settings).scan().to_arrow().to_pylist()
     except NoSuchTableError:  # nothing scored yet
         rows = []
-    return of_rows(rows, origins, models, stale)
+    return of_rows(rows, origins, models, stale, judged_runs)
 
 
 def featured(comparison: Comparison) -> list[str]:
@@ -161,11 +182,18 @@ def render(comparison: Comparison) -> str:
                     cell += f" {score['coverage']:.0%} of hours"
                 if (model, origin) in comparison.stale:
                     cell += " stale"
+                elif (model, origin) in comparison.unjudged:
+                    cell += " ?"
             cells.append(f"{cell:<{width}}")
         winner = comparison.winner(origin) if len(comparison.models) > 1 else ""
         said = winner if winner is not None else f"not comparable: {comparison.why_not(origin)}"
         lines.append(f"{origin:%Y-%m-%d %H:%M}  " + "".join(cells) + said)
     lines += [f"* {m}: {UPPER_BOUND[m]}" for m in comparison.models if m in UPPER_BOUND]
+    if comparison.unjudged:
+        lines.append(
+            "? whether the score is stale is not known: the lineage records no run of its flow (OpenLineage off "
+            "when it ran, or its events lost), and staleness is judged from those runs"
+        )
     if len(comparison.models) < 2:
         lines.append("one model: nothing to compare it with")
         return "\n".join(lines)

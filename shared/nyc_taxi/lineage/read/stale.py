@@ -140,6 +140,12 @@ class StaleReport:
         return found
 
 
+def flow_runs(runs: Runs) -> frozenset[str]:
+    """The training flow's runs the lineage records (Metaflow's pathspecs, ``Flow/run_id``): the runs whose
+    scores staleness is judged for."""
+    return frozenset(r.label for r in runs.of_job(TRAINING_FLOW.name) if r.label)
+
+
 # ---- the months the ingestion DAGs loaded ----------------------------------------------------------
 
 

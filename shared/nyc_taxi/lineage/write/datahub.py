@@ -473,7 +473,12 @@ def model_records(
                             if r.here
                         ]
                         or None,
-                        customProperties=run.properties,
+                        # what the fit says of itself (its wet factor, a fall back to seasonal naive, the
+                        # weather it forecasts with): the run's summary, as text
+                        customProperties={
+                            **run.properties,
+                            **{k: v if isinstance(v, str) else json.dumps(v) for k, v in report.summary.items()},
+                        },
                     ),
                 )
             )

@@ -26,7 +26,7 @@ from nyc_taxi.lineage.read.quality import DatasetQuality, Quality
 from nyc_taxi.lineage.read.quality import read as read_quality
 from nyc_taxi.lineage.read.reproductions import recorded as recorded_reproductions
 from nyc_taxi.lineage.read.runs import JobRun, Runs, job_runs
-from nyc_taxi.lineage.read.stale import StaleReport
+from nyc_taxi.lineage.read.stale import StaleReport, flow_runs
 from nyc_taxi.lineage.read.stale import check as check_stale
 from nyc_taxi.lineage.read.trace import Tracer, verdict_of
 
@@ -372,5 +372,5 @@ def collect(settings: Settings, stale: StaleReport | None = None) -> SiteData:
         cards=_cards(runs, settings),
         stale=stale,
         reproductions=recorded_reproductions(settings),
-        backtests=compare(settings, stale=stale.scores()),
+        backtests=compare(settings, stale=stale.scores(), judged_runs=flow_runs(runs)),
     )

@@ -281,6 +281,7 @@ class Pages:
                     f"<b>{wape}</b> · MAE {score['mae']:.2f} · bias {score['bias']:+.2f}"
                     + (f" · {score['coverage']:.0%} of its hours" if score["coverage"] < 1 else "")
                     + (" · <b>stale</b>" if (model, origin) in compared.stale else "")
+                    + (" · staleness not known" if (model, origin) in compared.unjudged else "")
                 )
             cells.append(esc(compared.winner(origin) or f"not comparable: {compared.why_not(origin)}"))
             rows.append(cells)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -364,13 +365,18 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
 
 
 def test_the_users_path_trains_at_the_latest_origin_with_the_users_metaflow_profile_and_openlineage_off(
-    loaded, backtest, settings, lineage_backend, tmp_path
+    loaded, backtest, settings, lineage_backend, receiver, tmp_path
 ):
     """`bash run training-flow run`, exactly as the README's path writes it, on a machine whose user has a
     Metaflow profile of their own (METAFLOW_PROFILE: its own datastore and metadata) and has turned
-    OpenLineage off (OPENLINEAGE_DISABLED, with an openlineage.yml naming a live server): the flow trains at
-    the latest origin whose horizon raw holds and says so, its run is kept where the profile says, and no
-    OpenLineage event is made or sent; its DataHub records are written as ever."""
+    OpenLineage off in Airflow's settings (an airflow.cfg named by AIRFLOW_CONFIG: `[openlineage] disabled`,
+    with a `config_path` naming a live server), which a flow run by hand follows as one Airflow starts does:
+    the flow trains at the latest origin whose horizon raw holds and says so, its run is kept where the
+    profile says, and no OpenLineage event is made or sent; its DataHub records are written as ever, and
+    shipped to the DataHub of the plugin's connection (`datahub_rest_default`, as an AIRFLOW_CONN_ variable,
+    without a password) with DATAHUB_GMS_TOKEN: where Airflow's tasks ship theirs."""
+    from lineage_receiver import DATAHUB_INGEST_PATH, local_records, received_records
+
     from nyc_taxi.lineage.write.outbox import read_datahub_records
 
     home, store = tmp_path / "metaflowconfig", tmp_path / "their-datastore"
@@ -380,18 +386,27 @@ def test_the_users_path_trains_at_the_latest_origin_with_the_users_metaflow_prof
     backend = lineage_backend(201)
     config = tmp_path / "openlineage.yml"
     config.write_text(json.dumps({"transport": {"type": "http", "url": backend.url}}))
-    user = {"METAFLOW_HOME": str(home), "METAFLOW_PROFILE": "theirs", "OPENLINEAGE_DISABLED": "true"}
+    airflow_cfg = tmp_path / "airflow.cfg"
+    airflow_cfg.write_text(f"[openlineage]\ndisabled = True\nconfig_path = {config}\n")
+    datahub, token = receiver("ok"), "dh-" + secrets.token_hex(16)
+    connection = json.dumps({"conn_type": "datahub-rest", "host": datahub.url})
+    user = {"METAFLOW_HOME": str(home), "METAFLOW_PROFILE": "theirs", "AIRFLOW_CONFIG": str(airflow_cfg)}
+    user |= {"AIRFLOW_CONN_DATAHUB_REST_DEFAULT": connection, "DATAHUB_GMS_TOKEN": token}
     env = {k: v for k, v in os.environ.items() if not k.startswith("METAFLOW_") and k != "NYC_TAXI_METAFLOW_SET"}
-    env |= {**user, "OPENLINEAGE_CONFIG": str(config)}
+    env |= user
     events, records = len(ol_events()), len(read_datahub_records(settings, "metaflow"))
     result = subprocess.run(
         ["bash", "run", "training-flow", "run"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900
     )
     said = result.stdout + result.stderr
     assert result.returncode == 0, said[-4000:]
-    # raw holds 2024-09 and 2024-10: the latest midnight whose 24 hours end by November is October 31st
-    assert "--as_of_datetime not given: training at 2024-10-31T00:00" in said and "2024-10" in said, said[-3000:]
-    origin = dt.datetime(2024, 10, 31)
+    # the latest month raw's rows came from (this module's 2024-10, or a later one another module of the
+    # session loaded): the latest midnight whose 24 hours end by its end
+    files = load_table(registry.YELLOW_TAXI_RAW).scan(selected_fields=("source_file",)).to_arrow()["source_file"]
+    latest = max(re.search(r"\d{4}-\d{2}", name)[0] for name in set(files.to_pylist()))
+    year, month = map(int, latest.split("-"))
+    origin = dt.datetime(year + month // 12, month % 12 + 1, 1) - dt.timedelta(days=1)
+    assert f"--as_of_datetime not given: training at {origin:%Y-%m-%dT%H:%M}" in said and latest in said, said[-3000:]
     forecasts = table_rows(
         registry.YELLOW_RIDES_HOURLY_FORECAST, "forecast_hour", origin, origin + dt.timedelta(days=1)
     )
@@ -403,9 +418,13 @@ def test_the_users_path_trains_at_the_latest_origin_with_the_users_metaflow_prof
     probe = f"from metaflow import Run, namespace\nnamespace(None)\nprint(Run('TrainForecastModelFlow/{run_id}').successful)"
     found = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert found.stdout.strip().endswith("True"), found.stderr[-2000:]
-    # OpenLineage off: no event made, none sent; DataHub's records as ever
+    # OpenLineage off: no event made, none sent; DataHub's records as ever, shipped through the connection
     assert len(ol_events()) == events and backend.requests == []
-    assert len(read_datahub_records(settings, "metaflow")) > records
+    made = local_records(read_datahub_records(settings, "metaflow")[records:])
+    received = received_records(datahub)
+    assert made and [r for r in made if r not in received] == []
+    tokens = {r["headers"].get("Authorization") for r in datahub.requests() if r["path"] == DATAHUB_INGEST_PATH}
+    assert tokens == {f"Bearer {token}"} and token not in said
 
 
 def test_bash_run_sql_answers_what_pyiceberg_reads_from_the_tables_files(loaded):

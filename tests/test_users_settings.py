@@ -53,6 +53,22 @@ def test_a_users_airflow_setting_wins_over_a_project_default_and_a_required_one_
     assert users_airflow_settings({"AIRFLOW__CORE__FERNET_KEY_CMD": "cat key"}) == {"AIRFLOW__CORE__FERNET_KEY": None}
 
 
+def test_an_airflow_cfg_in_airflows_default_home_is_said_unread(tmp_path):
+    """A quick start's ~/airflow/airflow.cfg: the project's Airflow home is the state directory's, and `bash run`
+    says the file is not read (and how to name one that is)."""
+    settings = _settings(tmp_path)
+    (tmp_path / "airflow").mkdir()
+    assert not_used(settings, {"HOME": str(tmp_path)}) == []
+    (tmp_path / "airflow" / "airflow.cfg").write_text("[core]\nload_examples = True\n")
+    (said,) = not_used(settings, {"HOME": str(tmp_path)})
+    assert (
+        said.startswith(f"{tmp_path}/airflow/airflow.cfg (Airflow's default home) is not read")
+        and "AIRFLOW_CONFIG" in said
+    )
+    config = {"HOME": str(tmp_path), "AIRFLOW_CONFIG": str(tmp_path / "airflow" / "airflow.cfg")}
+    assert not_used(settings, config) == []  # named: read, and its settings win
+
+
 def test_the_settings_airflow_reads_in_a_cmd_form_are_airflows_sensitive_ones():
     from airflow.configuration import conf
 
@@ -295,6 +311,44 @@ def test_datahub_is_found_as_datahubs_cli_finds_it(tmp_path):
     assert found["url"] == "https://h:9002"
 
 
+def test_a_datahub_connection_in_the_environment_is_read_as_airflow_reads_it_by_both_tools(tmp_path, monkeypatch):
+    """The DataHub plugin's connection given as an AIRFLOW_CONN_ variable (JSON, or Airflow's URI forms): a flow
+    run by hand reads it without Airflow as Airflow does, before DataHub's own settings, so both tools ship to
+    the same server; without a password, DATAHUB_GMS_TOKEN is its token, in Airflow's tasks too."""
+    from airflow.models.connection import Connection
+
+    from nyc_taxi.airflow_adapter.datahub_connection import shipping_targets
+    from nyc_taxi.lineage.write.destinations import connection_target
+
+    for uri in (
+        "datahub-rest://http%3A%2F%2Fgms.example%3A8080",
+        "datahub-rest://:t0k%40n@http%3A%2F%2Fgms%3A8080",
+        "datahub-rest://:tok@gms:8080",
+        "datahub-rest://https://:tok@gms.example",
+        "datahub_rest://gms:8080",
+        "http://gms:8080",
+    ):
+        airflows = Connection(conn_id="c", uri=uri)
+        ours = connection_target(uri, "c")
+        if airflows.conn_type != "datahub_rest" or not airflows.host:
+            assert ours is None, uri
+            continue
+        host = f"{airflows.host}:{airflows.port}" if airflows.port else airflows.host
+        assert (ours.url, ours.token) == (host, airflows.password), uri
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DATAHUB_REST_DEFAULT", json.dumps({"conn_type": "datahub-rest", "host": "http://gms:8080"})
+    )
+    settings = _settings(tmp_path, datahub_gms_url="http://other:8080", datahub_gms_token="t-1")
+    target = datahub_target(settings)
+    assert (target.url, target.token, target.origin) == (
+        "http://gms:8080",
+        "t-1",
+        "the Airflow connection datahub_rest_default",
+    )
+    [airflows] = shipping_targets(settings, environment_only=True)
+    assert (airflows.url, airflows.token) == (target.url, "t-1")
+
+
 def test_datahub_settings_in_the_process_settings(tmp_path):
     target = datahub_target(_settings(tmp_path, datahub_gms_url="http://127.0.0.1:1", datahub_gms_token="s"))
     assert (target.url, target.token) == ("http://127.0.0.1:1", "s") and "s" not in repr(target)
@@ -324,3 +378,23 @@ def test_metaflow_takes_the_users_configuration_and_profile_and_the_project_fill
     # read again in an environment the project's settings were applied to: the project's are not a user's
     again = metaflow_environment(_settings(tmp_path / "b"), {"METAFLOW_HOME": str(home), **bare})
     assert again["METAFLOW_DATASTORE_SYSROOT_LOCAL"] == str(tmp_path / "b" / "state" / "metaflow")
+
+
+def test_a_users_own_datastore_gets_none_of_the_projects_bucket_settings(tmp_path, monkeypatch):
+    """The team profile keeps artifacts in its bucket (an endpoint, a credentials file): a user whose Metaflow
+    configuration names a datastore of their own keeps it whole, without the bucket's endpoint or keys."""
+    from nyc_taxi.metaflow_adapter import environment
+
+    bucket = {
+        "METAFLOW_DEFAULT_DATASTORE": "s3",
+        "METAFLOW_DATASTORE_SYSROOT_S3": "s3://team/metaflow",
+        "METAFLOW_S3_ENDPOINT_URL": "http://127.0.0.1:8333",
+        "AWS_SHARED_CREDENTIALS_FILE": "/state/team/s3-credentials",
+    }
+    monkeypatch.setattr(environment, "_datastore", lambda settings: bucket)
+    home = tmp_path / "metaflowconfig"
+    home.mkdir()
+    assert bucket.items() <= metaflow_environment(_settings(tmp_path), {"METAFLOW_HOME": str(home)}).items()
+    (home / "config.json").write_text(json.dumps({"METAFLOW_DATASTORE_SYSROOT_S3": "s3://theirs/metaflow"}))
+    env = metaflow_environment(_settings(tmp_path), {"METAFLOW_HOME": str(home)})
+    assert not set(bucket) & set(env) and env["METAFLOW_DEFAULT_METADATA"] == "local", env

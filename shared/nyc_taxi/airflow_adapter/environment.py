@@ -244,6 +244,12 @@ def airflow_process_environment(settings: Settings | None = None, environ: dict[
     return {**{k: v for k, v in environ.items() if k not in gone}, **airflow_environment(settings, environ)}
 
 
+def lineage_destinations(settings: Settings | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Where the user's Airflow settings say lineage goes, as both tools read it, alone: for a flow run by
+    hand (`bash run training-flow`), which then ships where a flow that Airflow starts ships."""
+    return _lineage_destinations(settings or get_settings(), users_airflow_settings(environ))
+
+
 def _lineage_destinations(settings: Settings, given: dict[str, str | None]) -> dict[str, str]:
     """The user's Airflow settings of where lineage goes, as the settings both tools read: their
     ``[openlineage] config_path`` (which the provider reads before ``transport``) or ``transport`` as
@@ -281,6 +287,13 @@ def not_used(settings: Settings | None = None, environ: dict[str, str] | None = 
     home = environ.get(REQUIRED_HOME)
     if home and Path(home).resolve() != settings.airflow_home.resolve():
         said.append(f"AIRFLOW_HOME is the state directory's ({settings.airflow_home}): STATE_DIR moves it")
+    quick_start = Path(environ.get("HOME") or "/nonexistent") / "airflow" / "airflow.cfg"  # Airflow's default home
+    if not home and not environ.get("AIRFLOW_CONFIG") and quick_start.is_file():
+        said.append(
+            f"{quick_start} (Airflow's default home) is not read: the project's Airflow home is the state "
+            f"directory's ({settings.airflow_home}), where `bash run airflow connections add …` keeps a "
+            "connection; AIRFLOW_CONFIG names an airflow.cfg whose settings win over the project's defaults"
+        )
     return said
 
 
@@ -305,6 +318,10 @@ if __name__ == "__main__":
     import sys
 
     prepare_directories()
+    if sys.argv[1:] == ["--lineage"]:  # where lineage goes, alone (`bash run training-flow`)
+        for key, value in lineage_destinations().items():
+            print(f"export {key}={shlex.quote(value)}")
+        sys.exit()
     for line in not_used():
         print(f"note: your {line}", file=sys.stderr)
     for name in replaced():

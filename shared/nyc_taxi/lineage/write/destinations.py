@@ -4,9 +4,10 @@ as each tool's own documentation says they are named (``delivery`` ships the fil
 - OpenLineage: the transport OpenLineage's client finds (``OPENLINEAGE_CONFIG``, ``openlineage.yml`` in the
   working directory or ``~/.openlineage/``, ``OPENLINEAGE__…`` variables, ``OPENLINEAGE_URL`` with
   ``OPENLINEAGE_API_KEY`` and ``OPENLINEAGE_ENDPOINT``); none when ``OPENLINEAGE_DISABLED`` is true.
-- DataHub: ``DATAHUB_GMS_URL`` (or ``DATAHUB_GMS_HOST`` and ``_PORT``) with ``DATAHUB_GMS_TOKEN``, else the
-  ``gms`` section of ``~/.datahubenv`` (what `datahub init` writes); in an Airflow task, first the DataHub
-  plugin's own connection, which the Airflow adapter reads and hands to ``delivery``.
+- DataHub: the DataHub plugin's own connection first (in an Airflow task, the Airflow adapter reads it as
+  Airflow does and hands it to ``delivery``; elsewhere, where it is an ``AIRFLOW_CONN_…`` variable); else
+  ``DATAHUB_GMS_URL`` (or ``DATAHUB_GMS_HOST`` and ``_PORT``) with ``DATAHUB_GMS_TOKEN``, else the ``gms``
+  section of ``~/.datahubenv`` (what `datahub init` writes).
 """
 
 from __future__ import annotations
@@ -179,9 +180,14 @@ class DataHubTarget:
 
 
 def datahub_target(settings: Settings) -> DataHubTarget | None:
-    """The DataHub that DataHub's own settings name: DATAHUB_GMS_URL (or DATAHUB_GMS_HOST and _PORT) and
-    DATAHUB_GMS_TOKEN, else the ``gms`` section of ``~/.datahubenv`` (unless DATAHUB_SKIP_CONFIG)."""
+    """The DataHub the user's settings name: the DataHub plugin's Airflow connection where it is given as an
+    ``AIRFLOW_CONN_…`` variable (``connection_target``: so a flow run by hand ships where Airflow's tasks do);
+    else DataHub's own: DATAHUB_GMS_URL (or DATAHUB_GMS_HOST and _PORT) and DATAHUB_GMS_TOKEN, else the
+    ``gms`` section of ``~/.datahubenv`` (unless DATAHUB_SKIP_CONFIG)."""
     token = settings.datahub_gms_token.get_secret_value() if settings.datahub_gms_token else None
+    for conn_id in filter(None, (c.strip() for c in settings.datahub_conn_id.split(","))):
+        if target := connection_target(os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}"), conn_id, token):
+            return target
     if settings.datahub_gms_url:
         return DataHubTarget(settings.datahub_gms_url, token, "DATAHUB_GMS_URL")
     from datahub.cli import config_utils
@@ -197,3 +203,32 @@ def datahub_target(settings: Settings) -> DataHubTarget | None:
     if not gms.get("server"):
         return None
     return DataHubTarget(gms["server"], token or gms.get("token") or None, str(path))
+
+
+def connection_target(value: str | None, conn_id: str, token: str | None = None) -> DataHubTarget | None:
+    """The DataHub of a ``datahub-rest`` Airflow connection as an ``AIRFLOW_CONN_…`` variable holds it (JSON, or
+    Airflow's URI form), read as the DataHub plugin reads it: its host (and port) the GMS, its password the
+    token; without a password, DATAHUB_GMS_TOKEN (``token``). Read here without Airflow, whose import would
+    set up an Airflow home where none is wanted (a flow run by hand); ``tests/test_users_settings.py``
+    compares the reading with Airflow's own."""
+    from urllib.parse import unquote, urlsplit
+
+    if not value:
+        return None
+    if value.lstrip().startswith("{"):
+        fields = json.loads(value)
+        conn_type, host, port, password = (fields.get(k) for k in ("conn_type", "host", "port", "password"))
+    else:  # conn-type://login:password@host:port, the host's own scheme percent-encoded or as a second ://
+        conn_type, _, rest = value.partition("://")
+        if urlsplit(value).scheme != conn_type.lower():  # not a URI scheme ('_' in it): Airflow reads no type
+            return None
+        parts = urlsplit(rest if "://" in rest else f"//{rest}")
+        host = unquote(parts.hostname or "")
+        if "/" in host:  # an encoded scheme: the host as written (urlsplit lowercases and cuts it)
+            host = unquote(parts.netloc.rsplit("@", 1)[-1].split(":", 1)[0])
+        if host and "://" in rest:
+            host = f"{parts.scheme}://{host}"
+        port, password = parts.port, unquote(parts.password) if parts.password else None
+    if (conn_type or "").replace("_", "-") != "datahub-rest" or not host:
+        return None
+    return DataHubTarget(f"{host}:{port}" if port else host, password or token, f"the Airflow connection {conn_id}")

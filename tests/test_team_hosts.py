@@ -48,6 +48,13 @@ def _left_on_the_machine(network) -> list[str]:
     return left + [line for line in links.splitlines() if any(mark in line for mark in marks)]
 
 
+# The operator's tokens for lineage servers beyond the deployment (no server named: nothing is shipped)
+OPERATORS_CREDENTIALS = {
+    "DATAHUB_GMS_TOKEN": "dh-operator-" + os.urandom(8).hex(),
+    "OPENLINEAGE_API_KEY": "ol-operator",
+}
+
+
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
     """`team up --hosts` under a state directory of its own; after the module, `team down --delete-data`,
@@ -60,6 +67,7 @@ def hosts(tmp_path_factory):
     # loopback, which no host reaches: each host is given its own (settings.env in its state directory)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
     env |= {"PROFILE": "team", "STATE_DIR": str(state), "AIRFLOW_PORT": str(free_port()), "SPARK_SERVER": "false"}
+    env |= OPERATORS_CREDENTIALS  # the operator's lineage credentials: control's, never a worker's
     settings = Settings(profile="team", state_dir=state, airflow_port=int(env["AIRFLOW_PORT"]))
     network = Network(settings)
     up = team_cli(env, "up", "--hosts")
@@ -375,6 +383,31 @@ def test_a_worker_host_sees_no_postgresql_socket_or_data_of_controls(hosts):
         text=True,
     )
     assert sockets.stdout.strip() == "", sockets.stdout
+
+
+def test_a_worker_host_holds_no_lineage_credential_of_the_operators_and_no_other_hosts_shared_memory(hosts):
+    """The operator's DataHub token and OpenLineage key reach control's programs (its shipper sends on with
+    them) and no worker's: not in the environment of a worker's programs. Each host's /dev/shm is its own:
+    a file the machine's holds is seen by no host."""
+    _, env, network, _ = hosts
+    status = _status(env, "--hosts")
+
+    def environment_of(host: str, program: str) -> str:
+        return Path(f"/proc/{status[(host, program)]['pid']}/environ").read_bytes().decode(errors="replace")
+
+    control = environment_of("control", "lineage-shipper")
+    assert all(value in control for value in OPERATORS_CREDENTIALS.values())
+    for program in {name for host, name in status if host == "worker-a"}:
+        held = environment_of("worker-a", program)
+        assert [k for k, v in OPERATORS_CREDENTIALS.items() if v in held] == [], program
+    marker = Path("/dev/shm") / f"nyc-taxi-machine-{os.getpid()}"
+    marker.write_text("the machine's")
+    try:
+        for host in ("control", "worker-a"):
+            seen = subprocess.run(network.command(host, ["ls", "-a", "/dev/shm"]), capture_output=True, text=True)
+            assert seen.returncode == 0 and marker.name not in seen.stdout, (host, seen.stdout, seen.stderr)
+    finally:
+        marker.unlink()
 
 
 def _certificate_name(path: Path) -> str:

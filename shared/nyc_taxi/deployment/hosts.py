@@ -439,8 +439,8 @@ class Network:
 
     def command(self, host: str, argv: list[str]) -> list[str]:
         """``argv`` as it runs on ``host``: in its network namespace and a private mount namespace that
-        shows only the host's own state directory (at ``<state>/hosts/<host>``, its STATE_DIR) and its own
-        /tmp. While the host's supervisord runs, in its namespaces (``nsenter``): a command sees the host's
+        shows only the host's own state directory (at ``<state>/hosts/<host>``, its STATE_DIR), its own
+        /tmp and its own /dev/shm. While the host's supervisord runs, in its namespaces (``nsenter``): a command sees the host's
         mounts as its programs do (Metaflow's home, mounted from the filer), as on a machine."""
         self.layout.host(host)
         state, own = self.settings.state_dir.resolve(), self.directory(host).resolve()
@@ -476,6 +476,7 @@ class Network:
             'mount -o remount,ro "$state"; umount "$hold"; rmdir "$hold"; trap - EXIT; '
             f"for path in {hidden}; do "
             '  mount -t tmpfs -o size=4k,mode=0755 not-this-host "$path"; mount -o remount,ro "$path"; done; '
+            "mount -t tmpfs -o mode=1777 host-shm /dev/shm; "  # its own shared memory (PostgreSQL's segments)
             'export STATE_DIR="$state/hosts/${own##*/}"; exec "$@"'
         )
         return ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",

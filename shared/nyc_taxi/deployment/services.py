@@ -808,6 +808,26 @@ def weed_binary() -> str:
     return shutil.which("weed") or str(Path(sys.executable).with_name("weed"))
 
 
+# The operator's own settings that the deployment's programs are not given. Its Metaflow is the deployment's
+# (its bucket or the filer's home, METAFLOW_HOME below), not the operator's profile. A host that ships its
+# lineage to control's receiver (a worker, across hosts) uses no lineage server beyond it: the servers the
+# operator's settings name and their credentials stay on control, whose shipper sends on to them.
+NOT_THE_DEPLOYMENTS = ("METAFLOW_",)
+CONTROLS_ALONE = (
+    *("OPENLINEAGE_URL", "OPENLINEAGE_API_KEY", "OPENLINEAGE_ENDPOINT", "OPENLINEAGE_CONFIG", "OPENLINEAGE__"),
+    *("DATAHUB_GMS_", "DATAHUB_CONN_ID", "AIRFLOW_CONN_DATAHUB_REST"),
+)
+
+
+def _inherited(settings: Settings) -> dict[str, str]:
+    """The operator's environment with the project's Airflow settings, less what the host's programs are not
+    given (``NOT_THE_DEPLOYMENTS``; on a host that ships to control, ``CONTROLS_ALONE`` too, and DataHub's
+    ~/.datahubenv not read)."""
+    dropped = NOT_THE_DEPLOYMENTS + (CONTROLS_ALONE if team.LineageReceiver(settings).elsewhere() else ())
+    kept = {k: v for k, v in airflow_process_environment(settings).items() if not k.startswith(dropped)}
+    return kept | ({"DATAHUB_SKIP_CONFIG": "true"} if team.LineageReceiver(settings).elsewhere() else {})
+
+
 def environment(settings: Settings, record: dict) -> dict[str, str]:
     """What supervisord expands in its configuration and every program inherits: the ports and
     directories, Airflow's configuration, and the marker that finds the deployment's processes."""
@@ -817,7 +837,7 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
     postgres = Postgres(settings, record)
     weed = weed_binary()
     return {
-        **airflow_process_environment(settings),
+        **_inherited(settings),
         "PROFILE": "team",
         "STATE_DIR": str(settings.state_dir),
         "AIRFLOW_PORT": str(settings.airflow_port),

@@ -921,17 +921,37 @@ def _mission_scores(root: Path, wape: float, scored_at: dt.datetime, twice: bool
         times=2 if twice else 1,
     )
     resolve = check.VersionResolver(None, lake=lake)
-    return resolve("nyc_taxi.yellow_rides_forecast_scores", str(scores.current_snapshot().snapshot_id))
+    version = resolve("nyc_taxi.yellow_rides_forecast_scores", str(scores.current_snapshot().snapshot_id))
+    by_key, doubled = check.table_rows(scores, resolve=resolve)  # as the chaos run's table check reads it
+    return version, {"by_key": by_key, "doubled": doubled}
+
+
+def _tables_with(scores: dict) -> dict:
+    """The chaos check's tables of a run whose scores are ``scores`` and whose other tables are empty."""
+    return {
+        name: scores if name == d.YELLOW_RIDES_FORECAST_SCORES.name else {"by_key": {}, "doubled": []}
+        for name in check.TABLES
+    }
 
 
 def test_the_scores_lineage_compares_their_figures_and_the_versions_they_name_never_when_they_were_taken(tmp_path):
     """Two runs of the mission write the same scores at other moments, of forecasts and actuals under
     other snapshot ids: their lineage is equal (bash run chaos failed on exactly this). A score whose WAPE
     differs is not. The report says which columns it leaves out, and why."""
-    first = _mission_scores(tmp_path / "clean", 0.25, dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC))
-    again = _mission_scores(tmp_path / "faulty", 0.25, dt.datetime(2026, 11, 27, 11, 30, tzinfo=dt.UTC))
-    other = _mission_scores(tmp_path / "wrong", 0.26, dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC))
+    first, first_rows = _mission_scores(tmp_path / "clean", 0.25, dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC))
+    again, again_rows = _mission_scores(tmp_path / "faulty", 0.25, dt.datetime(2026, 11, 27, 11, 30, tzinfo=dt.UTC))
+    other, other_rows = _mission_scores(tmp_path / "wrong", 0.26, dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC))
     assert first.startswith("rows:") and first == again and other != first
-    assert _mission_scores(tmp_path / "doubled", 0.25, dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC), True) != first
+    doubled, doubled_rows = _mission_scores(
+        tmp_path / "doubled", 0.25, dt.datetime(2026, 11, 27, 10, tzinfo=dt.UTC), True
+    )
+    assert doubled != first
+    # the table check, row for row, says the same: the scores equal but for when they were taken; a WAPE differs
+    scores = d.YELLOW_RIDES_FORECAST_SCORES.name
+    assert check.table_differences(_tables_with(first_rows), _tables_with(again_rows)) == {}
+    assert check.table_differences(_tables_with(first_rows), _tables_with(other_rows)) == {
+        scores: "0 rows missing, 0 extra, 1 changed"
+    }
+    assert check.table_differences(_tables_with(first_rows), _tables_with(doubled_rows)) == {scores: "1 keys twice"}
     assert "scored_at" in check.LEFT_OUT and "forecast_snapshot_id" in check.LEFT_OUT
     assert check.LEFT_OUT in chaos_run.table({"runs": []})

@@ -551,7 +551,7 @@ def test_a_day_is_judged_whole_by_its_hours_as_docs_quality_says():
     assert judged(lambda i, p: p.hour not in daytime or i % 10 < 3) == (0.61, 0.39, True)
     assert judged(lambda i, p: p.hour not in (10, 11, 12)) == (0.85, 0.83, False)  # three hours lost: a hole
     assert judged(lambda i, p: p.hour != 11) == (0.95, 0.94, True)  # one hour lost: no hole
-    assert judged(lambda i, p: True, times=2) == (1.99, 1.0, False)  # counted twice: a file loaded again
+    assert judged(lambda i, p: True, times=4) == (3.98, 1.0, False)  # counted four times
 
 
 def test_an_hour_empty_by_chance_makes_no_hole_and_one_emptied_does():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ("team_deployment",)  # the team deployment's fixtures, for the modules that run it
+pytest_plugins = ("team_deployment", "timeline")  # the team deployment's fixtures; the lane's timeline at its end
 
 _STATE = Path(tempfile.mkdtemp(prefix="nyc-taxi-test-state-"))
 # what the fast lane leaves out: the tests that start Spark, Airflow, Metaflow, a browser, the demo, a

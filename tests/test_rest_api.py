@@ -1,7 +1,8 @@
-"""The project's client of Airflow's REST API (airflow_adapter/rest_api.py): a trigger whose answer is lost
-(the API server waiting on its database, the connection dropped) is asked again and finds the run its first
-try made, never makes a second. Against a stand-in of the two endpoints it calls; the real API server:
-test_readme_path.py."""
+"""The project's client of Airflow's REST API (airflow_adapter/rest_api.py): a trigger is safe to ask
+again. A try whose answer is lost (the API server waiting on its database, the connection dropped), or one
+refused while the server restarts (503), is asked again under the same run name and finds the run its first
+try made, never makes a second; so is a caller's own asking again with the name it chose (the chaos
+mission's). Against a stand-in of the two endpoints it calls; the real API server: test_readme_path.py."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 from nyc_taxi.airflow_adapter.rest_api import RestApi, passwords_file
 from nyc_taxi.core.settings import Settings
 
 
-def test_a_trigger_whose_answer_is_lost_finds_the_run_it_made_and_makes_no_second(tmp_path):
-    runs: list[dict] = []  # the runs the stand-in made, in order
-    posted: list[str] = []  # the run ids asked for
+@pytest.fixture
+def airflow(tmp_path):
+    """(the client, the runs the stand-in made, the run ids asked for, how it answers each POST in turn)."""
+    runs: list[dict] = []
+    posted: list[str] = []
+    answers: list[str] = []  # per POST of a run, in turn: "lost" (made, the connection dropped), "503", "ok"
 
     class Airflow(BaseHTTPRequestHandler):
         def do_POST(self):
@@ -23,10 +29,13 @@ def test_a_trigger_whose_answer_is_lost_finds_the_run_it_made_and_makes_no_secon
             if self.path == "/auth/token":
                 return self._answer(201, {"access_token": "t"})
             posted.append(body["dag_run_id"])
+            answer = answers.pop(0) if answers else "ok"
+            if answer == "503":  # restarting: nothing made
+                return self._answer(503, {"detail": "unavailable"})
             if any(r["dag_run_id"] == body["dag_run_id"] for r in runs):
                 return self._answer(409, {"detail": "already exists"})
             runs.append(body)
-            if len(posted) == 1:  # the first answer is lost: the run is made, the connection dropped
+            if answer == "lost":
                 self.close_connection = True
                 self.connection.close()
                 return None
@@ -44,13 +53,29 @@ def test_a_trigger_whose_answer_is_lost_finds_the_run_it_made_and_makes_no_secon
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Airflow)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings = Settings(_env_file=None, state_dir=tmp_path)
+    passwords_file(settings).parent.mkdir(parents=True)
+    passwords_file(settings).write_text(json.dumps({"admin": "pw"}))
     try:
-        settings = Settings(_env_file=None, state_dir=tmp_path)
-        passwords_file(settings).parent.mkdir(parents=True)
-        passwords_file(settings).write_text(json.dumps({"admin": "pw"}))
-        api = RestApi(settings, f"http://127.0.0.1:{server.server_port}")
-        run_id = api.trigger("ingest_weather_data", {"month": "2024-01"})
-        assert len(runs) == 1 and runs[0]["dag_run_id"] == run_id and runs[0]["conf"] == {"month": "2024-01"}
-        assert posted == [run_id, run_id]  # asked again under the same name: found (409), not made again
+        yield RestApi(settings, f"http://127.0.0.1:{server.server_port}"), runs, posted, answers
     finally:
         server.shutdown()
+
+
+def test_a_trigger_whose_answer_is_lost_finds_the_run_it_made_and_makes_no_second(airflow):
+    api, runs, posted, answers = airflow
+    answers += ["lost"]
+    run_id = api.trigger("ingest_weather_data", {"month": "2024-01"})
+    assert len(runs) == 1 and runs[0]["dag_run_id"] == run_id and runs[0]["conf"] == {"month": "2024-01"}
+    assert posted == [run_id, run_id]  # asked again under the same name: found (409), not made again
+
+
+def test_a_trigger_refused_while_the_server_restarts_is_asked_again_and_a_callers_own_retry_finds_its_run(airflow):
+    api, runs, posted, answers = airflow
+    answers += ["503", "ok"]
+    run_id = api.trigger("ingest_weather_data", {"month": "2024-02"})
+    assert len(runs) == 1 and posted == [run_id, run_id]
+    # the caller asks again with the name it chose (its own try's answer lost): the same run, no second
+    assert api.trigger("ingest_weather_data", {"month": "2024-02"}, run_id) == run_id and len(runs) == 1
+    # a new name is a new run
+    assert api.trigger("ingest_weather_data", {"month": "2024-02"}) != run_id and len(runs) == 2

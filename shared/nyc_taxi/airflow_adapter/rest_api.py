@@ -53,27 +53,32 @@ class RestApi:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             return json.load(answer)
 
-    def trigger(self, dag_id: str, conf: dict, tries: int = 3) -> str:
+    def trigger(self, dag_id: str, conf: dict, run_id: str | None = None, tries: int = 3) -> str:
         """A run now, with ``conf``: what the UI's Trigger button does. A conf the DAG's params refuse is
-        refused here, with Airflow's reason (``urllib.error.HTTPError``, 400). The run is named here, so a try
-        whose answer is lost (an API server waiting on its database's lock: SQLite's writers wait a minute)
-        is asked again safely: a second try of a run that was made finds it (409), never makes another."""
+        refused here, with Airflow's reason (``urllib.error.HTTPError``, 400). The run is named here
+        (``run_id``, or a new name), so asking again is safe: a try whose answer was lost (an API server
+        waiting on its database's lock: SQLite's writers wait a minute; one restarting) is asked again, a few
+        seconds apart, and a run of that name that exists (409) is the one an earlier try made, never a second.
+        A caller that asks again itself passes the same ``run_id``."""
         import datetime as dt
         import urllib.error
 
-        run_id = f"manual__{dt.datetime.now(dt.UTC).isoformat()}"
+        given = run_id is not None
+        run_id = run_id or f"manual__{dt.datetime.now(dt.UTC).isoformat()}"
         body, attempt = {"dag_run_id": run_id, "logical_date": None, "conf": conf}, 0
         while True:
             attempt += 1
             try:
                 return self.call(f"/api/v2/dags/{dag_id}/dagRuns", body, timeout=90)["dag_run_id"]
             except urllib.error.HTTPError as refused:
-                if refused.code == 409 and attempt > 1:  # made by a try whose answer was lost
+                if refused.code == 409 and (given or attempt > 1):  # made by an earlier try of this name
                     return run_id
-                raise
-            except OSError:  # no answer: timed out, the connection dropped
+                if refused.code < 500 or attempt >= tries:
+                    raise
+            except OSError:  # no answer: timed out, the connection dropped or refused
                 if attempt >= tries:
                     raise
+            time.sleep(2 * attempt)
 
     def run(self, dag_id: str, run_id: str) -> dict:
         return self.call(f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}")

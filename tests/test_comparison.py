@@ -72,6 +72,7 @@ def test_a_score_whose_run_the_lineage_does_not_record_is_said_not_known_fresh()
     text = comparison.render(part)
     [row] = [line for line in text.splitlines() if line.startswith("2024-02-15")]
     assert "40.0% (0.80) ?" in row and "? whether the score is stale is not known" in text
+    assert row.endswith("not comparable: a score not known fresh") and part.wins()[WEATHER] == 0
     assert not comparison.of_rows(rows).unjudged  # staleness not asked: nothing said either way
 
 

@@ -5,7 +5,7 @@
 An origin is compared only where every model's score is like the others': over its whole horizon
 (coverage 1), over the same hours (first and last) and the same zones (their digest, ``zone_set``), trained
 on the same lookback, and not stale (a source it was computed from has changed since, as `bash run lineage
---stale` says): a model scored on other zone-hours, or trained on other days, than the rest would be judged
+--stale` says) nor of a run the lineage does not record (whether it is stale is not known): a model scored on other zone-hours, or trained on other days, than the rest would be judged
 on other demand or be another model. ``why_not`` says which of these an origin lacks. With one model there
 is nothing to compare: no winner."""
 
@@ -53,6 +53,8 @@ class Comparison:
             return "not every model scored"
         if any((m, origin) in self.stale for m in self.models):
             return "a stale score"
+        if any((m, origin) in self.unjudged for m in self.models):
+            return "a score not known fresh"
         if any(s["coverage"] != 1 or s["wape"] is None for s in scores):
             return "part of its hours"
         if len({(s["first_hour"], s["last_hour"]) for s in scores}) > 1:

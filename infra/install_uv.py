@@ -85,14 +85,25 @@ def login_for(index: str) -> tuple[str, str] | None:
 
 
 def fetch(address: str, index: str, headers: dict[str, str] | None = None):
-    """``address`` opened, with the index's login when it is on the index's host (a wheel on another
-    host, a CDN's, gets none)."""
-    request = urllib.request.Request(shown(address), headers=dict(headers or {}))
+    """``address`` opened, with the index's login wherever it is on the index's host, redirected there too (as
+    pip and uv send it); a wheel on another host, a CDN's or a redirect's, gets none."""
     login = login_for(index)
-    if login and urllib.parse.urlsplit(address).hostname == urllib.parse.urlsplit(index).hostname:
-        # unredirected: a redirect to another host (a CDN, S3) does not carry it on
-        request.add_unredirected_header("Authorization", "Basic " + base64.b64encode(":".join(login).encode()).decode())
-    return urllib.request.urlopen(request, timeout=120)
+    host = urllib.parse.urlsplit(index).hostname
+
+    def with_login(request: urllib.request.Request) -> urllib.request.Request:
+        if login and urllib.parse.urlsplit(request.full_url).hostname == host:
+            # unredirected: urllib would carry a plain header to any host a redirect names
+            basic = base64.b64encode(":".join(login).encode()).decode()
+            request.add_unredirected_header("Authorization", f"Basic {basic}")
+        return request
+
+    class Redirected(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, req, fp, code, msg, hdrs, newurl):
+            new = super().redirect_request(req, fp, code, msg, hdrs, newurl)
+            return with_login(new) if new is not None else None
+
+    request = with_login(urllib.request.Request(shown(address), headers=dict(headers or {})))
+    return urllib.request.build_opener(Redirected).open(request, timeout=120)
 
 
 def this_machine() -> tuple[str, str]:

@@ -41,7 +41,8 @@ def fake_wheel(version: str) -> bytes:
 def index_serving(files: dict[str, bytes], json_api: bool = True, login: str | None = None, redirect: str = ""):
     """A package index on 127.0.0.1 whose page for uv lists ``files`` (the simple API, JSON or HTML);
     with ``login`` (user:password), one that answers 401 to a request without it; with ``redirect`` (an
-    address), one that sends each file's request there, as an index in front of a CDN does."""
+    address), one that sends each file's request there, as an index in front of a CDN does (``"self"``: to
+    another path of its own, ``/moved/files/``, as an index that canonicalises its paths does)."""
     import base64
 
     asked: list[str] = []
@@ -54,9 +55,10 @@ def index_serving(files: dict[str, bytes], json_api: bool = True, login: str | N
                 return
             if redirect and self.path.startswith("/files/"):
                 self.send_response(302)
-                self.send_header("Location", redirect + self.path)
+                self.send_header("Location", f"/moved{self.path}" if redirect == "self" else redirect + self.path)
                 self.end_headers()
                 return
+            self.path = self.path.removeprefix("/moved")
             if self.path == "/simple/uv/":
                 if json_api:
                     body = json.dumps({"files": [{"filename": n, "url": f"/files/{n}"} for n in files]}).encode()
@@ -166,6 +168,20 @@ def test_the_login_is_not_carried_to_the_host_a_wheel_is_redirected_to(tmp_path,
         finally:
             recorder.shutdown()
     assert asked == ["/simple/uv/", f"/files/{filename}"] and seen == [None]
+
+
+def test_the_login_goes_with_a_redirect_to_the_index_s_own_host(tmp_path, monkeypatch):
+    """An index that sends a file's request to another path of its own (its login asked there too): the
+    file is fetched, the login sent again on the index's host, as pip and uv send it."""
+    module = installer()
+    wheel = fake_wheel(module.UV_VERSION)
+    filename = "uv-fake-py3-none-any.whl"
+    monkeypatch.setattr(module, "WHEELS", {module.this_machine(): (filename, hashlib.sha256(wheel).hexdigest())})
+    with index_serving({filename: wheel}, login="reader:s3cret-pw", redirect="self") as (url, asked):
+        monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+        monkeypatch.setenv("UV_DEFAULT_INDEX", url.replace("http://", "http://reader:s3cret-pw@"))
+        assert module.main([str(tmp_path / "bin")]) == 0
+    assert asked == ["/simple/uv/", f"/files/{filename}", f"/moved/files/{filename}"]
 
 
 def test_every_pinned_wheel_is_uvs_of_the_pinned_version():

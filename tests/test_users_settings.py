@@ -119,6 +119,13 @@ def test_a_users_lineage_destinations_in_airflow_are_handed_to_both_tools(tmp_pa
     written = Path(env["OPENLINEAGE_CONFIG"])
     assert yaml.safe_load(written.read_text()) == {"transport": transport} and written.stat().st_mode & 0o077 == 0
     assert airflow_environment(settings, {"AIRFLOW__OPENLINEAGE__DISABLED": "True"})["OPENLINEAGE_DISABLED"] == "true"
+    # one that cannot be read stops `bash run` with its reason, before anything runs without it
+    with pytest.raises(ValueError, match=r"\[openlineage\] transport .* is not JSON"):
+        airflow_environment(settings, {"AIRFLOW__OPENLINEAGE__TRANSPORT": "http://127.0.0.1:9"})
+    # a host that ships to another's receiver (across hosts) is handed none of them
+    assert "OPENLINEAGE_CONFIG" not in airflow_environment(
+        settings, {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport)}, lineage=False
+    )
 
 
 def test_a_lineage_destination_in_a_cmd_form_is_no_setting_as_airflow_reads_none(tmp_path):
@@ -208,6 +215,28 @@ def test_a_ledger_is_named_by_the_server_not_by_its_key_or_timeout():
     rotated = {**kafka, "config": {**kafka["config"], "sasl.password": "b"}}
     assert OpenLineageTarget(kafka, "k").key == OpenLineageTarget(rotated, "k").key
     assert OpenLineageTarget({**kafka, "topic": "other"}, "k").key != OpenLineageTarget(kafka, "k").key
+
+
+def test_a_ledger_kept_by_the_server_s_url_alone_is_taken_over_so_an_upgrade_sends_nothing_again(tmp_path):
+    """Before ledgers were named by the transport, an OPENLINEAGE_URL server's was named by its URL alone:
+    the same server's ledger now takes it over (its records stay sent); another endpoint's does not."""
+    import hashlib
+
+    from nyc_taxi.lineage.write.delivery import OpenLineageServer
+    from nyc_taxi.lineage.write.destinations import OpenLineageTarget
+
+    settings, url = _settings(tmp_path), "http://127.0.0.1:5000/"
+    old = (
+        settings.lineage_dir
+        / "delivery"
+        / f"openlineage-{hashlib.sha256(url.rstrip('/').encode()).hexdigest()[:12]}_ledger.json"
+    )
+    old.parent.mkdir(parents=True)
+    old.write_text(json.dumps({"airflow_events.jsonl": {"head": "h", "shipped": 7}}))
+    other = OpenLineageServer(settings, OpenLineageTarget({"type": "http", "url": url, "endpoint": "api/v2/x"}, "x"))
+    assert not other.ledger_path.exists() and old.exists()
+    same = OpenLineageServer(settings, OpenLineageTarget({"type": "http", "url": url}, "OPENLINEAGE_URL"))
+    assert json.loads(same.ledger_path.read_text())["airflow_events.jsonl"]["shipped"] == 7 and not old.exists()
 
 
 def test_a_transport_that_cannot_be_built_stops_its_own_shipping_and_not_datahubs(tmp_path, monkeypatch):
@@ -313,32 +342,36 @@ def test_datahub_is_found_as_datahubs_cli_finds_it(tmp_path):
 
 def test_a_datahub_connection_in_the_environment_is_read_as_airflow_reads_it_by_both_tools(tmp_path, monkeypatch):
     """The DataHub plugin's connection given as an AIRFLOW_CONN_ variable (JSON, or Airflow's URI forms): a flow
-    run by hand reads it without Airflow as Airflow does, before DataHub's own settings, so both tools ship to
-    the same server; without a password, DATAHUB_GMS_TOKEN is its token, in Airflow's tasks too."""
+    run by hand reads it without Airflow as Airflow does (host, port, password, extra), before DataHub's own
+    settings, so both tools ship to the same server. Without a password, DATAHUB_GMS_TOKEN is its token, in
+    Airflow's tasks too, unless DATAHUB_GMS_URL names another server: that token is never sent elsewhere."""
     from airflow.models.connection import Connection
 
     from nyc_taxi.airflow_adapter.datahub_connection import shipping_targets
     from nyc_taxi.lineage.write.destinations import connection_target
 
+    bare = _settings(tmp_path)
     for uri in (
         "datahub-rest://http%3A%2F%2Fgms.example%3A8080",
         "datahub-rest://:t0k%40n@http%3A%2F%2Fgms%3A8080",
-        "datahub-rest://:tok@gms:8080",
-        "datahub-rest://https://:tok@gms.example",
+        "datahub-rest://:tok@gms:8080?timeout_sec=5&extra_headers=%7B%22X-A%22%3A+%221%22%7D",
+        "datahub-rest://https://:tok@gms.example?__extra__=%7B%22disable_ssl_verification%22%3A+true%7D",
         "datahub_rest://gms:8080",
         "http://gms:8080",
+        json.dumps(
+            {"conn_type": "datahub-rest", "host": "http://gms", "port": 9, "extra": {"ca_certificate_path": "/c"}}
+        ),
     ):
-        airflows = Connection(conn_id="c", uri=uri)
-        ours = connection_target(uri, "c")
-        if airflows.conn_type != "datahub_rest" or not airflows.host:
+        airflows = Connection.from_json(uri, conn_id="c") if uri.startswith("{") else Connection(conn_id="c", uri=uri)
+        ours = connection_target(uri, "c", bare)
+        if airflows.conn_type.replace("-", "_") != "datahub_rest" or not airflows.host:
             assert ours is None, uri
             continue
         host = f"{airflows.host}:{airflows.port}" if airflows.port else airflows.host
-        assert (ours.url, ours.token) == (host, airflows.password), uri
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_DATAHUB_REST_DEFAULT", json.dumps({"conn_type": "datahub-rest", "host": "http://gms:8080"})
-    )
-    settings = _settings(tmp_path, datahub_gms_url="http://other:8080", datahub_gms_token="t-1")
+        assert (ours.url, ours.token, ours.extra) == (host, airflows.password, airflows.extra_dejson), uri
+    connection = {"conn_type": "datahub-rest", "host": "http://gms:8080"}
+    monkeypatch.setenv("AIRFLOW_CONN_DATAHUB_REST_DEFAULT", json.dumps(connection))
+    settings = _settings(tmp_path, datahub_gms_url="http://gms:8080/", datahub_gms_token="t-1")
     target = datahub_target(settings)
     assert (target.url, target.token, target.origin) == (
         "http://gms:8080",
@@ -347,6 +380,24 @@ def test_a_datahub_connection_in_the_environment_is_read_as_airflow_reads_it_by_
     )
     [airflows] = shipping_targets(settings, environment_only=True)
     assert (airflows.url, airflows.token) == (target.url, "t-1")
+    elsewhere = _settings(tmp_path, datahub_gms_url="http://other:8080", datahub_gms_token="t-1")
+    assert (
+        datahub_target(elsewhere).token is None and shipping_targets(elsewhere, environment_only=True)[0].token is None
+    )
+    assert datahub_target(_settings(tmp_path, datahub_gms_token="t-1")).token == "t-1"  # no other server named
+
+
+def test_a_connections_extra_reaches_the_emitter_as_the_plugin_hands_it_on():
+    """A connection's extra (headers, TLS settings) is given to DataHub's emitter, as the plugin gives it; the
+    shipper's own timeouts and headers stay its own."""
+    from nyc_taxi.lineage.write.delivery import datahub_emitter
+    from nyc_taxi.lineage.write.destinations import DataHubTarget
+
+    extra = {"extra_headers": {"X-Tenant": "a"}, "disable_ssl_verification": True, "timeout_sec": 99}
+    emitter = datahub_emitter(DataHubTarget("https://gms:8443", "t", extra=extra), 5, {"X-Record": "1"})
+    session = emitter._session  # the emitter's requests session: what every request it sends carries
+    assert session.headers["X-Tenant"] == "a" and session.headers["X-Record"] == "1" and session.verify is False
+    emitter.close()
 
 
 def test_datahub_settings_in_the_process_settings(tmp_path):
@@ -395,6 +446,9 @@ def test_a_users_own_datastore_gets_none_of_the_projects_bucket_settings(tmp_pat
     home = tmp_path / "metaflowconfig"
     home.mkdir()
     assert bucket.items() <= metaflow_environment(_settings(tmp_path), {"METAFLOW_HOME": str(home)}).items()
-    (home / "config.json").write_text(json.dumps({"METAFLOW_DATASTORE_SYSROOT_S3": "s3://theirs/metaflow"}))
+    (home / "config.json").write_text(json.dumps({"METAFLOW_S3_RETRY_COUNT": "9"}))  # a tuning: the bucket stays
+    assert bucket.items() <= metaflow_environment(_settings(tmp_path), {"METAFLOW_HOME": str(home)}).items()
+    theirs = {"METAFLOW_DEFAULT_DATASTORE": "s3", "METAFLOW_DATASTORE_SYSROOT_S3": "s3://theirs/metaflow"}
+    (home / "config.json").write_text(json.dumps(theirs))
     env = metaflow_environment(_settings(tmp_path), {"METAFLOW_HOME": str(home)})
     assert not set(bucket) & set(env) and env["METAFLOW_DEFAULT_METADATA"] == "local", env

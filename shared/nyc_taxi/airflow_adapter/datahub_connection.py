@@ -40,8 +40,8 @@ def shipping_targets(settings, environment_only: bool = False, metadata_database
     """The DataHub servers Airflow's tasks ship the local records to: each connection ``DATAHUB_CONN_ID``
     names (the user's ``[datahub] conn_id``; the plugin's default, ``datahub_rest_default``, otherwise) that
     exists and is a ``datahub-rest`` one, read as the plugin reads it (its host and port, its password the
-    token; without one, DATAHUB_GMS_TOKEN). None of them: DataHub's own settings (``destinations.datahub_target``)
-    decide.
+    token, its extra what the emitter is given; without a password, ``destinations.connection_token``). None of
+    them: DataHub's own settings (``destinations.datahub_target``) decide.
 
     Where a connection is looked for: in a task, Airflow's own way (``BaseHook``: its secrets backends,
     then the API server); ``environment_only``, the ``AIRFLOW_CONN_…`` variables alone (the scheduler's end
@@ -50,7 +50,7 @@ def shipping_targets(settings, environment_only: bool = False, metadata_database
     last (`bash run lineage-replay`, outside any task: a connection made in the UI is kept there)."""
     from airflow.sdk import BaseHook
 
-    from nyc_taxi.lineage.write.destinations import DataHubTarget
+    from nyc_taxi.lineage.write.destinations import DataHubTarget, connection_token
 
     if environment_only:
         from airflow.secrets.environment_variables import EnvironmentVariablesBackend
@@ -73,6 +73,6 @@ def shipping_targets(settings, environment_only: bool = False, metadata_database
         if conn.conn_type.replace("_", "-") != "datahub-rest" or not conn.host:
             continue
         host = f"{conn.host}:{conn.port}" if conn.port else conn.host
-        token = conn.password or (settings.datahub_gms_token.get_secret_value() if settings.datahub_gms_token else None)
-        targets.append(DataHubTarget(host, token, f"the Airflow connection {conn_id}"))
+        token = connection_token(conn.password, host, settings)
+        targets.append(DataHubTarget(host, token, f"the Airflow connection {conn_id}", conn.extra_dejson))
     return targets

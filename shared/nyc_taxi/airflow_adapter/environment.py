@@ -193,9 +193,12 @@ def users_airflow_settings(environ: dict[str, str] | None = None) -> dict[str, s
     return given
 
 
-def airflow_environment(settings: Settings | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
+def airflow_environment(
+    settings: Settings | None = None, environ: dict[str, str] | None = None, lineage: bool = True
+) -> dict[str, str]:
     """What to set in the environment of Airflow's processes: the project's settings, less those the user
-    gave (``REQUIRED`` ones excepted), and the user's lineage destinations handed on to both tools."""
+    gave (``REQUIRED`` ones excepted), and the user's lineage destinations handed on to both tools (not with
+    ``lineage`` False: a host that ships to another's receiver, across hosts)."""
     settings = settings or get_settings()
     environ = os.environ if environ is None else environ
     project, given = project_airflow_settings(settings), users_airflow_settings(environ)
@@ -203,7 +206,7 @@ def airflow_environment(settings: Settings | None = None, environ: dict[str, str
     paths = [str(LOCAL_SETTINGS), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {
         **kept,
-        **_lineage_destinations(settings, given),
+        **(_lineage_destinations(settings, given) if lineage else {}),
         REQUIRED_HOME: str(settings.airflow_home),
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
         PROJECT_SET: mark(kept),
@@ -236,12 +239,14 @@ def _base(name: str) -> str:
     return name.removesuffix("_CMD").removesuffix("_SECRET")
 
 
-def airflow_process_environment(settings: Settings | None = None, environ: dict[str, str] | None = None) -> dict:
+def airflow_process_environment(
+    settings: Settings | None = None, environ: dict[str, str] | None = None, lineage: bool = True
+) -> dict:
     """The whole environment of an Airflow process started from ``environ``: the project's settings applied
     (``airflow_environment``), and what they replace removed (``replaced``)."""
     environ = dict(os.environ if environ is None else environ)
     gone = set(replaced(settings, environ))
-    return {**{k: v for k, v in environ.items() if k not in gone}, **airflow_environment(settings, environ)}
+    return {**{k: v for k, v in environ.items() if k not in gone}, **airflow_environment(settings, environ, lineage)}
 
 
 def lineage_destinations(settings: Settings | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -259,8 +264,12 @@ def _lineage_destinations(settings: Settings, given: dict[str, str | None]) -> d
     if path := given.get("AIRFLOW__OPENLINEAGE__CONFIG_PATH"):
         handed["OPENLINEAGE_CONFIG"] = path
     elif transport := given.get("AIRFLOW__OPENLINEAGE__TRANSPORT"):
+        try:
+            parsed = json.loads(transport)
+        except ValueError as bad:  # as Airflow's provider would refuse it: said here, before any task
+            raise ValueError(f"[openlineage] transport (AIRFLOW__OPENLINEAGE__TRANSPORT) is not JSON: {bad}") from None
         written = settings.lineage_dir / "airflow-openlineage-transport.json"  # JSON is YAML, mode 0600
-        write_private(written, {"transport": json.loads(transport)})
+        write_private(written, {"transport": parsed})
         handed["OPENLINEAGE_CONFIG"] = str(written)
     if str(given.get("AIRFLOW__OPENLINEAGE__DISABLED") or "").strip().lower() in ("true", "1", "t"):
         handed["OPENLINEAGE_DISABLED"] = "true"
@@ -317,14 +326,17 @@ def prepare_directories(settings: Settings | None = None) -> None:
 if __name__ == "__main__":
     import sys
 
-    prepare_directories()
-    if sys.argv[1:] == ["--lineage"]:  # where lineage goes, alone (`bash run training-flow`)
-        for key, value in lineage_destinations().items():
+    try:
+        if sys.argv[1:] == ["--lineage"]:  # where lineage goes, alone (`bash run training-flow`)
+            for key, value in lineage_destinations().items():
+                print(f"export {key}={shlex.quote(value)}")
+            sys.exit()
+        prepare_directories()
+        for line in not_used():
+            print(f"note: your {line}", file=sys.stderr)
+        for name in replaced():
+            print(f"unset {name}")
+        for key, value in airflow_environment().items():
             print(f"export {key}={shlex.quote(value)}")
-        sys.exit()
-    for line in not_used():
-        print(f"note: your {line}", file=sys.stderr)
-    for name in replaced():
-        print(f"unset {name}")
-    for key, value in airflow_environment().items():
-        print(f"export {key}={shlex.quote(value)}")
+    except ValueError as bad:
+        sys.exit(f"error: {bad}")

@@ -22,9 +22,10 @@ from nyc_taxi.core.settings import Settings, get_settings
 
 # The METAFLOW_ names the project set in this environment: a later reading tells its own from a user's.
 PROJECT_SET = "NYC_TAXI_METAFLOW_SET"
-# The settings that together say where artifacts are kept: a user who gives one gets none of the project's
-# (its bucket's endpoint and credentials would otherwise go with their datastore)
-DATASTORE = ("METAFLOW_DEFAULT_DATASTORE", "METAFLOW_DATASTORE_SYSROOT_", "METAFLOW_S3_")
+# The settings that say where artifacts are kept: a user who gives one gets none of the project's datastore
+# settings (``DATASTORE_PARTS``: its bucket's endpoint and credentials would otherwise go with theirs)
+DATASTORE = ("METAFLOW_DEFAULT_DATASTORE", "METAFLOW_DATASTORE_SYSROOT_")
+DATASTORE_PARTS = (*DATASTORE, "METAFLOW_S3_ENDPOINT_URL", "AWS_")
 
 
 def _user() -> str:
@@ -73,7 +74,7 @@ def metaflow_environment(settings: Settings | None = None, environ: dict[str, st
     given = {k for k in environ if k.startswith("METAFLOW_") and k not in ours} | set(configured)
     kept = {k: v for k, v in project_metaflow_settings(settings).items() if k not in given}
     if any(k.startswith(DATASTORE) for k in given):  # a datastore of theirs: none of the project's parts with it
-        kept = {k: v for k, v in kept.items() if not k.startswith((*DATASTORE, "AWS_"))}
+        kept = {k: v for k, v in kept.items() if not k.startswith(DATASTORE_PARTS)}
     if "METAFLOW_DATASTORE_SYSROOT_LOCAL" in kept:
         Path(kept["METAFLOW_DATASTORE_SYSROOT_LOCAL"]).mkdir(parents=True, exist_ok=True)
     return {**kept, PROJECT_SET: mark(kept)}

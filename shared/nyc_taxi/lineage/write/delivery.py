@@ -13,6 +13,7 @@ delivery) is taken at its word.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.lineage.write.destinations import (
+    DEFAULT_ENDPOINT,
     DataHubTarget,
     OpenLineageTarget,
     datahub_target,
@@ -67,12 +69,28 @@ class Server:
 
     @property
     def ledger_path(self) -> Path:
-        """One ledger per server (its URL, its transport): another server gets every record again."""
-        return self.settings.lineage_dir / "delivery" / f"{self.name}-{self.target.key}_ledger.json"
+        """One ledger per server (its URL, its transport): another server gets every record again. A ledger
+        the project kept before ledgers were named by the transport (by the server's URL alone) is taken
+        over, so an upgrade sends nothing again."""
+        path = self.settings.lineage_dir / "delivery" / f"{self.name}-{self.target.key}_ledger.json"
+        if not path.exists() and (url := self._url_alone()):
+            named = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:12]
+            with contextlib.suppress(FileNotFoundError):  # none, or another process took it over first
+                (path.parent / f"{self.name}-{named}_ledger.json").rename(path)
+        return path
+
+    def _url_alone(self) -> str | None:
+        """The server's URL where it was all that named its ledger before (a plain HTTP server)."""
+        return None
 
 
 class OpenLineageServer(Server):
     name = "openlineage"
+
+    def _url_alone(self) -> str | None:  # OPENLINEAGE_URL, posted to at OpenLineage's default endpoint
+        config = self.target.config
+        plain = config.get("type") == "http" and config.get("endpoint", DEFAULT_ENDPOINT).strip("/") == DEFAULT_ENDPOINT
+        return config.get("url") if plain else None
 
     def files(self) -> list[Path]:
         return sorted(openlineage_events_dir(self.settings).glob("*.jsonl"))
@@ -118,14 +136,17 @@ def datahub_emitter(target: DataHubTarget, timeout: float, headers: dict[str, st
     whoever ships next tries again, so retries here would only make a task wait."""
     from datahub.emitter.rest_emitter import DataHubRestEmitter
 
+    ours = ("retry_max_times", "connect_timeout_sec", "read_timeout_sec", "timeout_sec", "openapi_ingestion")
+    given = {k: v for k, v in target.extra.items() if k not in (*ours, "extra_headers")}  # a connection's extra
     return DataHubRestEmitter(
         target.url,
         token=target.token,
+        **given,
         retry_max_times=0,
         connect_timeout_sec=timeout,
         read_timeout_sec=timeout,
         openapi_ingestion=False,
-        extra_headers=headers,
+        extra_headers={**(target.extra.get("extra_headers") or {}), **(headers or {})},
     )
 
 

@@ -164,11 +164,13 @@ def openlineage_targets() -> list[OpenLineageTarget]:
 
 @dataclass(frozen=True)
 class DataHubTarget:
-    """A DataHub server (its GMS) and the token it asks for."""
+    """A DataHub server (its GMS), the token it asks for, and what else its emitter is given (a connection's
+    extra, as the DataHub plugin hands it on: extra headers, a CA certificate…)."""
 
     url: str
     token: str | None = field(default=None, repr=False)
     origin: str = ""
+    extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -186,7 +188,7 @@ def datahub_target(settings: Settings) -> DataHubTarget | None:
     ``gms`` section of ``~/.datahubenv`` (unless DATAHUB_SKIP_CONFIG)."""
     token = settings.datahub_gms_token.get_secret_value() if settings.datahub_gms_token else None
     for conn_id in filter(None, (c.strip() for c in settings.datahub_conn_id.split(","))):
-        if target := connection_target(os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}"), conn_id, token):
+        if target := connection_target(os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}"), conn_id, settings):
             return target
     if settings.datahub_gms_url:
         return DataHubTarget(settings.datahub_gms_url, token, "DATAHUB_GMS_URL")
@@ -205,20 +207,39 @@ def datahub_target(settings: Settings) -> DataHubTarget | None:
     return DataHubTarget(gms["server"], token or gms.get("token") or None, str(path))
 
 
-def connection_target(value: str | None, conn_id: str, token: str | None = None) -> DataHubTarget | None:
+def connection_token(password: str | None, host: str, settings: Settings) -> str | None:
+    """A DataHub connection's token: its password; without one, DATAHUB_GMS_TOKEN, unless DATAHUB_GMS_URL names
+    another server (that token is that server's, never sent elsewhere)."""
+    if password or not settings.datahub_gms_token:
+        return password or None
+    if settings.datahub_gms_url and _server(settings.datahub_gms_url) != _server(host):
+        return None
+    return settings.datahub_gms_token.get_secret_value()
+
+
+def _server(url: str) -> tuple[str, int | None]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    return (parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+
+
+def connection_target(value: str | None, conn_id: str, settings: Settings) -> DataHubTarget | None:
     """The DataHub of a ``datahub-rest`` Airflow connection as an ``AIRFLOW_CONN_…`` variable holds it (JSON, or
     Airflow's URI form), read as the DataHub plugin reads it: its host (and port) the GMS, its password the
-    token; without a password, DATAHUB_GMS_TOKEN (``token``). Read here without Airflow, whose import would
-    set up an Airflow home where none is wanted (a flow run by hand); ``tests/test_users_settings.py``
+    token (``connection_token``), its extra what the emitter is given. Read here without Airflow, whose import
+    would set up an Airflow home where none is wanted (a flow run by hand); ``tests/test_users_settings.py``
     compares the reading with Airflow's own."""
-    from urllib.parse import unquote, urlsplit
+    from urllib.parse import parse_qsl, unquote, urlsplit
 
     if not value:
         return None
     if value.lstrip().startswith("{"):
         fields = json.loads(value)
         conn_type, host, port, password = (fields.get(k) for k in ("conn_type", "host", "port", "password"))
-    else:  # conn-type://login:password@host:port, the host's own scheme percent-encoded or as a second ://
+        extra = fields.get("extra") or {}
+        extra = json.loads(extra) if isinstance(extra, str) else extra
+    else:  # conn-type://login:password@host:port?extra, the host's own scheme percent-encoded or a second ://
         conn_type, _, rest = value.partition("://")
         if urlsplit(value).scheme != conn_type.lower():  # not a URI scheme ('_' in it): Airflow reads no type
             return None
@@ -229,6 +250,17 @@ def connection_target(value: str | None, conn_id: str, token: str | None = None)
         if host and "://" in rest:
             host = f"{parts.scheme}://{host}"
         port, password = parts.port, unquote(parts.password) if parts.password else None
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        extra = json.loads(query["__extra__"]) if "__extra__" in query else {k: _json_or(v) for k, v in query.items()}
     if (conn_type or "").replace("_", "-") != "datahub-rest" or not host:
         return None
-    return DataHubTarget(f"{host}:{port}" if port else host, password or token, f"the Airflow connection {conn_id}")
+    host = f"{host}:{port}" if port else host
+    return DataHubTarget(host, connection_token(password, host, settings), f"the Airflow connection {conn_id}", extra)
+
+
+def _json_or(value: str):
+    """A URI's query value as Airflow reads a connection's extra from it: JSON where it parses."""
+    try:
+        return json.loads(value) if value else value
+    except ValueError:
+        return value

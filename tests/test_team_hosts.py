@@ -48,10 +48,18 @@ def _left_on_the_machine(network) -> list[str]:
     return left + [line for line in links.splitlines() if any(mark in line for mark in marks)]
 
 
-# The operator's tokens for lineage servers beyond the deployment (no server named: nothing is shipped)
+# The operator's credentials for lineage servers beyond the deployment: a DataHub token and an OpenLineage key
+# (no server named with them: nothing sent), and an OpenLineage transport with its key in Airflow's settings
+# (to a port nothing listens on: control's shipper keeps its events pending)
 OPERATORS_CREDENTIALS = {
     "DATAHUB_GMS_TOKEN": "dh-operator-" + os.urandom(8).hex(),
     "OPENLINEAGE_API_KEY": "ol-operator",
+}
+OPERATORS_TRANSPORT_KEY = "ol-transport-" + os.urandom(8).hex()
+OPERATORS_TRANSPORT = {
+    "type": "http",
+    "url": f"http://127.0.0.1:{free_port()}",
+    "auth": {"type": "api_key", "apiKey": OPERATORS_TRANSPORT_KEY},
 }
 
 
@@ -68,6 +76,7 @@ def hosts(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
     env |= {"PROFILE": "team", "STATE_DIR": str(state), "AIRFLOW_PORT": str(free_port()), "SPARK_SERVER": "false"}
     env |= OPERATORS_CREDENTIALS  # the operator's lineage credentials: control's, never a worker's
+    env |= {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(OPERATORS_TRANSPORT)}
     settings = Settings(profile="team", state_dir=state, airflow_port=int(env["AIRFLOW_PORT"]))
     network = Network(settings)
     up = team_cli(env, "up", "--hosts")
@@ -386,9 +395,9 @@ def test_a_worker_host_sees_no_postgresql_socket_or_data_of_controls(hosts):
 
 
 def test_a_worker_host_holds_no_lineage_credential_of_the_operators_and_no_other_hosts_shared_memory(hosts):
-    """The operator's DataHub token and OpenLineage key reach control's programs (its shipper sends on with
-    them) and no worker's: not in the environment of a worker's programs. Each host's /dev/shm is its own:
-    a file the machine's holds is seen by no host."""
+    """The operator's DataHub token and OpenLineage keys reach control's programs (its shipper sends on with
+    them) and no worker's: not in the environment of a worker's programs, nor in a file of its state
+    directory. Each host's /dev/shm is its own: a file the machine's holds is seen by no host."""
     _, env, network, _ = hosts
     status = _status(env, "--hosts")
 
@@ -397,9 +406,23 @@ def test_a_worker_host_holds_no_lineage_credential_of_the_operators_and_no_other
 
     control = environment_of("control", "lineage-shipper")
     assert all(value in control for value in OPERATORS_CREDENTIALS.values())
+    secrets = [*OPERATORS_CREDENTIALS.values(), OPERATORS_TRANSPORT_KEY]
     for program in {name for host, name in status if host == "worker-a"}:
         held = environment_of("worker-a", program)
-        assert [k for k, v in OPERATORS_CREDENTIALS.items() if v in held] == [], program
+        assert [v for v in secrets if v in held] == [], program
+
+    def files_holding(host: str) -> list[str]:  # nor in a file of the host's own (its mounts and data aside)
+        found = []
+        for top, directories, names in os.walk(network.directory(host)):
+            directories[:] = [d for d in directories if not os.path.ismount(os.path.join(top, d))]
+            for path in (Path(top) / n for n in names):
+                if path.is_file() and not path.is_symlink() and path.stat().st_size < 1_000_000:
+                    found += [str(path)] if any(v.encode() in path.read_bytes() for v in secrets) else []
+        return found
+
+    # the transport of the operator's Airflow settings is handed on to control's programs alone
+    assert files_holding("worker-a") == []
+    assert any(p.endswith("airflow-openlineage-transport.json") for p in files_holding("control"))
     marker = Path("/dev/shm") / f"nyc-taxi-machine-{os.getpid()}"
     marker.write_text("the machine's")
     try:

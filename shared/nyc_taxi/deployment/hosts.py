@@ -460,6 +460,9 @@ class Network:
         kept = sorted({str(CHECKOUT), str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve())})
         paths = " ".join(shlex.quote(k) for k in kept)
         hidden = " ".join(shlex.quote(str(p)) for p in self._not_its_own(host))
+        # its own shared memory (PostgreSQL's segments), unless what it runs lies there
+        under = any(Path(p).is_relative_to("/dev/shm") for p in (*kept, state, own))
+        own_shm = "" if under else "mount -t tmpfs -o size=512m,mode=1777 host-shm /dev/shm; "
         script = (
             'set -e; state="$1"; own="$2"; shift 2; hold=$(mktemp -d /dev/shm/nyc-taxi-host.XXXXXX); '
             'trap \'umount -R "$hold" 2>/dev/null; rmdir "$hold"\' EXIT; '
@@ -476,8 +479,8 @@ class Network:
             'mount -o remount,ro "$state"; umount "$hold"; rmdir "$hold"; trap - EXIT; '
             f"for path in {hidden}; do "
             '  mount -t tmpfs -o size=4k,mode=0755 not-this-host "$path"; mount -o remount,ro "$path"; done; '
-            "mount -t tmpfs -o mode=1777 host-shm /dev/shm; "  # its own shared memory (PostgreSQL's segments)
-            'export STATE_DIR="$state/hosts/${own##*/}"; exec "$@"'
+            + own_shm
+            + 'export STATE_DIR="$state/hosts/${own##*/}"; exec "$@"'
         )
         return ["ip", "netns", "exec", self.namespace(host), "unshare", "--mount", "--propagation", "private",
                 "--", "sh", "-c", script, "host", str(state), str(own), *argv]  # fmt: skip

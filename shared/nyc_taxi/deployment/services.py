@@ -28,7 +28,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from nyc_taxi.airflow_adapter.environment import airflow_process_environment, prepare_directories
+from nyc_taxi.airflow_adapter.environment import (
+    airflow_process_environment,
+    prepare_directories,
+    users_airflow_settings,
+)
 from nyc_taxi.airflow_adapter.rest_api import base_url, health, healthy
 from nyc_taxi.core import team
 from nyc_taxi.core.processes import (
@@ -821,11 +825,17 @@ CONTROLS_ALONE = (
 
 def _inherited(settings: Settings) -> dict[str, str]:
     """The operator's environment with the project's Airflow settings, less what the host's programs are not
-    given (``NOT_THE_DEPLOYMENTS``; on a host that ships to control, ``CONTROLS_ALONE`` too, and DataHub's
-    ~/.datahubenv not read)."""
-    dropped = NOT_THE_DEPLOYMENTS + (CONTROLS_ALONE if team.LineageReceiver(settings).elsewhere() else ())
-    kept = {k: v for k, v in airflow_process_environment(settings).items() if not k.startswith(dropped)}
-    return kept | ({"DATAHUB_SKIP_CONFIG": "true"} if team.LineageReceiver(settings).elsewhere() else {})
+    given (``NOT_THE_DEPLOYMENTS``; on a host that ships to control, ``CONTROLS_ALONE``, the DataHub
+    connections ``[datahub] conn_id`` names, and the lineage destinations of the operator's Airflow settings,
+    which are handed on to control's programs alone; DataHub's ~/.datahubenv not read)."""
+    worker = team.LineageReceiver(settings).elsewhere()
+    if not worker:
+        return {k: v for k, v in airflow_process_environment(settings).items() if not k.startswith(NOT_THE_DEPLOYMENTS)}
+    named = f"{settings.datahub_conn_id},{users_airflow_settings().get('AIRFLOW__DATAHUB__CONN_ID') or ''}"
+    connections = {f"AIRFLOW_CONN_{c.strip().upper()}" for c in named.split(",") if c.strip()}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(CONTROLS_ALONE) and k not in connections}
+    kept = airflow_process_environment(settings, environ, lineage=False)
+    return {k: v for k, v in kept.items() if not k.startswith(NOT_THE_DEPLOYMENTS)} | {"DATAHUB_SKIP_CONFIG": "true"}
 
 
 def environment(settings: Settings, record: dict) -> dict[str, str]:

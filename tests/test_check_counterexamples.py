@@ -301,14 +301,14 @@ def actuals_batches(spark, site):
 def _training(as_of: dt.datetime, rides, days: int = 14):
     """Training rows of two zones, ``rides(zone, hour)`` each, the ``days`` before as_of."""
     from nyc_taxi.forecast import model as models
-    from nyc_taxi.forecast import steps
+    from nyc_taxi.forecast.training import TrainingData
     from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
     start = as_of - dt.timedelta(days=days)
     hours = [start + dt.timedelta(hours=h) for h in range(days * 24)]
     rows = {(zone, hour): rides(zone, hour) for zone in (1, 2) for hour in hours}
     actuals = DatasetUse(d.YELLOW_RIDES_HOURLY_ACTUALS, "41")
-    return rows, lambda kept: steps.TrainingData(
+    return rows, lambda kept: TrainingData(
         models.training_table(kept), report=StepReport(inputs=[actuals]), as_of=as_of, start=start
     )
 
@@ -517,7 +517,7 @@ def test_a_day_is_judged_whole_by_its_hours_as_docs_quality_says():
 
     from nyc_taxi.core import quality
     from nyc_taxi.fixtures import tlc
-    from nyc_taxi.forecast.steps import Window, WindowDays
+    from nyc_taxi.forecast.window import Window, WindowDays
 
     trips = tlc.generate_yellow_month(2024, 2, rows=200_000, seed=2)
     pickups, zones = trips["tpep_pickup_datetime"].to_pylist(), trips["PULocationID"].to_pylist()
@@ -557,7 +557,7 @@ def test_a_day_is_judged_whole_by_its_hours_as_docs_quality_says():
 def test_an_hour_empty_by_chance_makes_no_hole_and_one_emptied_does():
     """Two busy hours in a row with no trip: in a month of a few trips an hour (4 on its weekday: chance, as a
     small fixture month's day met), the day is whole; with 40 trips an hour on its weekday, it has a hole."""
-    from nyc_taxi.forecast.steps import Window, WindowDays
+    from nyc_taxi.forecast.window import Window, WindowDays
 
     window, day = Window.of(dt.datetime(2024, 2, 29), 28, 24), dt.date(2024, 2, 22)
 

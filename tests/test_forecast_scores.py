@@ -1,4 +1,4 @@
-"""Every forecast kept, by model and origin, and scored once its hours have happened (forecast/steps.py's
+"""Every forecast kept, by model and origin, and scored once its hours have happened (forecast/forecasts.py and scores.py:
 write_forecasts and score_forecasts, through the flow's own step functions on Spark and Iceberg).
 
 Months of their own (2015-04 and 2015-05): the session's other modules write forecasts to the same tables, so
@@ -108,7 +108,7 @@ def test_every_model_and_origin_is_kept_and_a_rerun_replaces_only_its_own_rows(k
 def test_the_latest_forecast_of_a_model_per_hour_is_its_latest_origins(kept, spark):
     """forecast/sql/latest_forecasts.sql, the documented query, against the rows chosen in Python."""
     from nyc_taxi.core.naming import spark_table
-    from nyc_taxi.forecast.steps import SQL
+    from nyc_taxi.forecast.tables import SQL
 
     rows = _rows(d.YELLOW_RIDES_HOURLY_FORECAST)
     for model in (SEASONAL, WEATHER):
@@ -266,6 +266,7 @@ def test_a_score_read_earlier_never_replaces_one_read_later_and_a_forecast_gone_
     the next scoring; the others keep theirs."""
     from nyc_taxi.core.naming import spark_table
     from nyc_taxi.forecast import steps
+    from nyc_taxi.forecast.tables import SQL
 
     scores = d.YELLOW_RIDES_FORECAST_SCORES
     steps.score_forecasts()
@@ -276,11 +277,11 @@ def test_a_score_read_earlier_never_replaces_one_read_later_and_a_forecast_gone_
     spark.createDataFrame([tuple(older[c] for c in scores.column_names)], schema).createOrReplaceTempView("older")
     read_at_us = int(older["scored_at"].timestamp() * 1_000_000)
     target = spark_table(scores)
-    assert steps.SQL.run(spark, "score_changes", staging="older", raw=target, read_at_us=read_at_us).count() == 0
+    assert SQL.run(spark, "score_changes", staging="older", raw=target, read_at_us=read_at_us).count() == 0
     spark.sql(
         "SELECT *, model_name AS change_model, as_of_datetime AS change_origin, 'changed' AS change FROM older"
     ).createOrReplaceTempView("older_changes")
-    steps.SQL.run(spark, "merge_scores", changes="older_changes", raw=target, read_at_us=read_at_us)
+    SQL.run(spark, "merge_scores", changes="older_changes", raw=target, read_at_us=read_at_us)
     assert {(r["model_name"], r["as_of_datetime"]): r for r in _rows(scores)} == held
 
     gone = (SEASONAL, dt.datetime(2015, 5, 15))

@@ -1,4 +1,4 @@
-"""compute_actuals counts only what raw changed (forecast/steps.py): an unchanged raw commits nothing and
+"""compute_actuals counts only what raw changed (forecast/actuals.py, coverage.py): an unchanged raw commits nothing and
 counts nothing; a republished day is counted again, and only it; the result equals a from-scratch run on
 a fresh lake and an independent count of the published file."""
 

@@ -447,12 +447,13 @@ def test_a_months_own_judgement_on_a_snapshot_outweighs_a_failure_another_months
 
 
 def test_the_flow_refuses_a_window_over_an_unjudged_month_and_names_the_commit_that_wrote_a_failed_one(tmp_path):
-    """The flow's refusal of raw (``steps._refuse_raw_that_failed``) on a real Iceberg table: a month whose
+    """The flow's refusal of raw (``actuals.refuse_raw_that_failed``) on a real Iceberg table: a month whose
     commit no check judged is refused, naming that commit, until a retry judges it; a month a retry judged
     on a later snapshot and failed is refused with the rollback to before the month's own commit (rolling
     back to before the judged snapshot would leave the month, unjudged, in place)."""
-    from nyc_taxi.forecast import steps
+    from nyc_taxi.forecast import actuals
     from nyc_taxi.forecast.errors import MonthNotJudged
+    from nyc_taxi.forecast.window import Window
     from nyc_taxi.lineage.write.report import DatasetUse
 
     table, merge, failed = _raw_like(tmp_path)
@@ -462,9 +463,9 @@ def test_the_flow_refuses_a_window_over_an_unjudged_month_and_names_the_commit_t
     february = merge("2011-02", [])
 
     def refuse(as_of: dt.datetime, snapshot: int) -> None:
-        steps._refuse_raw_that_failed(
+        actuals.refuse_raw_that_failed(
             table,
-            steps.Window.of(as_of, 14, 24),
+            Window.of(as_of, 14, 24),
             DatasetUse(d.YELLOW_TAXI_RAW, version=str(snapshot)),
             DatasetUse(d.YELLOW_RIDES_HOURLY_ACTUALS, committed=False),
             settings,

@@ -77,13 +77,14 @@ def test_a_fit_that_fell_back_says_so_in_its_datahub_model_record(tmp_path):
     from nyc_taxi.core.jobs import TRAINING_FLOW
     from nyc_taxi.core.settings import Settings
     from nyc_taxi.forecast import steps
+    from nyc_taxi.forecast.training import TrainingData
     from nyc_taxi.lineage.write import datahub
     from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
     table, _ = _training(lambda zone, hour: 3 + zone + hour.hour % 5)
     start = AS_OF - dt.timedelta(days=DAYS)
     read = DatasetUse(d.YELLOW_RIDES_HOURLY_ACTUALS, version="1")
-    data = steps.TrainingData(table, AS_OF, start, _rain(lambda day: False), StepReport(inputs=[read]))
+    data = TrainingData(table, AS_OF, start, _rain(lambda day: False), StepReport(inputs=[read]))
     trained = steps.train(data, "weather_adjusted", "TrainForecastModelFlow/1/train_forecasting_model/2")
     job = next(j for j in TRAINING_FLOW.jobs if d.YELLOW_RIDES_FORECAST_MODEL in j.writes)
     step = datahub.StepRun(TRAINING_FLOW, job, "TrainForecastModelFlow/1/train_forecasting_model/2", 1, "v1")

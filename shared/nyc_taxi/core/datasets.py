@@ -346,7 +346,7 @@ WEATHER_RAW = Table(
 # as busy as usual (USUAL_HOUR of theirs or more); and never with a hole, HOLE_HOURS busy hours in a row each
 # under HOLE of theirs (a file's hours lost). A holiday or a storm moves rides between hours; trips missing from
 # a file thin every hour alike, or leave hours empty. The horizon's days are judged by the same rule
-# (forecast/steps.py).
+# (forecast/window.py).
 WHOLE, USUAL_HOUR, USUAL_HOURS, BUSY = 0.6, 0.85, 0.25, 0.02
 HOLE, HOLE_HOURS = 0.05, 2
 HOLE_RIDES = 20  # an hour is told empty only where its weekday's holds this many: with fewer, 0 can be chance

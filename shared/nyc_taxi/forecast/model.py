@@ -118,7 +118,7 @@ class WeatherAdjusted(SeasonalNaive):
     window's wet days relative to its dry days. A horizon day's rain is the rain observed that day
     (weather_raw): the model knows tomorrow's weather, so its scores are an upper bound of what a
     forecast made at the origin could do (``UPPER_BOUND``); a day without observed weather is refused
-    before the model is fitted (``forecast/steps.py``). A window without both a wet and a dry day teaches
+    before the model is fitted (``forecast/training.py``). A window without both a wet and a dry day teaches
     no factor: ``wet_factor`` None, and the model forecasts as seasonal naive and says so (``fell_back``)."""
 
     wet_factor: float | None = None

@@ -20,18 +20,10 @@ from nyc_taxi.core.reproduction import Comparison, Unreproducible
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.tables import pinned
 from nyc_taxi.forecast import model as models
-from nyc_taxi.forecast.steps import (
-    ACTUALS,
-    FORECAST,
-    RAW,
-    SQL,
-    WEATHER,
-    Window,
-    daily_precipitation,
-    window_actuals,
-    window_days,
-    window_rows,
-)
+from nyc_taxi.forecast.actuals import window_actuals
+from nyc_taxi.forecast.tables import ACTUALS, FORECAST, RAW, SQL, WEATHER, window_rows
+from nyc_taxi.forecast.training import daily_precipitation
+from nyc_taxi.forecast.window import Window, window_days
 
 
 @dataclass

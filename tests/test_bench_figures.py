@@ -98,3 +98,22 @@ def test_an_idle_benchmark_counts_each_process_tree_s_cpu_with_what_it_forked_me
         sleeper.kill()
     assert 0.45 <= shares["parent"] * 3 < 0.8  # the child's half second (to the clock tick), and its start
     assert shares["sleeper"] * 3 < 0.05
+
+
+def test_the_demo_bench_reads_each_dag_run_as_the_demo_prints_it(tmp_path):
+    """`bash run bench demo` takes each DAG run's seconds from the line the demo prints for it (the runs' own
+    description, indented as the demo indents it)."""
+    from nyc_taxi.bench.demo import RUN_LINE
+    from nyc_taxi.cli.dag_run_results import describe
+    from nyc_taxi.core.settings import Settings
+
+    conf = {"as_of_datetime": "2024-02-08T00:00", "model": "seasonal_naive", "lookback_days": 28}
+    result = {"dag_id": "train_forecast_model", "conf": conf, "run_id": "r", "state": "success", "seconds": 41.6}
+    [line] = describe(result, Settings(_env_file=None, state_dir=tmp_path))
+    found = RUN_LINE.match(f"      {line}")
+    assert found and (found["dag"], json.loads(found["conf"]), found["state"], found["seconds"]) == (
+        "train_forecast_model",
+        conf,
+        "success",
+        "42",
+    )

@@ -212,6 +212,10 @@ def _scenario(state: Path, airflow_state):
         f"taxi.merge_into_raw(*{PRELOADED}, s)\n"
         f"weather.download_published_files(*{PRELOADED}, s); weather.stage_landed_files(*{PRELOADED}, s); "
         f"weather.merge_into_raw(*{PRELOADED}, s)\n"
+        # the concurrent month's preliminary weather, as NOAA publishes it in its first days: the weather
+        # model needs every horizon day's, and the concurrent run replaces it with the final ('scaled') one
+        f"weather.download_published_files(*{CONCURRENT}, s); weather.stage_landed_files(*{CONCURRENT}, s); "
+        f"weather.merge_into_raw(*{CONCURRENT}, s)\n"
     )
     # As a deployment's DAG processor would have: DAGs and their Assets in the database before any
     # run (two `dags test` processes would otherwise both insert the same new Asset rows). Parsing the
@@ -329,9 +333,12 @@ def test_both_dags_and_the_flow_at_once_overlap_and_each_reads_one_consistent_ve
     preloaded = add_taxi_month(site, *PRELOADED, rows=30_000, seed=71)
     concurrent_month = add_taxi_month(site, *CONCURRENT, rows=30_000, seed=72)
     add_weather_month(site, *PRELOADED, seed=73, n_counties=60)
-    add_weather_month(site, *CONCURRENT, seed=74, n_counties=60)
+    prelim = add_weather_month(site, *CONCURRENT, seed=74, n_counties=60, through_day=5)  # preloaded
 
     settings, env, jobs = _scenario(tmp_path / "state", airflow_state)
+    for path in prelim:  # NOAA publishes the month's final files, and withdraws the preliminary ones
+        path.unlink()
+    add_weather_month(site, *CONCURRENT, seed=74, n_counties=60)
     outputs, times = _run_together(jobs, env)
 
     # they really ran at the same time: every two of them overlap

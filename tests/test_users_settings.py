@@ -122,10 +122,11 @@ def test_a_users_lineage_destinations_in_airflow_are_handed_to_both_tools(tmp_pa
     # one that cannot be read stops `bash run` with its reason, before anything runs without it
     with pytest.raises(ValueError, match=r"\[openlineage\] transport .* is not JSON"):
         airflow_environment(settings, {"AIRFLOW__OPENLINEAGE__TRANSPORT": "http://127.0.0.1:9"})
-    # a host that ships to another's receiver (across hosts) is handed none of them
-    assert "OPENLINEAGE_CONFIG" not in airflow_environment(
-        settings, {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport)}, lineage=False
-    )
+    # a host that ships to another's receiver (across hosts) is handed none of them, and holds no file of it
+    elsewhere = _settings(tmp_path / "worker")
+    given = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport)}
+    assert "OPENLINEAGE_CONFIG" not in airflow_process_environment(elsewhere, given, lineage=False)
+    assert not (elsewhere.lineage_dir / written.name).exists()
 
 
 def test_a_lineage_destination_in_a_cmd_form_is_no_setting_as_airflow_reads_none(tmp_path):

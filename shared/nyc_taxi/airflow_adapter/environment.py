@@ -219,7 +219,7 @@ def replaced(settings: Settings | None = None, environ: dict[str, str] | None = 
     ``…_CONN_CMD``, which Airflow would read second), and what the project set before and sets no more."""
     settings = settings or get_settings()
     environ = os.environ if environ is None else environ
-    setting = airflow_environment(settings, environ)
+    setting = airflow_environment(settings, environ, lineage=False)  # which names: no file written
     ours = project_set(environ, PROJECT_SET)
     required_here = {_base(k) for k in setting if _required(k)}
     return sorted(

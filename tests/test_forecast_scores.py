@@ -32,37 +32,44 @@ FORECASTS = (
 ORIGINS = {as_of for _, as_of, _ in FORECASTS}
 
 
-def _forecast(model: str, as_of: dt.datetime, horizon: int, version: str, lookback: int = 14):
-    """The flow's steps from its actuals to its written forecasts, as the flow calls them."""
+def _forecast(
+    model: str, as_of: dt.datetime, horizon: int, version: str, lookback: int = 14, lost: tuple[str, ...] = ()
+):
+    """The flow's steps from its actuals to its written forecasts, as the flow calls them, and their lineage as
+    the flow's recorder records it (``lost``: the steps whose records were lost)."""
     from nyc_taxi.forecast import steps
 
-    steps.compute_actuals(as_of, lookback, horizon)
+    counted = steps.compute_actuals(as_of, lookback, horizon)
     data = steps.training_data(as_of, lookback, horizon, model)
     trained = steps.train(data, model, version=version)
     forecasts = steps.predict(trained, data, as_of, horizon)
-    steps.write_forecasts(forecasts)
-    _record_flow_run(version, model, lookback, horizon)
+    written = steps.write_forecasts(forecasts)
+    parameters = {"model": model, "as_of_datetime": as_of.isoformat(timespec="minutes")}
+    parameters |= {"lookback_days": str(lookback), "predict_horizon_hours": str(horizon)}
+    reports = {"compute_actuals": counted, "write_forecasts_to_table": written}
+    _record_flow_run(version, parameters, {step: r for step, r in reports.items() if step not in lost})
     return forecasts
 
 
-def _record_flow_run(version: str, model: str, lookback: int, horizon: int) -> None:
-    """The flow run's lineage as the flow's recorder records it (its train step, started and finished, ending
-    the run): the backtest judges staleness only for a score whose run the lineage records."""
+def _record_flow_run(version: str, parameters: dict[str, str], reports: dict) -> None:
+    """Each step's start and end as the flow's recorder records them from the entries the step spools, the last
+    ending the flow run: the backtest judges a score's staleness from what its run's lineage says it read."""
     import dataclasses
     import time
 
-    from nyc_taxi.lineage.write.report import StepReport, report_to_dict
+    from nyc_taxi.lineage.write.report import report_to_dict
     from nyc_taxi.metaflow_adapter import recorder
 
-    flow, run_id, step, task_id = version.split("/")
-    now = int(time.time() * 1000)
-    parameters = {"model": model, "lookback_days": str(lookback), "predict_horizon_hours": str(horizon)}
-    context = recorder.StepContext(
-        flow, run_id, step, task_id, now, [], True, True, {"model": model}, parameters, None, None, None, None, None
-    )
-    recorder.record({"kind": "started", "context": dataclasses.asdict(context)})
-    finished = {"report": report_to_dict(StepReport()), "error": None, "ended_ms": now + 1}
-    recorder.record({"kind": "finished", "context": dataclasses.asdict(context), **finished})
+    flow, run_id, _, task_id = version.split("/")
+    for n, (step, report) in enumerate(reports.items()):
+        now = int(time.time() * 1000)
+        context = recorder.StepContext(
+            flow, run_id, step, task_id, now, [], n == len(reports) - 1, n == 0,
+            {"model": parameters["model"]}, parameters, None, None, None, None, None,
+        )  # fmt: skip
+        recorder.record({"kind": "started", "context": dataclasses.asdict(context)})
+        finished = {"report": report_to_dict(report), "error": None, "ended_ms": now + 1}
+        recorder.record({"kind": "finished", "context": dataclasses.asdict(context), **finished})
 
 
 def _rows(table: d.Table, snapshot_id: int | None = None) -> list[dict]:
@@ -325,7 +332,7 @@ def test_two_models_trained_on_other_lookbacks_are_not_ranked(kept, settings):
     from nyc_taxi.forecast import steps
 
     origin = dt.datetime(2015, 5, 14)
-    _forecast(WEATHER, origin, 48, "TrainForecastModelFlow/9/train_forecasting_model/1", lookback=21)
+    _forecast(WEATHER, origin, 48, "TrainForecastModelFlow/10/train_forecasting_model/1", lookback=21)
     steps.score_forecasts()
     scores = {(r["model_name"], r["as_of_datetime"]): r for r in _ours(_rows(d.YELLOW_RIDES_FORECAST_SCORES))}
     assert (scores[(SEASONAL, origin)]["lookback_days"], scores[(WEATHER, origin)]["lookback_days"]) == (14, 21)
@@ -338,3 +345,36 @@ def test_two_models_trained_on_other_lookbacks_are_not_ranked(kept, settings):
     )
     [row] = [line for line in done.stdout.splitlines() if line.startswith("2015-05-14")]
     assert row.rstrip().endswith("not comparable: other lookbacks"), done.stdout
+
+
+def test_a_score_whose_runs_reading_of_raw_the_lineage_lost_is_not_known_fresh_and_not_ranked(kept, settings):
+    """Both models forecast the 21st; the lineage of the seasonal run's compute_actuals was lost (its recorder
+    killed), though the rest of its run was recorded: what its staleness is judged from is not known, so its
+    score is marked and the origin not ranked, where the same runs fully recorded would be."""
+    import os
+    import subprocess
+    import sys
+
+    from nyc_taxi.forecast import steps
+
+    origin = dt.datetime(2015, 5, 21)
+    _forecast(SEASONAL, origin, 24, "TrainForecastModelFlow/11/train_forecasting_model/1", lost=("compute_actuals",))
+    _forecast(WEATHER, origin, 24, "TrainForecastModelFlow/12/train_forecasting_model/1")
+    steps.score_forecasts()
+
+    def printed() -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "nyc_taxi.cli.backtest", "--no-run", "--origins", "1", "--last", "2015-05-21T00:00"],
+            env={**os.environ, "STATE_DIR": str(settings.state_dir)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        [row] = [line for line in done.stdout.splitlines() if line.startswith("2015-05-21")]
+        return row.rstrip()
+
+    row = printed()
+    assert row.endswith("not comparable: a score not known fresh") and row.count("?") == 1, row  # the seasonal one
+    _forecast(SEASONAL, origin, 24, "TrainForecastModelFlow/13/train_forecasting_model/1")  # recorded whole
+    steps.score_forecasts()
+    assert printed().endswith((SEASONAL, WEATHER)), printed()

@@ -193,8 +193,8 @@ def render(comparison: Comparison) -> str:
     lines += [f"* {m}: {UPPER_BOUND[m]}" for m in comparison.models if m in UPPER_BOUND]
     if comparison.unjudged:
         lines.append(
-            "? whether the score is stale is not known: the lineage records no run of its flow (OpenLineage off "
-            "when it ran, or its events lost), and staleness is judged from those runs"
+            "? whether the score is stale is not known: the lineage records no run of its flow, or not the raw "
+            "its run read (OpenLineage off when it ran, or its events lost), and staleness is judged from those"
         )
     if len(comparison.models) < 2:
         lines.append("one model: nothing to compare it with")

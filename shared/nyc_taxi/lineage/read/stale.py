@@ -141,9 +141,15 @@ class StaleReport:
 
 
 def flow_runs(runs: Runs) -> frozenset[str]:
-    """The training flow's runs the lineage records (Metaflow's pathspecs, ``Flow/run_id``): the runs whose
-    scores staleness is judged for."""
-    return frozenset(r.label for r in runs.of_job(TRAINING_FLOW.name) if r.label)
+    """The training flow's runs (Metaflow's pathspecs, ``Flow/run_id``) whose lineage records what their
+    staleness is judged from: the version of raw ``compute_actuals`` read. A run whose events of that step were
+    lost (its recorder killed, OpenLineage off for it) is not known fresh, however much else it recorded."""
+    counted = TRAINING_FLOW.compute_actuals.qualified_name
+    return frozenset(
+        run.label
+        for run in runs.of_job(TRAINING_FLOW.name)
+        if run.label and any(s.job == counted and s.inputs.get(d.YELLOW_TAXI_RAW.name) for s in runs.children(run))
+    )
 
 
 # ---- the months the ingestion DAGs loaded ----------------------------------------------------------

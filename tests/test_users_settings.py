@@ -345,7 +345,8 @@ def test_a_datahub_connection_in_the_environment_is_read_as_airflow_reads_it_by_
     """The DataHub plugin's connection given as an AIRFLOW_CONN_ variable (JSON, or Airflow's URI forms): a flow
     run by hand reads it without Airflow as Airflow does (host, port, password, extra), before DataHub's own
     settings, so both tools ship to the same server. Without a password, DATAHUB_GMS_TOKEN is its token, in
-    Airflow's tasks too, unless DATAHUB_GMS_URL names another server: that token is never sent elsewhere."""
+    Airflow's tasks too, unless DATAHUB_GMS_URL (or _HOST and _PORT) names another server: that token is never sent
+    elsewhere."""
     from airflow.models.connection import Connection
 
     from nyc_taxi.airflow_adapter.datahub_connection import shipping_targets
@@ -386,6 +387,11 @@ def test_a_datahub_connection_in_the_environment_is_read_as_airflow_reads_it_by_
         datahub_target(elsewhere).token is None and shipping_targets(elsewhere, environment_only=True)[0].token is None
     )
     assert datahub_target(_settings(tmp_path, datahub_gms_token="t-1")).token == "t-1"  # no other server named
+    monkeypatch.setenv("DATAHUB_GMS_HOST", "other")  # another server named DataHub's other way
+    monkeypatch.setenv("DATAHUB_GMS_PORT", "8080")
+    assert datahub_target(_settings(tmp_path, datahub_gms_token="t-1")).token is None
+    monkeypatch.setenv("DATAHUB_GMS_HOST", "gms")
+    assert datahub_target(_settings(tmp_path, datahub_gms_token="t-1")).token == "t-1"
 
 
 def test_a_connections_extra_reaches_the_emitter_as_the_plugin_hands_it_on():

@@ -831,11 +831,23 @@ def _inherited(settings: Settings) -> dict[str, str]:
     worker = team.LineageReceiver(settings).elsewhere()
     if not worker:
         return {k: v for k, v in airflow_process_environment(settings).items() if not k.startswith(NOT_THE_DEPLOYMENTS)}
-    named = f"{settings.datahub_conn_id},{users_airflow_settings().get('AIRFLOW__DATAHUB__CONN_ID') or ''}"
-    connections = {f"AIRFLOW_CONN_{c.strip().upper()}" for c in named.split(",") if c.strip()}
+    connections = _datahub_connections(settings)
     environ = {k: v for k, v in os.environ.items() if not k.startswith(CONTROLS_ALONE) and k not in connections}
     kept = airflow_process_environment(settings, environ, lineage=False)
     return {k: v for k, v in kept.items() if not k.startswith(NOT_THE_DEPLOYMENTS)} | {"DATAHUB_SKIP_CONFIG": "true"}
+
+
+def _datahub_connections(settings: Settings) -> set[str]:
+    """The variables of the DataHub connections ``[datahub] conn_id`` names (the project's and the user's)."""
+    named = f"{settings.datahub_conn_id},{users_airflow_settings().get('AIRFLOW__DATAHUB__CONN_ID') or ''}"
+    return {f"AIRFLOW_CONN_{c.strip().upper()}" for c in named.split(",") if c.strip()}
+
+
+def _not_the_api_servers(settings: Settings, inherited: dict[str, str]) -> str:
+    """The DataHub connections' variables the API server is started without: its execution API hands any
+    connection it can read to any task's token (Airflow 3 has no per-task access to connections), so a worker
+    host would read through it what control alone is given. A task finds them in its own environment first."""
+    return " ".join(sorted(v for v in _datahub_connections(settings) if v in inherited and v.isidentifier()))
 
 
 def environment(settings: Settings, record: dict) -> dict[str, str]:
@@ -846,8 +858,10 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
     seaweedfs, spark = record["seaweedfs"], record["spark"]
     postgres = Postgres(settings, record)
     weed = weed_binary()
+    inherited = _inherited(settings)
     return {
-        **_inherited(settings),
+        **inherited,
+        "NOT_THE_API_SERVERS": _not_the_api_servers(settings, inherited),
         "PROFILE": "team",
         "STATE_DIR": str(settings.state_dir),
         "AIRFLOW_PORT": str(settings.airflow_port),

@@ -208,11 +208,14 @@ def datahub_target(settings: Settings) -> DataHubTarget | None:
 
 
 def connection_token(password: str | None, host: str, settings: Settings) -> str | None:
-    """A DataHub connection's token: its password; without one, DATAHUB_GMS_TOKEN, unless DATAHUB_GMS_URL names
-    another server (that token is that server's, never sent elsewhere)."""
+    """A DataHub connection's token: its password; without one, DATAHUB_GMS_TOKEN, unless DATAHUB_GMS_URL (or
+    DATAHUB_GMS_HOST and _PORT) names another server (that token is that server's, never sent elsewhere)."""
     if password or not settings.datahub_gms_token:
         return password or None
-    if settings.datahub_gms_url and _server(settings.datahub_gms_url) != _server(host):
+    from datahub.cli import config_utils
+
+    named = settings.datahub_gms_url or config_utils.get_url_from_env()
+    if named and _server(named) != _server(host):
         return None
     return settings.datahub_gms_token.get_secret_value()
 

@@ -49,15 +49,15 @@ def test_a_failed_run_names_its_failed_task_and_the_error_the_task_recorded(tmp_
             "download_published_files": "failed",
             "stage_landed_files": "upstream_failed",
         },
-        "seconds": 12.0,
+        "seconds": 12.3,
     }
     said = describe(result, settings)
-    assert said[0] == 'ingest_yellow_taxi_data {"month": "2024-01"}: failed (12 s)'
+    assert said[0] == 'ingest_yellow_taxi_data {"month": "2024-01"}: failed (12.3 s)'
     assert (
         said[1]
         == "  download_published_files failed: FileExistsError: [Errno 17] File exists: 'landing/…/versions/ab…/yellow_tripdata_2024-01.parquet'"
     )
     assert len(said) == 2  # the task that only followed the failure is not blamed
     assert describe({**result, "state": "success"}, settings) == [
-        'ingest_yellow_taxi_data {"month": "2024-01"}: success (12 s)'
+        'ingest_yellow_taxi_data {"month": "2024-01"}: success (12.3 s)'
     ]

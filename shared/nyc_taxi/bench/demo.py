@@ -26,7 +26,7 @@ from pathlib import Path
 
 # issue 72's targets, on a machine whose installs are done
 DEMO_S, TRAINING_RUN_S, INGESTION_RUN_S = 240.0, 15.0, 10.0
-RUN_LINE = re.compile(r"^\s+(?P<dag>\w+) (?P<conf>\{.*\}): (?P<state>\w+) \((?P<seconds>\d+) s\)$")
+RUN_LINE = re.compile(r"^\s+(?P<dag>\w+) (?P<conf>\{.*\}): (?P<state>\w+) \((?P<seconds>\d+(?:\.\d+)?) s\)$")
 
 
 def run_demo(state: Path) -> tuple[float, list[tuple[str, float]], list[dict]]:
@@ -54,6 +54,14 @@ def run_demo(state: Path) -> tuple[float, list[tuple[str, float]], list[dict]]:
     ended = time.perf_counter()
     spans = [(name, (phases[i + 1][1] if i + 1 < len(phases) else ended) - at) for i, (name, at) in enumerate(phases)]
     return ended - started, spans, runs
+
+
+def typical(runs: list[dict]) -> dict:
+    """The median of the first successful run of each month or origin (a re-run after a republication aside):
+    what a user waits for a run, neither its best nor its worst."""
+    firsts = {json.dumps(r["conf"], sort_keys=True): r for r in reversed(runs)}
+    ordered = sorted(firsts.values(), key=lambda r: r["seconds"])
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def ingestion_reference(site: Path, month: str) -> float:
@@ -87,15 +95,15 @@ def main(argv: list[str] | None = None) -> dict:
     site = state / "state" / "demo-site"
     taxi = [r for r in runs if r["dag"] == "ingest_yellow_taxi_data" and r["state"] == "success"]
     training = [r for r in runs if r["dag"] == "train_forecast_model" and r["state"] == "success"]
-    ingestion_s = min(r["seconds"] for r in taxi)  # the months' first runs (a re-run's or a refused month's aside)
-    training_s = min(r["seconds"] for r in training)
-    first = training[0]["conf"]
-    ingest_ref = ingestion_reference(site, taxi[0]["conf"]["month"])
+    taxi_run, training_run = typical(taxi), typical(training)
+    ingestion_s, training_s = taxi_run["seconds"], training_run["seconds"]
+    ingest_ref = ingestion_reference(site, taxi_run["conf"]["month"])  # the reference on the same run's input
+    conf = training_run["conf"]
     train_ref = training_reference(
         site,
-        dt.datetime.fromisoformat(first["as_of_datetime"]),
-        int(first.get("lookback_days", demo.LOOKBACK_DAYS)),
-        int(first.get("predict_horizon_hours", demo.HORIZON_HOURS)),
+        dt.datetime.fromisoformat(conf["as_of_datetime"]),
+        int(conf.get("lookback_days", demo.LOOKBACK_DAYS)),
+        int(conf.get("predict_horizon_hours", demo.HORIZON_HOURS)),
     )
     slowest = sorted(phases, key=lambda p: -p[1])[:3]
     where = "; ".join(f"{name} {seconds:.0f} s" for name, seconds in slowest)
@@ -130,8 +138,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     for label, value, target, why in rows:
         print(f"{label:<72s} {value:8.1f}   {verdict(value, target, why)}")
-    print(f"{'  RATIO ingestion run / DuckDB':<72s} {ingestion_s / ingest_ref:8.1f}")
-    print(f"{'  RATIO training run / DuckDB':<72s} {training_s / train_ref:8.1f}")
+    # no target: DuckDB does the data work alone (no download, checks, staging or commit; no weather or scores)
+    print(f"{'  RATIO ingestion run / DuckDB (no target: the data work alone)':<72s} {ingestion_s / ingest_ref:8.1f}")
+    print(f"{'  RATIO training run / DuckDB (no target: the data work alone)':<72s} {training_s / train_ref:8.1f}")
     if args.keep:
         print(f"\nthe demo's state: {state / 'state'}")
     else:

@@ -39,7 +39,7 @@ def unexplained(done: subprocess.CompletedProcess) -> str:
 
 def describe(result: dict, settings: Settings) -> list[str]:
     """``result`` is a line of ``airflow_adapter.dag_runs``: dag_id, conf, run_id, state, tasks, seconds."""
-    lines = [f"{result['dag_id']} {json.dumps(result['conf'])}: {result['state']} ({result['seconds']:.0f} s)"]
+    lines = [f"{result['dag_id']} {json.dumps(result['conf'])}: {result['state']} ({result['seconds']:.1f} s)"]
     if result["state"] == "success":
         return lines
     from nyc_taxi.lineage.read.runs import Runs

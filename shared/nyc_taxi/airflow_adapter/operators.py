@@ -319,7 +319,7 @@ class RunFlowOperator(ReportsLineage):
             run = self._running.run.pathspec
 
             async def relay(stream: str) -> None:
-                async for _, line in self._running.stream_log(stream):
+                async for line in whole_lines(self._running.stream_log(stream)):
                     log.info("%s", line.rstrip())
                     if step := STEP_FINISHED.search(line):  # Metaflow's own line for a step's end
                         progress(f"{run}/{step[1]}: done")
@@ -333,6 +333,22 @@ class RunFlowOperator(ReportsLineage):
         public call for this; its process handle does (``command_obj``, what its own Ctrl-C handler uses)."""
         if self._running is not None:
             self._running.command_obj.kill()
+
+
+async def whole_lines(parts):
+    """The lines of Metaflow's ``stream_log`` whole. It reads its log file with ``readline``, which returns half a
+    line the flow is still writing and its rest at the next read, and yields each read stripped, with the file's
+    position after it: a read that moved the position by exactly its own length ended without a newline, and is
+    joined to the next (the last one is yielded as it is)."""
+    pending, at = "", 0
+    async for position, text in parts:
+        ended_short = position - at == len(text.encode())
+        at, pending = position, pending + text
+        if not ended_short:
+            yield pending
+            pending = ""
+    if pending:
+        yield pending
 
 
 def run_said(earlier: str | None, run: str, parameters: dict) -> str:

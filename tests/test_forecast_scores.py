@@ -72,6 +72,32 @@ def _record_flow_run(version: str, parameters: dict[str, str], reports: dict) ->
         recorder.record({"kind": "finished", "context": dataclasses.asdict(context), **finished})
 
 
+def _backtest_row(settings, origin: dt.datetime) -> str:
+    """The row of ``origin`` that `bash run backtest --no-run --origins 1` prints for it."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nyc_taxi.cli.backtest",
+            "--no-run",
+            "--origins",
+            "1",
+            "--last",
+            f"{origin:%Y-%m-%dT%H:%M}",
+        ],
+        env={**os.environ, "STATE_DIR": str(settings.state_dir)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    [row] = [line for line in done.stdout.splitlines() if line.startswith(f"{origin:%Y-%m-%d %H:%M}")]
+    return row.rstrip()
+
+
 def _rows(table: d.Table, snapshot_id: int | None = None) -> list[dict]:
     from nyc_taxi.core.catalog import load_table
 
@@ -325,10 +351,6 @@ def test_a_score_read_earlier_never_replaces_one_read_later_and_a_forecast_gone_
 def test_two_models_trained_on_other_lookbacks_are_not_ranked(kept, settings):
     """The weather model forecasts the 14th again, trained on 21 days where the seasonal model was trained on
     14: their scores are over the same 48 hours, and not compared; the scores keep each lookback."""
-    import os
-    import subprocess
-    import sys
-
     from nyc_taxi.forecast import steps
 
     origin = dt.datetime(2015, 5, 14)
@@ -336,25 +358,14 @@ def test_two_models_trained_on_other_lookbacks_are_not_ranked(kept, settings):
     steps.score_forecasts()
     scores = {(r["model_name"], r["as_of_datetime"]): r for r in _ours(_rows(d.YELLOW_RIDES_FORECAST_SCORES))}
     assert (scores[(SEASONAL, origin)]["lookback_days"], scores[(WEATHER, origin)]["lookback_days"]) == (14, 21)
-    done = subprocess.run(
-        [sys.executable, "-m", "nyc_taxi.cli.backtest", "--no-run", "--origins", "1", "--last", "2015-05-14T00:00"],
-        env={**os.environ, "STATE_DIR": str(settings.state_dir)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    [row] = [line for line in done.stdout.splitlines() if line.startswith("2015-05-14")]
-    assert row.rstrip().endswith("not comparable: other lookbacks"), done.stdout
+    row = _backtest_row(settings, origin)
+    assert row.endswith("not comparable: other lookbacks"), row
 
 
 def test_a_score_whose_runs_reading_of_raw_the_lineage_lost_is_not_known_fresh_and_not_ranked(kept, settings):
     """Both models forecast the 21st; the lineage of the seasonal run's compute_actuals was lost (its recorder
     killed), though the rest of its run was recorded: what its staleness is judged from is not known, so its
     score is marked and the origin not ranked, where the same runs fully recorded would be."""
-    import os
-    import subprocess
-    import sys
-
     from nyc_taxi.forecast import steps
 
     origin = dt.datetime(2015, 5, 21)
@@ -362,20 +373,9 @@ def test_a_score_whose_runs_reading_of_raw_the_lineage_lost_is_not_known_fresh_a
     _forecast(WEATHER, origin, 24, "TrainForecastModelFlow/12/train_forecasting_model/1")
     steps.score_forecasts()
 
-    def printed() -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "nyc_taxi.cli.backtest", "--no-run", "--origins", "1", "--last", "2015-05-21T00:00"],
-            env={**os.environ, "STATE_DIR": str(settings.state_dir)},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        [row] = [line for line in done.stdout.splitlines() if line.startswith("2015-05-21")]
-        return row.rstrip()
-
-    row = printed()
+    row = _backtest_row(settings, origin)
     assert row.endswith("not comparable: a score not known fresh") and row.count("?") == 1, row  # the seasonal one
     _forecast(SEASONAL, origin, 24, "TrainForecastModelFlow/13/train_forecasting_model/1")  # recorded whole
     steps.score_forecasts()
-    row = printed()
+    row = _backtest_row(settings, origin)
     assert row.endswith((SEASONAL, WEATHER, "tie")) and "?" not in row, row  # ranked

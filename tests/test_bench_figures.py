@@ -115,5 +115,15 @@ def test_the_demo_bench_reads_each_dag_run_as_the_demo_prints_it(tmp_path):
         "train_forecast_model",
         conf,
         "success",
-        "42",
+        "41.6",
     )
+
+
+def test_the_demo_benchs_typical_run_is_the_median_of_each_months_first_run():
+    """A re-run (the same month again, after a republication) is set aside, and neither the fastest nor the
+    slowest month stands for a run."""
+    from nyc_taxi.bench.demo import typical
+
+    runs = [{"conf": {"month": m}, "seconds": s} for m, s in (("01", 9.0), ("02", 12.5), ("03", 30.0), ("01", 5.0))]
+    assert typical(runs) == {"conf": {"month": "02"}, "seconds": 12.5}
+    assert typical(runs[:2] + runs[3:]) == {"conf": {"month": "01"}, "seconds": 9.0}  # the first of January's

@@ -421,8 +421,18 @@ def test_the_users_path_trains_at_the_latest_origin_with_the_users_metaflow_prof
     # OpenLineage off: no event made, none sent; DataHub's records as ever, shipped through the connection
     assert len(ol_events()) == events and backend.requests == []
     made = local_records(read_datahub_records(settings, "metaflow")[records:])
+    if [r for r in made if r not in received_records(datahub)]:
+        # a step's shipping ran out of its budget (a busy machine): the run says so, and the records wait in the
+        # local files for `bash run lineage-replay`, which sends them where the steps would: the same connection,
+        # the same token
+        assert "kept for later" in said or "lineage not shipped" in said, said[-3000:]
+        replayed = subprocess.run(
+            ["bash", "run", "lineage-replay"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert replayed.returncode == 0, (replayed.stdout + replayed.stderr)[-3000:]
+        said += replayed.stdout + replayed.stderr
     received = received_records(datahub)
-    assert made and [r for r in made if r not in received] == []
+    assert made and [r for r in made if r not in received] == [], said[-3000:]
     tokens = {r["headers"].get("Authorization") for r in datahub.requests() if r["path"] == DATAHUB_INGEST_PATH}
     assert tokens == {f"Bearer {token}"} and token not in said
 

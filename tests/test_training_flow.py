@@ -400,10 +400,12 @@ def test_the_users_path_trains_at_the_latest_origin_with_the_users_metaflow_prof
     )
     said = result.stdout + result.stderr
     assert result.returncode == 0, said[-4000:]
-    # the latest month raw's rows came from (this module's 2024-10, or a later one another module of the
-    # session loaded): the latest midnight whose 24 hours end by its end
+    # the latest month of the TLC files raw's rows came from (this module's 2024-10, or a later one another
+    # module of the session loaded; rows another module wrote by hand name no month): the latest midnight whose
+    # 24 hours end by its end
     files = load_table(registry.YELLOW_TAXI_RAW).scan(selected_fields=("source_file",)).to_arrow()["source_file"]
-    latest = max(re.search(r"\d{4}-\d{2}", name)[0] for name in set(files.to_pylist()))
+    tlc_months = (re.fullmatch(r"yellow_tripdata_(\d{4}-\d{2})\.parquet", name) for name in set(files.to_pylist()))
+    latest = max(match[1] for match in tlc_months if match)
     year, month = map(int, latest.split("-"))
     origin = dt.datetime(year + month // 12, month % 12 + 1, 1) - dt.timedelta(days=1)
     assert f"--as_of_datetime not given: training at {origin:%Y-%m-%dT%H:%M}" in said and latest in said, said[-3000:]

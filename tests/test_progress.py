@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from nyc_taxi.airflow_adapter.operators import STEP_FINISHED
 from nyc_taxi.core.progress import MARK, run_showing_progress
@@ -36,39 +39,49 @@ def test_a_flow_steps_end_is_read_from_metaflows_own_line():
     assert STEP_FINISHED.search("[1796/compute_actuals/2 (pid 40122)] Task is starting.") is None
 
 
-def test_a_step_end_metaflow_reads_in_two_halves_is_one_line_again(tmp_path):
-    """Metaflow's own log reader (``stream_log``, what the training task relays) returns half a line the flow is
-    still writing, and its rest at the next read: the relay joins them, so a step's end is never missed. The
-    child writes the rest only once the reader has read the half."""
+@pytest.mark.parametrize("split", ["Task fin|ished", "Task |finished"], ids=["mid-word", "after a space"])
+def test_a_step_end_the_run_writes_in_two_halves_is_read_as_one_line(tmp_path, split):
+    """The training task reads a flow run's log as the run writes it: a step's end the run writes in two halves
+    (the second only once the first has been read) is one line, so it is never missed. Metaflow's own reader
+    (``stream_log``) gives the halves stripped, and one split after a space looks whole."""
     import asyncio
 
     from metaflow.runner.subprocess_manager import SubprocessManager
 
-    from nyc_taxi.airflow_adapter.operators import whole_lines
+    from nyc_taxi.airflow_adapter.operators import log_lines
 
+    first, rest = split.split("|")
     child = (
         "import os, sys, time\n"
-        "sys.stdout.write('[1796/compute_actuals/2 (pid 1)] Task fin'); sys.stdout.flush()\n"
+        f"sys.stdout.write('[1796/compute_actuals/2 (pid 1)] {first}'); sys.stdout.flush()\n"
         "while not os.path.exists(sys.argv[1]): time.sleep(0.01)\n"
-        "sys.stdout.write('ished successfully.\\n\\nno newline at the end')\n"
+        f"sys.stdout.write('{rest} successfully.\\n\\nno newline at the end')\n"
     )
 
-    async def read(joined: bool) -> list[str]:
-        gate = tmp_path / f"half-read-{joined}"
+    async def read(metaflows: bool) -> list[str]:
+        gate = tmp_path / f"half-read-{metaflows}"
         manager = SubprocessManager()
         command = manager.get(await manager.async_run_command([sys.executable, "-c", child, str(gate)]))
+        log = Path(command.log_files["stdout"])
+        if metaflows:
+            lines = []
+            async for _, line in command.stream_log("stdout"):
+                gate.touch()  # Metaflow's reader gave the half
+                lines.append(line)
+            return lines
+        asked = []
 
-        async def parts():
-            async for part in command.stream_log("stdout"):
-                gate.touch()
-                yield part
+        def ended() -> bool:  # asked before each read: asked twice since the half was written, it was read
+            if log.stat().st_size > 0:
+                asked.append(True)
+                if len(asked) == 2:
+                    gate.touch()
+            return command.process.returncode is not None
 
-        if joined:
-            return [line async for line in whole_lines(parts())]
-        return [line async for _, line in parts()]
+        return [line async for line in log_lines(str(log), ended)]
 
-    raw = asyncio.run(read(joined=False))
-    assert raw[:2] == ["[1796/compute_actuals/2 (pid 1)] Task fin", "ished successfully."]  # as Metaflow reads it
-    lines = asyncio.run(read(joined=True))
-    assert lines == ["[1796/compute_actuals/2 (pid 1)] Task finished successfully.", "", "no newline at the end"]
+    halves = asyncio.run(read(metaflows=True))
+    assert halves[:2] == [f"[1796/compute_actuals/2 (pid 1)] {first}".rstrip(), f"{rest} successfully."]
+    lines = asyncio.run(read(metaflows=False))
+    assert lines == [f"[1796/compute_actuals/2 (pid 1)] {first}{rest} successfully.", "", "no newline at the end"]
     assert STEP_FINISHED.search(lines[0])[1] == "compute_actuals"

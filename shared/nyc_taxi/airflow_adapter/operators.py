@@ -318,8 +318,11 @@ class RunFlowOperator(ReportsLineage):
 
             run = self._running.run.pathspec
 
+            def ended() -> bool:
+                return self._running.returncode is not None
+
             async def relay(stream: str) -> None:
-                async for line in whole_lines(self._running.stream_log(stream)):
+                async for line in log_lines(self._running.command_obj.log_files[stream], ended):
                     log.info("%s", line.rstrip())
                     if step := STEP_FINISHED.search(line):  # Metaflow's own line for a step's end
                         progress(f"{run}/{step[1]}: done")
@@ -335,20 +338,27 @@ class RunFlowOperator(ReportsLineage):
             self._running.command_obj.kill()
 
 
-async def whole_lines(parts):
-    """The lines of Metaflow's ``stream_log`` whole. It reads its log file with ``readline``, which returns half a
-    line the flow is still writing and its rest at the next read, and yields each read stripped, with the file's
-    position after it: a read that moved the position by exactly its own length ended without a newline, and is
-    joined to the next (the last one is yielded as it is)."""
-    pending, at = "", 0
-    async for position, text in parts:
-        ended_short = position - at == len(text.encode())
-        at, pending = position, pending + text
-        if not ended_short:
-            yield pending
-            pending = ""
+async def log_lines(path: str, ended: Callable[[], bool], poll_seconds: float = 0.05):
+    """The lines of a Metaflow run's log file as the run writes them, each whole. Metaflow's own reader
+    (``stream_log``) returns half a line the run is still writing, stripped, and its rest at the next read:
+    a step's end split after a space cannot be told from a whole line. Its file (``command_obj.log_files``,
+    which Metaflow's Runner documents) is read here instead: text up to a newline is a line, what follows
+    waits for its newline, and once the run has ended the rest is read and its last line given as it is."""
+    pending = b""
+    with open(path, "rb") as log_file:
+        while True:
+            done = ended()  # asked before reading: all the run wrote before it ended is in this read
+            chunk = log_file.read()
+            if chunk:
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", errors="replace")
+            elif done:
+                break
+            else:
+                await asyncio.sleep(poll_seconds)
     if pending:
-        yield pending
+        yield pending.decode("utf-8", errors="replace")
 
 
 def run_said(earlier: str | None, run: str, parameters: dict) -> str:

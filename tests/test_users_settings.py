@@ -407,6 +407,19 @@ def test_a_connections_extra_reaches_the_emitter_as_the_plugin_hands_it_on():
     emitter.close()
 
 
+def test_the_api_server_is_started_without_any_datahub_connection_a_worker_host_is_not_given(tmp_path, monkeypatch):
+    """Airflow 3's execution API hands any connection the API server reads to any task's token: control's API
+    server is started without every DataHub connection a worker host is not given (the plugin's by its prefix,
+    and the one the user's ``[datahub] conn_id`` names), and with every other connection."""
+    from nyc_taxi.deployment.services import _not_the_api_servers
+
+    monkeypatch.setenv("AIRFLOW__DATAHUB__CONN_ID", "their_datahub")
+    names = ["AIRFLOW_CONN_DATAHUB_REST_DEFAULT", "AIRFLOW_CONN_DATAHUB_REST_STAGING", "AIRFLOW_CONN_THEIR_DATAHUB"]
+    inherited = dict.fromkeys([*names, "AIRFLOW_CONN_THEIR_POSTGRES", "DATAHUB_GMS_URL", "PATH"], "x")
+    assert _not_the_api_servers(_settings(tmp_path), inherited).split() == sorted(names)
+    assert _not_the_api_servers(_settings(tmp_path), {"PATH": "x"}) == ""
+
+
 def test_datahub_settings_in_the_process_settings(tmp_path):
     target = datahub_target(_settings(tmp_path, datahub_gms_url="http://127.0.0.1:1", datahub_gms_token="s"))
     assert (target.url, target.token) == ("http://127.0.0.1:1", "s") and "s" not in repr(target)

@@ -817,9 +817,10 @@ def weed_binary() -> str:
 # lineage to control's receiver (a worker, across hosts) uses no lineage server beyond it: the servers the
 # operator's settings name and their credentials stay on control, whose shipper sends on to them.
 NOT_THE_DEPLOYMENTS = ("METAFLOW_",)
+DATAHUB_CONNECTIONS = "AIRFLOW_CONN_DATAHUB_REST"  # the plugin's connections by their default name's prefix
 CONTROLS_ALONE = (
     *("OPENLINEAGE_URL", "OPENLINEAGE_API_KEY", "OPENLINEAGE_ENDPOINT", "OPENLINEAGE_CONFIG", "OPENLINEAGE__"),
-    *("DATAHUB_GMS_", "DATAHUB_CONN_ID", "AIRFLOW_CONN_DATAHUB_REST"),
+    *("DATAHUB_GMS_", "DATAHUB_CONN_ID", DATAHUB_CONNECTIONS),
 )
 
 
@@ -844,10 +845,13 @@ def _datahub_connections(settings: Settings) -> set[str]:
 
 
 def _not_the_api_servers(settings: Settings, inherited: dict[str, str]) -> str:
-    """The DataHub connections' variables the API server is started without: its execution API hands any
-    connection it can read to any task's token (Airflow 3 has no per-task access to connections), so a worker
-    host would read through it what control alone is given. A task finds them in its own environment first."""
-    return " ".join(sorted(v for v in _datahub_connections(settings) if v in inherited and v.isidentifier()))
+    """The DataHub connections' variables the API server is started without (those ``[datahub] conn_id`` names
+    and every one a worker host is not given): its execution API hands any connection it can read to any task's
+    token (Airflow 3 has no per-task access to connections), so a worker host would read through it what
+    control alone is given. A task finds them in its own environment first."""
+    named = _datahub_connections(settings)
+    withheld = (v for v in inherited if v in named or v.startswith(DATAHUB_CONNECTIONS))
+    return " ".join(sorted(v for v in withheld if v.isidentifier()))
 
 
 def environment(settings: Settings, record: dict) -> dict[str, str]:

@@ -44,3 +44,49 @@ def test_a_dag_run_shows_each_version_its_tasks_read(monkeypatch):
     answer = json.loads(json.dumps(runs_module.as_json([first, second])))  # what `--runs train --json` prints
     assert answer[0]["read"] == [["raw", "41"], ["raw", "42"], ["weather", "3"]]
     assert answer[0]["inputs"] == {"raw": None, "weather": "3"}
+
+
+def test_a_resumed_flow_runs_steps_are_those_it_ran_and_those_it_cloned_from_the_run_it_resumed():
+    """Metaflow's resume clones the steps before the one it resumes from without running them, so nothing of
+    a clone is recorded: a resumed run's steps are those it ran and, for each it did not, the step of the run it
+    resumed (through a resume of a resume). Its staleness is then judged from the raw version the cloned
+    compute_actuals read, and a run whose resumed run is not recorded is not known fresh."""
+    from nyc_taxi.core.jobs import TRAINING_FLOW
+    from nyc_taxi.lineage.read.stale import flow_runs
+
+    flow = TRAINING_FLOW.name
+
+    def flow_run(run_id: str, state: str, resumed_from: str | None = None) -> JobRun:
+        return JobRun(job=flow, run_id=f"u{run_id}", label=f"{flow}/{run_id}", state=state, resumed_from=resumed_from)
+
+    def step(run_id: str, name: str, state: str = "success", inputs: dict | None = None) -> JobRun:
+        job = getattr(TRAINING_FLOW, name).qualified_name
+        return JobRun(
+            job=job, run_id=f"u{run_id}.{name}", state=state, inputs=inputs or {}, parent=(flow, f"u{run_id}")
+        )
+
+    recorded = [
+        flow_run("1", "failure"),
+        step("1", "start"),
+        step("1", "compute_actuals", inputs={"yellow_taxi_raw": "41"}),
+        step("1", "train_forecasting_model", "failure"),
+        flow_run("2", "failure", resumed_from="1"),  # resumed at train, failed at predict
+        step("2", "train_forecasting_model"),
+        step("2", "predict", "failure"),
+        flow_run("3", "success", resumed_from="2"),  # resumed at predict
+        step("3", "predict"),
+        step("3", "write_forecasts_to_table"),
+        flow_run("5", "success", resumed_from="4"),  # resumed a run the lineage does not record
+        step("5", "predict"),
+    ]
+    runs = Runs({run.run_id: run for run in recorded})
+    steps = {s.job.split(".")[-1]: s.run_id for s in runs.steps(runs.by_id["u3"])}
+    assert steps == {
+        "predict": "u3.predict",
+        "write_forecasts_to_table": "u3.write_forecasts_to_table",
+        "train_forecasting_model": "u2.train_forecasting_model",  # not run 1's failed one
+        "start": "u1.start",
+        "compute_actuals": "u1.compute_actuals",
+    }
+    assert [s.run_id for s in runs.steps(runs.by_id["u5"])] == ["u5.predict"]
+    assert flow_runs(runs) == {f"{flow}/1", f"{flow}/2", f"{flow}/3"}

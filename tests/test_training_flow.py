@@ -258,6 +258,17 @@ def test_backtest_matches_an_independent_computation_and_reruns_change_nothing(l
     assert started == ["TrainForecastModelFlow", "TrainForecastModelFlow.evaluate", "TrainForecastModelFlow.end"]
     tags = {t["key"]: t["value"] for t in events[1]["run"]["facets"]["tags"]["tags"]}
     assert tags["metaflow.origin_run_id"] == run_id
+    # its staleness is judged from the raw version the run it resumed read, whose compute_actuals it cloned
+    from nyc_taxi.lineage.read.runs import Runs
+    from nyc_taxi.lineage.read.stale import flow_runs
+
+    runs = Runs.read(settings)
+    resumed_id = next(e["run"]["runId"] for e in events if e["job"]["name"] == TRAINING_FLOW.name)
+    again = runs.by_id[resumed_id]
+    cloned = {s.job.split(".")[-1]: s for s in runs.steps(again)}["compute_actuals"]
+    assert cloned.parent[1] == complete["TrainForecastModelFlow"]["run"]["runId"]
+    assert cloned.inputs[registry.YELLOW_TAXI_RAW.name] == str(raw_snapshot)
+    assert again.label in flow_runs(runs)
 
 
 def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as_computed(

@@ -57,7 +57,7 @@ def _target_run(target: str, runs: Runs) -> JobRun:
 def _flow(run: JobRun, runs: Runs, settings: Settings) -> list[Comparison]:
     from nyc_taxi.forecast.reproduce import Recorded, reproduce
 
-    steps = {c.job.split(".", 1)[1]: c for c in runs.children(run)}
+    steps = {c.job.split(".", 1)[1]: c for c in runs.steps(run)}  # a resume's cloned ones: the earlier run's
     missing = [s for s in ("compute_actuals", "train_forecasting_model", "write_forecasts_to_table") if s not in steps]
     if missing or run.state != "success":
         raise Unreproducible(

@@ -29,6 +29,7 @@ class JobRun:
     job: str  # <dag>.<task>, <Flow>.<step>, or a DAG / flow
     run_id: str  # OpenLineage's
     label: str = ""  # what the tool calls the run: Airflow's run id, Metaflow's pathspec
+    resumed_from: str | None = None  # a Metaflow resume's: the id of the run it resumed
     state: str = "running"
     started: str | None = None
     ended: str | None = None
@@ -123,6 +124,8 @@ def _apply(run: JobRun, event: dict, names: dict[tuple[str, str], str]) -> None:
             run.parameters[tag["key"][len("param.") :]] = tag["value"]
         elif tag["key"] in ("metaflow.pathspec", "metaflow.run"):
             run.label = tag["value"]
+        elif tag["key"] == "metaflow.origin_run_id":
+            run.resumed_from = tag["value"]
     if "nominalTime" in facets:
         run.parameters["nominal_time"] = facets["nominalTime"]["nominalStartTime"]
     if "errorMessage" in facets:
@@ -193,6 +196,25 @@ class Runs:
 
     def children(self, run: JobRun) -> list[JobRun]:
         return [r for r in self if r.parent == (run.job, run.run_id)]
+
+    def steps(self, flow_run: JobRun) -> list[JobRun]:
+        """A flow run's steps as its results come from them: those it ran, and each one it did not run from the
+        run it resumed (Metaflow's resume clones a step without running it, so nothing of the clone is recorded:
+        the earlier run's step read and wrote what the clone holds), through a resume of a resume."""
+        found, seen, run = [], set(), flow_run
+        while run is not None and run.run_id not in seen:
+            seen.add(run.run_id)
+            ran = {step.job for step in found}
+            found += [step for step in self.children(run) if step.job not in ran]
+            run = self.resumed(run)
+        return found
+
+    def resumed(self, flow_run: JobRun) -> JobRun | None:
+        """The flow run a Metaflow resume resumed (None: not a resume, or that run is not recorded)."""
+        if flow_run.resumed_from is None:
+            return None
+        label = f"{flow_run.job}/{flow_run.resumed_from}"
+        return next((run for run in self.of_job(flow_run.job) if run.label == label), None)
 
     def descendants(self, run: JobRun) -> list[JobRun]:
         """The runs under a DAG or flow run: its tasks or steps, and what they started (a training task's

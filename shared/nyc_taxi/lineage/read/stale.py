@@ -142,13 +142,14 @@ class StaleReport:
 
 def flow_runs(runs: Runs) -> frozenset[str]:
     """The training flow's runs (Metaflow's pathspecs, ``Flow/run_id``) whose lineage records what their
-    staleness is judged from: the version of raw ``compute_actuals`` read. A run whose events of that step were
-    lost (its recorder killed, OpenLineage off for it) is not known fresh, however much else it recorded."""
+    staleness is judged from: the version of raw ``compute_actuals`` read (its own, or, resuming a run, that
+    run's, whose step it cloned). A run whose events of that step were lost (its recorder killed, OpenLineage off
+    for it) is not known fresh, however much else it recorded."""
     counted = TRAINING_FLOW.compute_actuals.qualified_name
     return frozenset(
         run.label
         for run in runs.of_job(TRAINING_FLOW.name)
-        if run.label and any(s.job == counted and s.inputs.get(d.YELLOW_TAXI_RAW.name) for s in runs.children(run))
+        if run.label and any(s.job == counted and s.inputs.get(d.YELLOW_TAXI_RAW.name) for s in runs.steps(run))
     )
 
 
@@ -336,7 +337,7 @@ def check(
 
     for flow_run in _live_flow_runs(runs):
         reasons = []
-        for step in runs.children(flow_run):
+        for step in runs.steps(flow_run):
             for name, version in sorted(step.inputs.items()):
                 if name not in tables or version is None:
                     continue
@@ -350,7 +351,7 @@ def check(
                         reasons.append(f"{step.job.split('.')[-1]} read {name} {where}, which holds {month.stale.name}")
         if not reasons:
             continue
-        outputs = {n: v for c in runs.children(flow_run) for n, v in c.outputs.items()}
+        outputs = {n: v for c in runs.steps(flow_run) for n, v in c.outputs.items()}
         parameters = {p: flow_run.parameters[p] for p in FLOW_PARAMETERS if p in flow_run.parameters}
         model, origin = parameters.get(MODEL.name), parameters.get(AS_OF_DATETIME.name)
         report.items.append(

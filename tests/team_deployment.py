@@ -362,7 +362,8 @@ def missing_lake_file_story(network, error: Exception, most: int = 40) -> str:
     from nyc_taxi.core import team as services
     from nyc_taxi.core.processes import read_record
     from nyc_taxi.deployment.across_hosts import host_settings
-    from nyc_taxi.deployment.services import ObjectStorage, weed_binary
+    from nyc_taxi.deployment.object_storage import ObjectStorage
+    from nyc_taxi.deployment.services import weed_binary
 
     here, there = os.stat("/proc/thread-self/ns/net").st_ino, os.stat(f"/run/netns/{network.namespace('control')}")
     assert here == there.st_ino, (

@@ -245,7 +245,7 @@ def test_every_socket_any_host_listens_on_refuses_a_client_without_credentials_f
     from nyc_taxi.core import team
     from nyc_taxi.core.processes import read_record
     from nyc_taxi.deployment.across_hosts import host_settings
-    from nyc_taxi.deployment.services import ObjectStorage
+    from nyc_taxi.deployment.object_storage import ObjectStorage
 
     settings, _, network, _ = hosts
     record = read_record(team.services_record(settings))

@@ -258,7 +258,7 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
     assert len(listeners) >= 14 and {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
 
     record = read_record(services.services_record(settings))
-    from nyc_taxi.deployment.services import JWT_KEYS
+    from nyc_taxi.deployment.object_storage import JWT_KEYS
 
     secrets = [record["postgres"]["password"], record["redis"]["password"], record["seaweedfs"]["secret_key"]]
     secrets += list(record["postgres"]["roles"].values())  # the roles that own Airflow's database and the catalog's
@@ -299,7 +299,7 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
     for path in Path(settings.state_dir).rglob("*"):
         if path.is_file() and path not in secret_files and path.stat().st_size < 50_000_000:
             places[str(path)] = path.read_bytes().decode(errors="replace")
-    from nyc_taxi.deployment.services import Postgres
+    from nyc_taxi.deployment.postgres import Postgres
 
     for path in Postgres(settings, record).directory.glob("*.log"):
         places[str(path)] = path.read_text(errors="replace")
@@ -343,7 +343,7 @@ def test_a_client_without_the_deployments_credentials_is_refused_and_one_with_th
 
     from nyc_taxi.core import team as services
     from nyc_taxi.core.processes import read_record
-    from nyc_taxi.deployment.services import SEAWEEDFS_CERTIFICATE, ObjectStorage
+    from nyc_taxi.deployment.object_storage import SEAWEEDFS_CERTIFICATE, ObjectStorage
 
     settings, _ = team
     record = read_record(services.services_record(settings))

@@ -411,13 +411,13 @@ def test_the_api_server_is_started_without_any_datahub_connection_a_worker_host_
     """Airflow 3's execution API hands any connection the API server reads to any task's token: control's API
     server is started without every DataHub connection a worker host is not given (the plugin's by its prefix,
     and the one the user's ``[datahub] conn_id`` names), and with every other connection."""
-    from nyc_taxi.deployment.services import _not_the_api_servers
+    from nyc_taxi.deployment.inherited import not_the_api_servers
 
     monkeypatch.setenv("AIRFLOW__DATAHUB__CONN_ID", "their_datahub")
     names = ["AIRFLOW_CONN_DATAHUB_REST_DEFAULT", "AIRFLOW_CONN_DATAHUB_REST_STAGING", "AIRFLOW_CONN_THEIR_DATAHUB"]
     inherited = dict.fromkeys([*names, "AIRFLOW_CONN_THEIR_POSTGRES", "DATAHUB_GMS_URL", "PATH"], "x")
-    assert _not_the_api_servers(_settings(tmp_path), inherited).split() == sorted(names)
-    assert _not_the_api_servers(_settings(tmp_path), {"PATH": "x"}) == ""
+    assert not_the_api_servers(_settings(tmp_path), inherited).split() == sorted(names)
+    assert not_the_api_servers(_settings(tmp_path), {"PATH": "x"}) == ""
 
 
 def test_datahub_settings_in_the_process_settings(tmp_path):

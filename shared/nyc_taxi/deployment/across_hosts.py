@@ -33,6 +33,9 @@ from nyc_taxi.core import team
 from nyc_taxi.core.processes import ServiceError, machine_lock, read_record, write_private
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment.hosts import Host, Network
+from nyc_taxi.deployment.object_storage import SEAWEEDFS_CERTIFICATE, ObjectStorage
+from nyc_taxi.deployment.postgres import Postgres
+from nyc_taxi.deployment.service import wait_until
 from nyc_taxi.deployment.supervisor import Supervisor, program_sections
 
 CONTROL = "control"  # the host of the operator's network and of the services every other host uses
@@ -125,7 +128,7 @@ def up(settings: Settings) -> list[str]:
         orphaned = [
             h.name
             for h in network.layout.hosts
-            if services.Postgres(host_settings(settings, network, h.name), {}).orphaned_data()
+            if Postgres(host_settings(settings, network, h.name), {}).orphaned_data()
         ]
         if orphaned and not team.services_record(settings).is_file():
             raise ServiceError(
@@ -139,13 +142,13 @@ def up(settings: Settings) -> list[str]:
             tokens.setdefault(host.name, secrets.token_urlsafe(32))
         write_private(team.services_record(settings), record)
         hosts = [(host, host_settings(settings, network, host.name)) for host in network.layout.hosts]
-        authority = services.ObjectStorage(settings, record).authority
+        authority = ObjectStorage(settings, record).authority
         for host, own in hosts:
             write_private(team.services_record(own), given_record(record, network, host))
             if any(p.startswith("seaweedfs-") or p == "metaflow-metadata" for p in host.programs):
-                tls = services.ObjectStorage(own, record).authority.directory  # the host's own, named by it
+                tls = ObjectStorage(own, record).authority.directory  # the host's own, named by it
                 addresses = sorted({team.LOOPBACK, host.address})
-                authority.issue(services.SEAWEEDFS_CERTIFICATE, addresses, into=tls, common_name=host.name)
+                authority.issue(SEAWEEDFS_CERTIFICATE, addresses, into=tls, common_name=host.name)
         said += _start(settings, network, hosts)
     return said
 
@@ -176,7 +179,7 @@ def _start(settings: Settings, network: Network, hosts: list, only: str | None =
             Supervisor(own).start_programs(names)
         for h, own, names in starting:
             on_host = service(own, read_record(team.services_record(own)))
-            services._wait(
+            wait_until(
                 lambda s=on_host, n=names: all(s.answers(p) for p in n),
                 180,
                 f"{service.name} on {h.name}",
@@ -199,7 +202,6 @@ def new_authority(settings: Settings) -> list[str]:
     certificate. A certificate
     taken from a host is refused from then on by every listener that asks for one (gRPC and HTTPS alike:
     SeaweedFS keeps no revocation list). The data stays."""
-    from nyc_taxi.deployment import services
 
     network, said = Network(settings), []
     for host in sorted(network.layout.hosts, key=lambda h: h.name == CONTROL):  # as `down` stops them
@@ -207,10 +209,9 @@ def new_authority(settings: Settings) -> list[str]:
         if supervisor.running():
             supervisor.stop()
             said.append(f"{host.name}: stopped (every program, then supervisord)")
-    directories = [services.ObjectStorage(settings, {}).authority.directory]
+    directories = [ObjectStorage(settings, {}).authority.directory]
     directories += [
-        services.ObjectStorage(host_settings(settings, network, h.name), {}).authority.directory
-        for h in network.layout.hosts
+        ObjectStorage(host_settings(settings, network, h.name), {}).authority.directory for h in network.layout.hosts
     ]
     for directory in directories:
         if directory.exists():

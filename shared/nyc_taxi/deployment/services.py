@@ -2,7 +2,8 @@
 
 supervisord (``supervisord.conf`` beside this file: every service, its command, order and restart rule)
 starts the programs, restarts one that exits unexpectedly and stops each with its process group. What
-it cannot know is here, one class per service, in the order `up` starts them:
+it cannot know is one class per service (``service.Service``; PostgreSQL's in ``postgres``, SeaweedFS's in
+``object_storage``), listed here in the order `up` starts them:
 
 - the ports, chosen once and kept (what runs finds a service where it was), and the generated secrets,
   in ``<state>/team/services.json`` (0600; ``nyc_taxi.core.team`` reads it for the lakehouse);
@@ -16,7 +17,6 @@ it cannot know is here, one class per service, in the order `up` starts them:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import secrets
@@ -29,9 +29,7 @@ import urllib.request
 from pathlib import Path
 
 from nyc_taxi.airflow_adapter.environment import (
-    airflow_process_environment,
     prepare_directories,
-    users_airflow_settings,
 )
 from nyc_taxi.airflow_adapter.rest_api import base_url, health, healthy
 from nyc_taxi.core import team
@@ -47,289 +45,11 @@ from nyc_taxi.core.processes import (
 )
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.deployment import process_states
-from nyc_taxi.deployment.certificates import Authority
+from nyc_taxi.deployment.inherited import inherited, not_the_api_servers
+from nyc_taxi.deployment.object_storage import ObjectStorage
+from nyc_taxi.deployment.postgres import Postgres
+from nyc_taxi.deployment.service import Service, answers_now
 from nyc_taxi.deployment.supervisor import MARKER, Supervisor, logs_dir, own_processes, program_names, run_dir
-
-POSTGRES_USER = "nyc_taxi"  # the superuser: it creates the roles and databases, and nothing else uses it
-DATABASES = team.OWNED_DATABASES  # Airflow's metadata; the Iceberg catalog: each owned by the role of its name
-HBA_MARK = "# nyc-taxi: who may connect from the hosts' network (written by `team up`)"
-
-
-def _wait(ready, seconds: float, what: str, log: Path | None = None) -> None:
-    deadline = time.monotonic() + seconds
-    while not ready():
-        if time.monotonic() > deadline:
-            tail = log.read_text(errors="replace")[-2500:] if log and log.is_file() else ""
-            raise ServiceError(
-                f"{what} did not answer within {seconds:.0f} s{'; ' + str(log) + ' ends:' if tail else ''}\n{tail}"
-            )
-        time.sleep(0.5)
-
-
-def _answers(check) -> bool:
-    try:
-        return bool(check())
-    except Exception:  # not up yet: any client error means "not yet"
-        return False
-
-
-class Service:
-    """A service of the deployment: its supervisord programs and what it needs around them."""
-
-    name = ""
-    key = ""  # its part of the record: ports and secrets
-    programs: tuple[str, ...] = ()
-    given_by = ""  # the setting that names a team's own instead
-    across_hosts_only = False  # only the hosts layout runs it
-
-    def __init__(self, settings: Settings, record: dict):
-        self.settings, self.record = settings, record
-
-    @property
-    def given(self) -> bool:
-        return False
-
-    def ports(self) -> dict:
-        """The ports it listens on, chosen once (first `up`) and kept."""
-        return {}
-
-    def prepare(self) -> None:
-        """What must exist before its programs start."""
-
-    def prepare_on(self, first_host: bool) -> None:
-        """What must exist on a host before its programs of this service start (across hosts:
-        ``first_host``, whether it is the first host that runs them)."""
-        self.prepare()
-
-    def ready(self) -> bool:
-        return True
-
-    def answers(self, program: str) -> bool:
-        """Whether one of its programs answers a request now (RUNNING is not answering: a process up but
-        not yet listening refuses a connection)."""
-        return _answers(self.ready)
-
-    def after(self) -> None:
-        """What needs it answering (databases, a bucket, the files other programs read)."""
-
-    def given_up(self) -> None:
-        """What `up` still does for a service the team gives."""
-
-    def address(self) -> str:
-        return ""
-
-    def up(self, supervisor: Supervisor) -> str:
-        if self.given:
-            self.given_up()
-            return f"{self.name}: given ({self.given_by})"
-        self.prepare()
-        supervisor.start_programs(self.programs)
-        _wait(
-            lambda: all(self.answers(p) for p in self.programs),
-            180,
-            self.name,
-            logs_dir(self.settings) / f"{self.programs[-1]}.log",
-        )
-        self.after()
-        return f"{self.name}: {self.address()}"
-
-
-class Postgres(Service):
-    name, key, programs, given_by = "PostgreSQL", "postgres", ("postgres",), "POSTGRES_URL"
-
-    @property
-    def given(self) -> bool:
-        return self.settings.postgres_url is not None
-
-    @property
-    def client(self) -> team.Postgres:
-        return team.Postgres(self.settings)
-
-    def ports(self) -> dict:
-        roles = {name: secrets.token_urlsafe(24) for name in DATABASES}
-        return {"port": free_port(), "user": POSTGRES_USER, "password": secrets.token_urlsafe(24), "roles": roles}
-
-    # PostgreSQL refuses to run as root: as root, its server runs as Debian's postgres user, with its
-    # data under that user's home (a tree under a 0700 home such as /root is not reachable for it)
-    @property
-    def as_postgres(self) -> bool:
-        return os.geteuid() == 0
-
-    @property
-    def directory(self) -> Path:
-        if self.as_postgres:
-            import pwd
-
-            home = Path(pwd.getpwnam("postgres").pw_dir)
-            key = hashlib.sha256(str(self.settings.state_dir.resolve()).encode()).hexdigest()[:12]
-            return home / "nyc-taxi" / key
-        return team.team_dir(self.settings) / "postgres"
-
-    @property
-    def user(self) -> str:
-        import pwd
-
-        return "postgres" if self.as_postgres else pwd.getpwuid(os.geteuid()).pw_name
-
-    @staticmethod
-    def bin_dir() -> Path:
-        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parts[-3]))
-        if found:
-            return found[-1].parent
-        if shutil.which("postgres"):
-            return Path(shutil.which("postgres")).parent
-        raise ServiceError("PostgreSQL is missing: install Debian's postgresql (bash run setup does)")
-
-    def prepare(self) -> None:
-        if not (self.directory / "data" / "PG_VERSION").is_file():
-            self._initdb()
-        if network := self.record.get("network"):  # across hosts: the other hosts connect by address
-            self._allow_the_hosts(network)
-
-    def _allow_the_hosts(self, network: str) -> None:
-        """Across hosts, who may connect by address (initdb's rules let every role in from the loopback
-        only): the Iceberg catalog's role to its database from the hosts' network (every host's tasks),
-        Airflow's role to its database and the superuser from control's own address (Airflow's components
-        and the operator run there), nothing else; a rule of an earlier `up` is replaced."""
-        rules = self.directory / "data" / "pg_hba.conf"
-        own = f"{team.address(self.settings, 'postgres')}/32"
-        ours = [
-            HBA_MARK,
-            f"host lakehouse lakehouse {network} scram-sha-256",
-            f"host airflow airflow {own} scram-sha-256",
-            f"host all {POSTGRES_USER} {own} scram-sha-256",
-        ]
-        kept = [
-            line
-            for line in rules.read_text().splitlines()
-            if line not in ours and not (line.startswith("host all ") and line.endswith(f"{network} scram-sha-256"))
-        ]
-        rules.write_text("\n".join([*kept, *ours]) + "\n")
-
-    def _initdb(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        if self.as_postgres:
-            shutil.chown(self.directory, "postgres", "postgres")
-            shutil.chown(self.directory.parent, "postgres", "postgres")
-        self.directory.chmod(0o700)
-        password_file = self.directory / ".password"
-        fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(self.record["postgres"]["password"])
-        if self.as_postgres:
-            shutil.chown(password_file, "postgres", "postgres")
-        prefix = ["runuser", "-u", "postgres", "--"] if self.as_postgres else []
-        command = [str(self.bin_dir() / "initdb"), "-D", str(self.directory / "data"), "-U", POSTGRES_USER]
-        command += ["-A", "scram-sha-256", f"--pwfile={password_file}", "-E", "UTF8", "--locale=C"]
-        try:
-            created = subprocess.run([*prefix, *command], capture_output=True, text=True)
-        finally:
-            password_file.unlink(missing_ok=True)
-        if created.returncode != 0:
-            raise ServiceError(f"initdb failed: {created.stderr.strip()[-2000:]}")
-
-    def ready(self) -> bool:
-        self.client.connect().close()
-        return True
-
-    def after(self) -> None:
-        """Each database and the role of its name that owns it (and every object in it: a deployment made
-        before the roles had its superuser own them), where this host holds the superuser's credential
-        (PostgreSQL's own host); then the URL file of Airflow's database, where this host holds its role's."""
-        if self.given or "password" in self.record["postgres"]:
-            self._databases_and_roles()
-        if self.given or "airflow" in (self.record["postgres"].get("roles") or {}):
-            write_private_text(self.client.airflow_url_file, self.client.url("airflow"))
-        else:  # a host of Celery workers: Airflow's database is not this host's to reach
-            self.client.airflow_url_file.unlink(missing_ok=True)
-        team.Postgres(self.settings).celery_results_url_file.unlink(missing_ok=True)  # an earlier layout's
-
-    def _databases_and_roles(self) -> None:
-        from psycopg2 import sql
-
-        db = self.client.connect()
-        db.autocommit = True
-        with db.cursor() as cursor:
-            cursor.execute("SET log_min_error_statement = panic")  # a failed statement's password: not in a log
-            for name in DATABASES:
-                if not self.given:
-                    password = self.record["postgres"]["roles"][name]
-                    cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,))
-                    verb = "ALTER" if cursor.fetchone() else "CREATE"
-                    cursor.execute(
-                        sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {}").format(
-                            sql.Identifier(name), sql.Literal(password)
-                        )
-                    )
-                cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-                if cursor.fetchone() is None:
-                    owner = sql.SQL("") if self.given else sql.SQL(" OWNER {}").format(sql.Identifier(name))
-                    cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)) + owner)
-        db.close()
-        if not self.given:
-            for name in DATABASES:
-                self._owned_by(name)
-
-    def _owned_by(self, name: str) -> None:
-        """Database ``name``, its public schema and everything in it owned by the role of its name."""
-        from psycopg2 import sql
-
-        db = self._superuser(name)
-        db.autocommit = True
-        role = sql.Identifier(name)
-        with db.cursor() as cursor:
-            cursor.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(role, role))
-            cursor.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(role))
-            cursor.execute(
-                """SELECT c.relkind, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                   WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
-                   AND pg_get_userbyid(c.relowner) <> %s""",
-                (name,),
-            )
-            kinds = {
-                "r": "TABLE",
-                "p": "TABLE",
-                "v": "VIEW",
-                "m": "MATERIALIZED VIEW",
-                "S": "SEQUENCE",
-                "f": "FOREIGN TABLE",
-            }
-            for kind, relation in cursor.fetchall():
-                cursor.execute(
-                    sql.SQL(f"ALTER {kinds[kind]} {{}} OWNER TO {{}}").format(sql.Identifier("public", relation), role)
-                )
-            cursor.execute(
-                """SELECT t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
-                   WHERE n.nspname = 'public' AND t.typtype IN ('e', 'd') AND pg_get_userbyid(t.typowner) <> %s""",
-                (name,),
-            )
-            for (type_name,) in cursor.fetchall():
-                cursor.execute(sql.SQL("ALTER TYPE {} OWNER TO {}").format(sql.Identifier("public", type_name), role))
-        db.close()
-
-    def _superuser(self, database: str):
-        """A connection to ``database`` as the superuser (its objects' owner may be any role)."""
-        import psycopg2
-
-        c = self.client.connection()
-        return psycopg2.connect(
-            host=c["host"], port=c["port"], user=c["user"], password=c["password"], dbname=database, connect_timeout=5
-        )
-
-    def given_up(self) -> None:
-        try:
-            self.after()
-        except Exception as error:
-            raise ServiceError(
-                f"PostgreSQL ({self.given_by}) does not answer: {str(error).strip().splitlines()[0]}"
-            ) from None
-
-    def address(self) -> str:
-        return f"{team.address(self.settings, 'postgres')}:{self.record['postgres']['port']} (data {self.directory / 'data'})"
-
-    def orphaned_data(self) -> bool:
-        """PostgreSQL's data outlived the record of its password (the state directory was removed)."""
-        return not self.given and (self.directory / "data" / "PG_VERSION").is_file()
 
 
 class Redis(Service):
@@ -375,157 +95,6 @@ class Redis(Service):
         return f"{team.address(self.settings, 'redis')}:{self.record['redis']['port']}"
 
 
-# SeaweedFS's JWT signing keys, each the record's and security.toml's name for it
-JWT_KEYS = {
-    "jwt_volume_write_key": "jwt.signing",  # the master signs a write to a volume, the volume server checks
-    "jwt_filer_write_key": "jwt.filer_signing",  # the S3 gateway signs its writes to the filer
-    "jwt_filer_read_key": "jwt.filer_signing.read",  # and its reads
-}
-SEAWEEDFS_CERTIFICATE = "seaweedfs"  # every SeaweedFS program's of a host, as server and as client
-# Across hosts, the programs whose hosts a SeaweedFS gRPC server lets in (by their certificate's name): the
-# master, its volume servers (their heartbeats), the filer, the S3 gateway and every mount of Metaflow's home;
-# a volume server, the master, the filer and the gateway (not another host's tasks or volume server); the
-# filer, the gateway and the mounts; the gateway, the filer.
-GRPC_CLIENTS = {
-    "master": ("seaweedfs-master", "seaweedfs-volume", "seaweedfs-filer", "seaweedfs-s3", "metaflow-metadata"),
-    "volume": ("seaweedfs-master", "seaweedfs-filer", "seaweedfs-s3"),
-    "filer": ("seaweedfs-filer", "seaweedfs-s3", "metaflow-metadata"),
-    "s3": ("seaweedfs-filer", "seaweedfs-s3"),
-}
-
-
-def certificate_name(settings: Settings) -> str:
-    """The name a host's SeaweedFS certificate carries: across hosts its host's, on one machine the programs'."""
-    name, address = team.this_host(settings)
-    return name if address != team.LOOPBACK else SEAWEEDFS_CERTIFICATE
-
-
-def grpc_clients(record: dict) -> dict[str, list[str]]:
-    """Across hosts (the record names every host each program runs on), each gRPC server's allowed
-    certificate names (``GRPC_CLIENTS``); on one machine none: one certificate serves every program."""
-    runs_on = record.get("runs_on") or {}
-    if not runs_on:
-        return {}
-    return {
-        part: sorted(
-            {
-                h
-                for p, placed in runs_on.items()
-                if any(p == c or p.startswith(f"{c}-") for c in clients)
-                for h in placed
-            }
-        )
-        for part, clients in GRPC_CLIENTS.items()
-    }
-
-
-class ObjectStorage(Service):
-    """SeaweedFS: master, volume server, filer and S3 gateway, each a process of its own."""
-
-    name, key, given_by = "object storage", "seaweedfs", "S3_ENDPOINT_URL"
-    programs = ("seaweedfs-master", "seaweedfs-volume", "seaweedfs-filer", "seaweedfs-s3")
-
-    @property
-    def given(self) -> bool:
-        return self.settings.s3_endpoint_url is not None
-
-    @property
-    def store(self) -> team.ObjectStore:
-        return team.ObjectStore(self.settings)
-
-    def ports(self) -> dict:
-        ports = {
-            f"{part}_{kind}": free_port()
-            for part in ("master", "volume", "filer", "s3")
-            for kind in ("port", "grpc_port")
-        }
-        keys = {"access_key": secrets.token_hex(10).upper(), "secret_key": secrets.token_urlsafe(30)}
-        return ports | keys | {key: secrets.token_urlsafe(30) for key in JWT_KEYS}
-
-    @property
-    def directory(self) -> Path:
-        return team.team_dir(self.settings) / "seaweedfs"
-
-    @property
-    def authority(self) -> Authority:
-        return Authority(self.directory / "tls", "nyc-taxi SeaweedFS")
-
-    def prepare(self) -> None:
-        for part in ("master", "volume", "filer"):
-            (self.directory / part).mkdir(parents=True, exist_ok=True)
-        self._write_security()
-        access, secret = self.store.keys()
-        identity = {"name": "nyc-taxi", "credentials": [{"accessKey": access, "secretKey": secret}]}
-        identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
-        identities = self.directory / "s3-identities.json"
-        if team.address(self.settings, "seaweedfs-s3") == team.this_host(self.settings)[1]:  # the gateway runs here
-            write_private(identities, {"identities": [identity]})
-        else:
-            identities.unlink(missing_ok=True)
-
-    def _write_security(self) -> None:
-        """``security.toml``, which every SeaweedFS program reads from its working directory (supervisord
-        runs them in this one): mutual TLS on every gRPC and HTTP port but the S3 gateway's (which checks
-        S3 signatures), a JWT the master signs for each write to a volume, and JWTs the S3 gateway signs
-        for the filer's HTTP reads and writes. Across hosts each host's certificate names the host, and each
-        gRPC server lets in only the hosts whose programs talk to it (``GRPC_CLIENTS``)."""
-        cert, key = self.authority.issue(
-            SEAWEEDFS_CERTIFICATE,
-            sorted({team.LOOPBACK, team.this_host(self.settings)[1]}),
-            common_name=certificate_name(self.settings),
-        )
-        record, ca = self.record["seaweedfs"], self.authority.certificate
-        pair = f'cert = "{cert}"\nkey = "{key}"\n'
-        # across hosts, a host holds the keys its programs check or sign with (across_hosts.SECRETS_OF)
-        sections = [f'[{section}]\nkey = "{record[name]}"\n' for name, section in JWT_KEYS.items() if name in record]
-        sections += [f'[grpc]\nca = "{ca}"\n']
-        allowed = grpc_clients(self.record)
-        sections += [
-            f"[grpc.{part}]\n{pair}"
-            + (f'allowed_commonNames = "{",".join(allowed[part])}"\n' if part in allowed else "")
-            for part in ("master", "volume", "filer", "s3", "client")
-        ]
-        sections += [f'[https.client]\nenabled = true\n{pair}ca = "{ca}"\n']
-        sections += [f'[https.{part}]\n{pair}ca = "{ca}"\n' for part in ("master", "volume", "filer")]
-        write_private_text(self.directory / "security.toml", "\n".join(sections))
-
-    def ready(self) -> bool:
-        self.store.client(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}).list_buckets()
-        return True
-
-    def answers(self, program: str) -> bool:
-        """Each process on its own HTTP port: the master's cluster status, the volume server's status, the
-        filer's root, the S3 gateway's bucket list."""
-        if program == "seaweedfs-s3":
-            return _answers(self.ready)
-        part, path = {
-            "seaweedfs-master": ("master", "/cluster/status"),
-            "seaweedfs-volume": ("volume", "/status"),
-            "seaweedfs-filer": ("filer", "/healthz"),  # its other paths want the filer's JWT
-        }[program]
-        url = f"https://{team.address(self.settings, program)}:{self.record['seaweedfs'][f'{part}_port']}{path}"
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})
-        context = self.authority.client_context(SEAWEEDFS_CERTIFICATE)
-        return _answers(lambda: urllib.request.urlopen(request, timeout=3, context=context).status == 200)
-
-    def after(self) -> None:
-        """The bucket, and the key pair as a credentials file for what finds its keys through the AWS SDK's
-        chain (Metaflow's datastore)."""
-        s3 = self.store.client()
-        if self.store.bucket not in {b["Name"] for b in s3.list_buckets().get("Buckets", [])}:
-            s3.create_bucket(Bucket=self.store.bucket)
-        if keys := self.store.keys():
-            write_private_text(
-                self.store.credentials_file,
-                f"[default]\naws_access_key_id = {keys[0]}\naws_secret_access_key = {keys[1]}\n",
-            )
-
-    given_up = after
-
-    def address(self) -> str:
-        return f"s3://{self.store.bucket} on {self.store.endpoint()} (SeaweedFS, data {self.directory})"
-
-
 class SparkCluster(Service):
     name, key, programs, given_by = "Spark", "spark", ("spark-master", "spark-worker"), "SPARK_MASTER"
 
@@ -554,8 +123,8 @@ class SparkCluster(Service):
     def answers(self, program: str) -> bool:
         """The master: its web UI's account of the cluster; the worker: registered with the master."""
         if program == "spark-master":
-            return _answers(team.SparkCluster(self.settings).master_alive)
-        return _answers(lambda: team.this_host(self.settings)[1] in team.SparkCluster(self.settings).workers())
+            return answers_now(team.SparkCluster(self.settings).master_alive)
+        return answers_now(lambda: team.this_host(self.settings)[1] in team.SparkCluster(self.settings).workers())
 
     def address(self) -> str:
         return f"{team.SparkCluster(self.settings).master()}, one worker"
@@ -614,7 +183,7 @@ class Airflow(Service):
             return health(base_url(self.settings)) is not None
         if program in HEARTBEATS:
             return _beats(self.settings, program)
-        return _answers(lambda: _worker_replies(self.settings, program))
+        return answers_now(lambda: _worker_replies(self.settings, program))
 
     def address(self) -> str:
         return f"the UI on {base_url(self.settings)}; scheduler, DAG processor, triggerer, Celery workers"
@@ -693,13 +262,13 @@ class LineageDelivery(Service):
         file: a server the team runs being down does not stop `team up`)."""
         if program == "lineage-shipper":
             done = lambda: read_record(team.LineageReceiver(self.settings).shipper_round())  # noqa: E731
-            return _answers(lambda: time.time() - done()["ended"] < 30)
+            return answers_now(lambda: time.time() - done()["ended"] < 30)
         tokens = team.LineageReceiver(self.settings).tokens()
         request = urllib.request.Request(
             f"{team.LineageReceiver(self.settings).url()}/config",
             headers={"Authorization": f"Bearer {next(iter(tokens.values()), '')}"},
         )
-        return _answers(lambda: urllib.request.urlopen(request, timeout=2).status == 200)
+        return answers_now(lambda: urllib.request.urlopen(request, timeout=2).status == 200)
 
     def address(self) -> str:
         return f"the receiver on {team.address(self.settings, 'lineage-receiver')}:{self.record['lineage']['port']}"
@@ -750,7 +319,7 @@ class MetaflowMetadata(Service):
             at = [line for line in mounts if _unescaped(line.split()[4]) == home and " - fuse.seaweedfs " in line]
             return bool(at) and _within(3, os.listdir, f"/proc/{pid}/root{home}")
 
-        return _answers(mounted)
+        return answers_now(mounted)
 
     def address(self) -> str:
         return f"{self.FILER_PATH} of the filer at each host's {self.settings.metaflow_home}"
@@ -812,48 +381,6 @@ def weed_binary() -> str:
     return shutil.which("weed") or str(Path(sys.executable).with_name("weed"))
 
 
-# The operator's own settings that the deployment's programs are not given. Its Metaflow is the deployment's
-# (its bucket or the filer's home, METAFLOW_HOME below), not the operator's profile. A host that ships its
-# lineage to control's receiver (a worker, across hosts) uses no lineage server beyond it: the servers the
-# operator's settings name and their credentials stay on control, whose shipper sends on to them.
-NOT_THE_DEPLOYMENTS = ("METAFLOW_",)
-DATAHUB_CONNECTIONS = "AIRFLOW_CONN_DATAHUB_REST"  # the plugin's connections by their default name's prefix
-CONTROLS_ALONE = (
-    *("OPENLINEAGE_URL", "OPENLINEAGE_API_KEY", "OPENLINEAGE_ENDPOINT", "OPENLINEAGE_CONFIG", "OPENLINEAGE__"),
-    *("DATAHUB_GMS_", "DATAHUB_CONN_ID", DATAHUB_CONNECTIONS),
-)
-
-
-def _inherited(settings: Settings) -> dict[str, str]:
-    """The operator's environment with the project's Airflow settings, less what the host's programs are not
-    given (``NOT_THE_DEPLOYMENTS``; on a host that ships to control, ``CONTROLS_ALONE``, the DataHub
-    connections ``[datahub] conn_id`` names, and the lineage destinations of the operator's Airflow settings,
-    which are handed on to control's programs alone; DataHub's ~/.datahubenv not read)."""
-    worker = team.LineageReceiver(settings).elsewhere()
-    if not worker:
-        return {k: v for k, v in airflow_process_environment(settings).items() if not k.startswith(NOT_THE_DEPLOYMENTS)}
-    connections = _datahub_connections(settings)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(CONTROLS_ALONE) and k not in connections}
-    kept = airflow_process_environment(settings, environ, lineage=False)
-    return {k: v for k, v in kept.items() if not k.startswith(NOT_THE_DEPLOYMENTS)} | {"DATAHUB_SKIP_CONFIG": "true"}
-
-
-def _datahub_connections(settings: Settings) -> set[str]:
-    """The variables of the DataHub connections ``[datahub] conn_id`` names (the project's and the user's)."""
-    named = f"{settings.datahub_conn_id},{users_airflow_settings().get('AIRFLOW__DATAHUB__CONN_ID') or ''}"
-    return {f"AIRFLOW_CONN_{c.strip().upper()}" for c in named.split(",") if c.strip()}
-
-
-def _not_the_api_servers(settings: Settings, inherited: dict[str, str]) -> str:
-    """The DataHub connections' variables the API server is started without (those ``[datahub] conn_id`` names
-    and every one a worker host is not given): its execution API hands any connection it can read to any task's
-    token (Airflow 3 has no per-task access to connections), so a worker host would read through it what
-    control alone is given. A task finds them in its own environment first."""
-    named = _datahub_connections(settings)
-    withheld = (v for v in inherited if v in named or v.startswith(DATAHUB_CONNECTIONS))
-    return " ".join(sorted(v for v in withheld if v.isidentifier()))
-
-
 def environment(settings: Settings, record: dict) -> dict[str, str]:
     """What supervisord expands in its configuration and every program inherits: the ports and
     directories, Airflow's configuration, and the marker that finds the deployment's processes."""
@@ -862,10 +389,10 @@ def environment(settings: Settings, record: dict) -> dict[str, str]:
     seaweedfs, spark = record["seaweedfs"], record["spark"]
     postgres = Postgres(settings, record)
     weed = weed_binary()
-    inherited = _inherited(settings)
+    given = inherited(settings)
     return {
-        **inherited,
-        "NOT_THE_API_SERVERS": _not_the_api_servers(settings, inherited),
+        **given,
+        "NOT_THE_API_SERVERS": not_the_api_servers(settings, given),
         "PROFILE": "team",
         "STATE_DIR": str(settings.state_dir),
         "AIRFLOW_PORT": str(settings.airflow_port),

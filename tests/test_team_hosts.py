@@ -53,7 +53,7 @@ def _left_on_the_machine(network) -> list[str]:
 # OpenLineage transport with its key in Airflow's settings (both to ports nothing listens on: control's shipper
 # keeps their records pending)
 DATAHUB_CONNECTION = "AIRFLOW_CONN_DATAHUB_REST_DEFAULT"
-STAGING_DATAHUB_CONNECTION = "AIRFLOW_CONN_DATAHUB_REST_STAGING"  # one no `conn_id` names
+THEIR_DATAHUB_CONNECTION = "AIRFLOW_CONN_THEIR_DATAHUB"  # one no `conn_id` names, a DataHub connection by its type
 OPERATORS_CREDENTIALS = {
     "DATAHUB_GMS_TOKEN": "dh-operator-" + os.urandom(8).hex(),
     "OPENLINEAGE_API_KEY": "ol-operator",
@@ -61,7 +61,7 @@ OPERATORS_CREDENTIALS = {
         name: json.dumps(
             {"conn_type": "datahub-rest", "host": f"http://127.0.0.1:{free_port()}", "password": os.urandom(8).hex()}
         )
-        for name in (DATAHUB_CONNECTION, STAGING_DATAHUB_CONNECTION)
+        for name in (DATAHUB_CONNECTION, THEIR_DATAHUB_CONNECTION)
     },
 }
 OPERATORS_TRANSPORT_KEY = "ol-transport-" + os.urandom(8).hex()
@@ -416,7 +416,7 @@ def test_a_worker_host_holds_no_lineage_credential_of_the_operators_and_no_other
     control = environment_of("control", "lineage-shipper")
     assert all(value in control for value in OPERATORS_CREDENTIALS.values())
     # nor through control's API server, whose execution API hands any connection it reads to any task's token
-    for connection in (DATAHUB_CONNECTION, STAGING_DATAHUB_CONNECTION):
+    for connection in (DATAHUB_CONNECTION, THEIR_DATAHUB_CONNECTION):
         assert f"{connection}=" in environment_of("control", "airflow-scheduler")
         assert f"{connection}=" not in environment_of("control", "airflow-api-server")
     secrets = [*OPERATORS_CREDENTIALS.values(), OPERATORS_TRANSPORT_KEY]

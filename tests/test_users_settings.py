@@ -7,6 +7,7 @@ test_training_flow.py (flow runs)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -407,17 +408,46 @@ def test_a_connections_extra_reaches_the_emitter_as_the_plugin_hands_it_on():
     emitter.close()
 
 
-def test_the_api_server_is_started_without_any_datahub_connection_a_worker_host_is_not_given(tmp_path, monkeypatch):
+def test_the_api_server_is_started_without_any_datahub_connection_by_its_supervisord_command(tmp_path, monkeypatch):
     """Airflow 3's execution API hands any connection the API server reads to any task's token: control's API
-    server is started without every DataHub connection a worker host is not given (the plugin's by its prefix,
-    and the one the user's ``[datahub] conn_id`` names), and with every other connection."""
+    server, started by supervisord's command line as supervisord splits it, has no DataHub connection (the one
+    the user's ``[datahub] conn_id`` names, hyphenated as Airflow allows, and every connection of a DataHub type
+    by any name, as JSON or a URI), and every other connection and setting."""
+    import re
+    import shlex
+
     from nyc_taxi.deployment.inherited import not_the_api_servers
 
-    monkeypatch.setenv("AIRFLOW__DATAHUB__CONN_ID", "their_datahub")
-    names = ["AIRFLOW_CONN_DATAHUB_REST_DEFAULT", "AIRFLOW_CONN_DATAHUB_REST_STAGING", "AIRFLOW_CONN_THEIR_DATAHUB"]
-    inherited = dict.fromkeys([*names, "AIRFLOW_CONN_THEIR_POSTGRES", "DATAHUB_GMS_URL", "PATH"], "x")
-    assert not_the_api_servers(_settings(tmp_path), inherited).split() == sorted(names)
-    assert not_the_api_servers(_settings(tmp_path), {"PATH": "x"}) == ""
+    monkeypatch.setenv("AIRFLOW__DATAHUB__CONN_ID", "their-datahub")
+    datahubs = {
+        "AIRFLOW_CONN_THEIR-DATAHUB": "http://gms:8080",  # named: whatever its form
+        "AIRFLOW_CONN_DATAHUB_REST_DEFAULT": json.dumps({"conn_type": "datahub-rest", "host": "http://gms"}),
+        "AIRFLOW_CONN_MY_DATAHUB": json.dumps({"conn_type": "datahub_rest", "password": "secret"}),
+        "AIRFLOW_CONN_DATAHUB_KAFKA_DEFAULT": "datahub-kafka://broker:9092",
+        "AIRFLOW_CONN__TEAM_A___DATAHUB": "datahub_rest://:token@gms:8080",  # a team's, as Airflow names it
+    }
+    others = {
+        "AIRFLOW_CONN_DATAHUB_RESTORE": "postgres://u:p@db:5432/restore",
+        "AIRFLOW_CONN_BROKEN": "{not json",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
+    environment = {**others, **datahubs, "PATH": os.environ["PATH"]}
+    arguments = not_the_api_servers(_settings(tmp_path), environment)
+    command = next(
+        line.split("=", 1)[1]
+        for line in (REPO_ROOT / "shared/nyc_taxi/deployment/supervisord.conf").read_text().splitlines()
+        if line.startswith("command=") and line.endswith("-m airflow api-server")
+    )
+    expanded = re.sub(r"%\(ENV_(\w+)\)s", lambda m: {"NOT_THE_API_SERVERS": arguments, "PYTHON": "PY"}[m[1]], command)
+    argv = shlex.split(expanded)
+    assert argv[argv.index("PY") :] == ["PY", "-m", "airflow", "api-server"]
+    listing = "import json, os; print(json.dumps(dict(os.environ)))"
+    started = subprocess.run(
+        [*argv[: argv.index("PY")], sys.executable, "-c", listing], env=environment, capture_output=True, text=True
+    )
+    assert started.returncode == 0, started.stderr
+    seen = json.loads(started.stdout)
+    assert [name for name in datahubs if name in seen] == [] and {k: seen.get(k) for k in others} == others
 
 
 def test_datahub_settings_in_the_process_settings(tmp_path):

@@ -182,7 +182,7 @@ def test_assertion_urns_are_stable_run_events_accumulate_in_lite_and_every_recor
     from datahub_check import assert_valid_record_files
 
     from nyc_taxi.lineage.read import quality as read
-    from nyc_taxi.lineage.write import datahub
+    from nyc_taxi.lineage.write import datahub, datahub_quality
     from nyc_taxi.lineage.write.outbox import Outbox, datahub_files
     from nyc_taxi.lineage.write.report import DatasetUse, StepReport
 
@@ -197,7 +197,7 @@ def test_assertion_urns_are_stable_run_events_accumulate_in_lite_and_every_recor
         Outbox(settings, "airflow").add_records(records)
         urns.append(sorted({r.entityUrn for r in records if r.entityUrn.startswith("urn:li:assertion:")}))
     assert urns[0] == urns[1] and len(urns[0]) == len(d.YELLOW_TAXI_STAGING.checks)  # one URN per check, kept
-    assert datahub.assertion_urn(d.YELLOW_TAXI_STAGING, "pickup_in_month", settings) in urns[0]
+    assert datahub_quality.assertion_urn(d.YELLOW_TAXI_STAGING, "pickup_in_month", settings) in urns[0]
     assert_valid_record_files(datahub_files(settings))
 
     found = read.read(settings).of(d.YELLOW_TAXI_STAGING.name)

@@ -381,7 +381,7 @@ def test_a_broken_month_is_refused_before_raw_through_the_scheduler_once_and_the
     from nyc_taxi.core.naming import landed_folder
     from nyc_taxi.fixtures import tlc
     from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH
-    from nyc_taxi.lineage.write.datahub import assertion_urn
+    from nyc_taxi.lineage.write.datahub_quality import assertion_urn
 
     settings = team[0]
     path = tlc.write_yellow_month(tlc.generate_yellow_month(2023, 12, rows=2_000, seed=12), taxi_path(site, 2024, 12))

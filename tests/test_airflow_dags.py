@@ -494,7 +494,7 @@ def test_a_trace_through_a_raw_snapshot_whose_own_check_failed_says_the_data_fai
 
     # June's snapshot still holds May as it failed, and says so to its readers: the flow refuses a window
     # over May, naming the snapshot to roll back to; a window of June alone is counted
-    from nyc_taxi.core import quality
+    from nyc_taxi.core import quality, verdicts
     from nyc_taxi.core.naming import iceberg_identifier
     from nyc_taxi.core.spark import get_spark
     from nyc_taxi.forecast import steps
@@ -502,7 +502,7 @@ def test_a_trace_through_a_raw_snapshot_whose_own_check_failed_says_the_data_fai
     raw = load_table(registry.YELLOW_TAXI_RAW)
     june = snapshot_id(registry.YELLOW_TAXI_RAW)
     before_may = raw.snapshot_by_id(may).parent_snapshot_id
-    assert [(batch, r.check, r.version) for batch, r in quality.failures_of(raw, june)] == [
+    assert [(batch, r.check, r.version) for batch, r in verdicts.failures_of(raw, june)] == [
         ("2018-05", "month_rows_as_staged", str(may))
     ]
     ensure_tables([registry.YELLOW_RIDES_HOURLY_ACTUALS])

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from nyc_taxi.core import datasets as d
-from nyc_taxi.core import quality
+from nyc_taxi.core import quality, verdicts
 from nyc_taxi.core.datasets import Check, accepted_values, expect, not_null, row_count, unique
 from nyc_taxi.core.settings import Settings
 from nyc_taxi.core.snapshots import MONTH, month_of
@@ -336,7 +336,7 @@ def test_profiles_from_the_manifests_equal_duckdb_over_the_snapshots_data_files(
 
 
 def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_commit_judges_it_again(tmp_path):
-    """What the flow refuses (``quality.failures_of``), on a real Iceberg table's snapshots (pyiceberg on a
+    """What the flow refuses (``verdicts.failures_of``), on a real Iceberg table's snapshots (pyiceberg on a
     SQLite catalog, no Spark): January's merge fails its check; February's passes on top; a commit no check
     judged (a compaction) comes next; January loaded again passes. Each snapshot holds January as the
     latest commit that judged it left it; a rollback to before the failure holds none; January's snapshot
@@ -348,7 +348,7 @@ def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_comm
     before = table.current_snapshot().snapshot_id
 
     def months(snapshot) -> list[tuple[str, str]]:
-        return [(batch, r.check) for batch, r in quality.failures_of(table, snapshot)]
+        return [(batch, r.check) for batch, r in verdicts.failures_of(table, snapshot)]
 
     january = merge("2011-01", [failed("2011-01")])
     february = merge("2011-02", [])
@@ -358,14 +358,14 @@ def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_comm
     assert months(again) == [] and months(before) == []
 
     # a stored failure of fields this code no longer knows, or without one it now has, still reads, as a failure
-    key = f"{quality.JUDGED_PREFIX}{january}.2011-01"
+    key = f"{verdicts.JUDGED_PREFIX}{january}.2011-01"
     stored = json.loads(table.properties[key])
     stored["failed"][0][1] |= {"a_field_of_later_code": 1}
     del stored["failed"][0][1]["tolerance"], stored["failed"][0][1]["status"]
     with table.transaction() as transaction:
         transaction.set_properties({key: json.dumps(stored)})
     assert months(unjudged) == [("2011-01", "month_rows_as_staged")]
-    assert quality.failures_of(table, unjudged)[0][1].stops
+    assert verdicts.failures_of(table, unjudged)[0][1].stops
 
     # January's snapshot gone from the history (as expiry does): February's record carries its failure
     with table.transaction() as transaction:
@@ -374,17 +374,17 @@ def test_a_failed_month_is_found_through_a_snapshots_ancestry_until_a_later_comm
 
     # March merged, killed before its check: unjudged, until a retry judges it; other months are not
     march = merge("2011-03", None)
-    assert quality.unjudged(table, march, "2011-03", month_of)
-    assert not quality.unjudged(table, march, "2011-02", month_of)
+    assert verdicts.unjudged(table, march, "2011-03", month_of)
+    assert not verdicts.unjudged(table, march, "2011-02", month_of)
     # April merges on top and fails before March's retry judges March on April's snapshot (the retry
     # commits nothing): both judgements stand, April's failure with them
     april = merge("2011-04", [failed("2011-04")])
-    assert quality.unjudged(table, april, "2011-03", month_of)
-    quality.record_judgement_on(table, april, "2011-03", [])
-    assert not quality.unjudged(table, april, "2011-03", month_of)
+    assert verdicts.unjudged(table, april, "2011-03", month_of)
+    verdicts.record_judgement_on(table, april, "2011-03", [])
+    assert not verdicts.unjudged(table, april, "2011-03", month_of)
     assert months(april) == [("2011-04", "month_rows_as_staged")]
     # judged at last for every month it wrote, an unchanged month's re-run judges nothing again
-    assert not any(quality.unjudged(table, april, m, month_of) for m in ("2011-01", "2011-02", "2011-03", "2011-04"))
+    assert not any(verdicts.unjudged(table, april, m, month_of) for m in ("2011-01", "2011-02", "2011-03", "2011-04"))
 
 
 def _raw_like(tmp_path):
@@ -404,7 +404,7 @@ def _raw_like(tmp_path):
         table.append(rows, snapshot_properties={MONTH: month})
         snapshot = table.current_snapshot().snapshot_id
         if results is not None:
-            quality.record_judgement_on(table, snapshot, month, results)
+            verdicts.record_judgement_on(table, snapshot, month, results)
         return snapshot
 
     def failed(month: str, version: int | None = None) -> quality.CheckResult:
@@ -424,14 +424,14 @@ def test_a_months_own_judgement_on_a_snapshot_outweighs_a_failure_another_months
     table, merge, failed = _raw_like(tmp_path)
 
     def months(snapshot) -> list[tuple[str, str]]:
-        return [(batch, r.check) for batch, r in quality.failures_of(table, snapshot)]
+        return [(batch, r.check) for batch, r in verdicts.failures_of(table, snapshot)]
 
     merge("2011-01", [failed("2011-01")])
     merge("2011-02", None)
     again = merge("2011-01", None)  # January's commit, its check still running
-    quality.record_judgement_on(table, again, "2011-02", [])  # February's retry judges on it first
+    verdicts.record_judgement_on(table, again, "2011-02", [])  # February's retry judges on it first
     assert months(again) == [("2011-01", "month_rows_as_staged")]  # January not yet judged again: still failed
-    quality.record_judgement_on(table, again, "2011-01", [])  # January's own check passes
+    verdicts.record_judgement_on(table, again, "2011-01", [])  # January's own check passes
     assert months(again) == []
     assert months(merge("2011-03", [])) == []
 
@@ -441,9 +441,9 @@ def test_a_months_own_judgement_on_a_snapshot_outweighs_a_failure_another_months
     merge2("2011-01", [failed2("2011-01")])
     merge2("2011-02", None)
     last = merge2("2011-03", None)
-    quality.record_judgement_on(table2, last, "2011-02", [])
-    quality.record_judgement_on(table2, last, "2011-03", [])
-    assert [(b, r.check) for b, r in quality.failures_of(table2, last)] == [("2011-01", "month_rows_as_staged")]
+    verdicts.record_judgement_on(table2, last, "2011-02", [])
+    verdicts.record_judgement_on(table2, last, "2011-03", [])
+    assert [(b, r.check) for b, r in verdicts.failures_of(table2, last)] == [("2011-01", "month_rows_as_staged")]
 
 
 def test_the_flow_refuses_a_window_over_an_unjudged_month_and_names_the_commit_that_wrote_a_failed_one(tmp_path):
@@ -476,7 +476,7 @@ def test_the_flow_refuses_a_window_over_an_unjudged_month_and_names_the_commit_t
     refuse(dt.datetime(2011, 2, 20), february)  # February alone: judged, passed
 
     # January's retry judges January on February's snapshot, and it fails
-    quality.record_judgement_on(table, february, "2011-01", [failed("2011-01", february)])
+    verdicts.record_judgement_on(table, february, "2011-01", [failed("2011-01", february)])
     with pytest.raises(quality.ChecksFailed) as refused:
         refuse(dt.datetime(2011, 1, 20), february)
     message = str(refused.value)

@@ -8,7 +8,7 @@ import json
 import logging
 from dataclasses import replace
 
-from nyc_taxi.core import jobs, quality
+from nyc_taxi.core import jobs, quality, verdicts
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.intervals import Intervals
@@ -76,7 +76,7 @@ def refuse_raw_that_failed(raw_table, window: Window, read: DatasetUse, output: 
     """Refuses the snapshot of raw a step reads when it holds a month of the window whose own check failed
     (ChecksFailed), or whose latest commit no check judged (MonthNotJudged: a merge stopped between its
     commit and its check, whose retry has not run). A merge's check runs after its commit, which stands,
-    and the month it judged stays in every later snapshot as it was (``quality.failures_of``, through the
+    and the month it judged stays in every later snapshot as it was (``verdicts.failures_of``, through the
     snapshot's ancestry). A month appended twice would be counted twice."""
     months = {f"{window.start:%Y-%m}", f"{window.end - dt.timedelta(hours=1):%Y-%m}"}
     day = window.start
@@ -84,8 +84,8 @@ def refuse_raw_that_failed(raw_table, window: Window, read: DatasetUse, output: 
         months.add(f"{day:%Y-%m}")
         day += dt.timedelta(days=1)
     snapshot_id = int(read.version)
-    written = lambda month: quality.writer_of(raw_table, snapshot_id, month, month_of)  # noqa: E731
-    not_judged = [m for m in sorted(months) if quality.unjudged(raw_table, snapshot_id, m, month_of)]
+    written = lambda month: verdicts.writer_of(raw_table, snapshot_id, month, month_of)  # noqa: E731
+    not_judged = [m for m in sorted(months) if verdicts.unjudged(raw_table, snapshot_id, m, month_of)]
     if not_judged:
         raise MonthNotJudged(
             f"{RAW.name} snapshot {read.version} holds "
@@ -94,7 +94,7 @@ def refuse_raw_that_failed(raw_table, window: Window, read: DatasetUse, output: 
             "Nothing was committed and no model is trained. Run the month's ingestion again (its merge commits "
             "nothing, since the rows are there, and judges the month as raw holds it), then train again."
         )
-    failed = [(batch, r) for batch, r in quality.failures_of(raw_table, snapshot_id) if batch in months]
+    failed = [(batch, r) for batch, r in verdicts.failures_of(raw_table, snapshot_id) if batch in months]
     if not failed:
         return
     mends = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nyc_taxi.core import datasets as d
-from nyc_taxi.core import quality
+from nyc_taxi.core import quality, verdicts
 from nyc_taxi.core.catalog import load_table
 from nyc_taxi.core.profiles import profile
 from nyc_taxi.core.settings import Settings
@@ -34,13 +34,13 @@ def checked_version(table: d.Table, snapshot, checked: list[quality.CheckResult]
     if not checked or snapshot is None:
         return checked, None
     checked = [replace(r, version=str(snapshot.snapshot_id)) for r in checked]
-    quality.record(table, snapshot.snapshot_id, checked, settings)
+    verdicts.record(table, snapshot.snapshot_id, checked, settings)
     return checked, profile(table, load_table(table, settings), snapshot.snapshot_id)
 
 
 def recorded_checks(table: d.Table, snapshot, settings: Settings) -> list[quality.CheckResult]:
     """The check results the writer of ``snapshot`` recorded: what a run that reads it reports of it."""
-    return quality.recorded_results(load_table(table, settings), snapshot.snapshot_id) if snapshot else []
+    return verdicts.recorded_results(load_table(table, settings), snapshot.snapshot_id) if snapshot else []
 
 
 def scan(table: d.Table, column: str, start, end, settings: Settings, iceberg=None, snapshot=None):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from nyc_taxi.core import quality
+from nyc_taxi.core import quality, verdicts
 from nyc_taxi.core.catalog import load_table
 from nyc_taxi.core.datasets import Table
 from nyc_taxi.core.naming import iceberg_identifier
@@ -93,12 +93,12 @@ def check_published(
     counts = quality.count_snapshot(iceberg, snapshot, rows, raw.checks, values)
     written.checks = quality.judge(raw.name, raw.checks, counts, written.version, values)
     written.profile = profile(raw, iceberg, snapshot)
-    quality.record(raw, snapshot, written.checks, settings)
+    verdicts.record(raw, snapshot, written.checks, settings)
     # which month this commit wrote and whether it failed, for every reader of this snapshot or a later
-    # one (the flow refuses a window over a failed month: quality.failures_of). If it cannot be recorded
-    # the task fails, and its retry, which commits nothing, judges the month again (quality.unjudged)
+    # one (the flow refuses a window over a failed month: verdicts.failures_of). If it cannot be recorded
+    # the task fails, and its retry, which commits nothing, judges the month again (verdicts.unjudged)
     if raw.checks:  # a table that declares none has nothing to judge
-        quality.record_judgement(raw, snapshot, batch, written.checks, settings)
+        verdicts.record_judgement(raw, snapshot, batch, written.checks, settings)
     quality.refuse(
         written.checks,
         subject=f"{raw.name} snapshot {written.version}",

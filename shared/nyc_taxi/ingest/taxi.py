@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from nyc_taxi.core import datasets as d
-from nyc_taxi.core import quality
+from nyc_taxi.core import verdicts
 from nyc_taxi.core.appends import append_staged_files
 from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.commits import retry_on_conflict
@@ -366,7 +366,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     (written,) = report.outputs
     values = {"staged_rows": row_count, "source_files": source_files}
     if committed or (
-        after is not None and quality.unjudged(load_table(RAW, settings), after.snapshot_id, label, month_of)
+        after is not None and verdicts.unjudged(load_table(RAW, settings), after.snapshot_id, label, month_of)
     ):  # raw's own checks and profile, on the snapshot this run holds as its commit
         check_published(written, RAW, spark, values, report, settings, batch=label)
     return report

@@ -34,7 +34,8 @@ from nyc_taxi.lineage.read.site.markup import (
     kind_class,
     run_path,
 )
-from nyc_taxi.lineage.read.site.pages import Page, Pages, node_path
+from nyc_taxi.lineage.read.site.pages import Pages
+from nyc_taxi.lineage.read.site.parts import Page, node_path
 from nyc_taxi.lineage.read.stale import StaleReport
 
 HERE = Path(__file__).parent

@@ -12,6 +12,7 @@ from nyc_taxi.deployment.supervisor import Supervisor, logs_dir
 
 
 def wait_until(ready, seconds: float, what: str, log: Path | None = None) -> None:
+    """Wait until ``ready()``; past ``seconds``, an error naming ``what`` and ending with its log's end."""
     deadline = time.monotonic() + seconds
     while not ready():
         if time.monotonic() > deadline:
@@ -23,6 +24,7 @@ def wait_until(ready, seconds: float, what: str, log: Path | None = None) -> Non
 
 
 def answers_now(check) -> bool:
+    """Whether ``check()`` answers now."""
     try:
         return bool(check())
     except Exception:  # not up yet: any client error means "not yet"

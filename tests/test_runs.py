@@ -59,11 +59,12 @@ def test_a_resumed_flow_runs_steps_are_those_it_ran_and_those_it_cloned_from_the
     def flow_run(run_id: str, state: str, resumed_from: str | None = None) -> JobRun:
         return JobRun(job=flow, run_id=f"u{run_id}", label=f"{flow}/{run_id}", state=state, resumed_from=resumed_from)
 
-    def step(run_id: str, name: str, state: str = "success", inputs: dict | None = None) -> JobRun:
+    def step(run_id: str, name: str, state: str = "success", inputs: dict | None = None, code: str = "c1") -> JobRun:
         job = getattr(TRAINING_FLOW, name).qualified_name
         return JobRun(
-            job=job, run_id=f"u{run_id}.{name}", state=state, inputs=inputs or {}, parent=(flow, f"u{run_id}")
-        )
+            job=job, run_id=f"u{run_id}.{name}", state=state, inputs=inputs or {}, parent=(flow, f"u{run_id}"),
+            code_version=code,
+        )  # fmt: skip
 
     recorded = [
         flow_run("1", "failure"),
@@ -78,6 +79,13 @@ def test_a_resumed_flow_runs_steps_are_those_it_ran_and_those_it_cloned_from_the
         step("3", "write_forecasts_to_table"),
         flow_run("5", "success", resumed_from="4"),  # resumed a run the lineage does not record
         step("5", "predict"),
+        # compute_actuals refused a window (run 6), then ran again in the resume, whose record of it was lost: not
+        # cloned, so run 6's failed reading stands for nothing; its steps ran other code than run 7's
+        flow_run("6", "failure"),
+        step("6", "start"),
+        step("6", "compute_actuals", "failure", inputs={"yellow_taxi_raw": "40"}),
+        flow_run("7", "success", resumed_from="6"),
+        step("7", "train_forecasting_model", code="c2"),
     ]
     runs = Runs({run.run_id: run for run in recorded})
     steps = {s.job.split(".")[-1]: s.run_id for s in runs.steps(runs.by_id["u3"])}
@@ -89,4 +97,28 @@ def test_a_resumed_flow_runs_steps_are_those_it_ran_and_those_it_cloned_from_the
         "compute_actuals": "u1.compute_actuals",
     }
     assert [s.run_id for s in runs.steps(runs.by_id["u5"])] == ["u5.predict"]
-    assert flow_runs(runs) == {f"{flow}/1", f"{flow}/2", f"{flow}/3"}
+    assert [s.run_id for s in runs.steps(runs.by_id["u7"])] == ["u7.train_forecasting_model", "u6.start"]
+    assert flow_runs(runs) == {f"{flow}/1", f"{flow}/2", f"{flow}/3", f"{flow}/6"}  # not 7: its reading is lost
+
+
+def test_a_resumed_run_whose_cloned_steps_ran_other_code_is_said_not_reproducible(monkeypatch, capsys, tmp_path):
+    """`bash run lineage --reproduce` of a run that resumed one of other code (a resume after a fix) would run
+    its cloned steps with code that did not make them: it says so, and which commits, and reproduces nothing."""
+    from nyc_taxi.cli.reproduce import reproduce
+    from nyc_taxi.core.jobs import TRAINING_FLOW
+    from nyc_taxi.core.settings import Settings
+
+    flow = TRAINING_FLOW.name
+    compute, train = TRAINING_FLOW.compute_actuals.qualified_name, TRAINING_FLOW.train_forecasting_model.qualified_name
+    recorded = [
+        JobRun(job=flow, run_id="u1", label=f"{flow}/1", state="failure"),
+        JobRun(job=compute, run_id="u1.c", state="success", parent=(flow, "u1"), code_version="a" * 40),
+        JobRun(job=flow, run_id="u2", label=f"{flow}/2", state="success", resumed_from="1", code_version="b" * 40),
+        JobRun(job=train, run_id="u2.t", state="success", parent=(flow, "u2"), code_version="b" * 40),
+    ]
+    monkeypatch.setattr(
+        Runs, "read", classmethod(lambda cls, settings=None, until=None: Runs({r.run_id: r for r in recorded}))
+    )
+    assert reproduce(f"{flow}/2", Settings(_env_file=None, state_dir=tmp_path)) == 2
+    said = capsys.readouterr().err
+    assert f"cannot reproduce {flow}/2: {flow}/2's steps ran the code of 2 commits ({'a' * 12}, {'b' * 12})" in said

@@ -420,9 +420,11 @@ def test_a_worker_host_holds_no_lineage_credential_of_the_operators_and_no_other
         assert f"{connection}=" in environment_of("control", "airflow-scheduler")
         assert f"{connection}=" not in environment_of("control", "airflow-api-server")
     secrets = [*OPERATORS_CREDENTIALS.values(), OPERATORS_TRANSPORT_KEY]
-    for program in {name for host, name in status if host == "worker-a"}:
-        held = environment_of("worker-a", program)
-        assert [v for v in secrets if v in held] == [], program
+    workers = sorted({host for host, _ in status if host != "control"})
+    assert workers == ["worker-a", "worker-b"]
+    for host, program in ((h, p) for h, p in status if h in workers):
+        held = environment_of(host, program)
+        assert [v for v in secrets if v in held] == [], (host, program)
 
     def files_holding(host: str) -> list[str]:  # nor in a file of the host's own (its mounts and data aside)
         found = []
@@ -434,7 +436,7 @@ def test_a_worker_host_holds_no_lineage_credential_of_the_operators_and_no_other
         return found
 
     # the transport of the operator's Airflow settings is handed on to control's programs alone
-    assert files_holding("worker-a") == []
+    assert [path for host in workers for path in files_holding(host)] == []
     assert any(p.endswith("airflow-openlineage-transport.json") for p in files_holding("control"))
     marker = Path("/dev/shm") / f"nyc-taxi-machine-{os.getpid()}"
     marker.write_text("the machine's")

@@ -436,14 +436,18 @@ def test_the_users_path_trains_at_the_latest_origin_with_the_users_metaflow_prof
     made = local_records(read_datahub_records(settings, "metaflow")[records:])
     missing = [r for r in made if r not in received_records(datahub)]
     if missing:
-        # a step's shipping ran out of its budget (a busy machine): each step that shipped says how many it sent
-        # to the connection's DataHub and kept, with no error, and `bash run lineage-replay` sends what is missing
-        # where the steps would: the same connection, the same token. (That the steps ship at their ends is proven
-        # beside nothing else: test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as_computed.)
-        told = re.findall(r"lineage records sent to (\S+), (\d+) kept for later(.*?) \(bash run lineage-replay\)", said)
+        # the run's shipping ran out of its budget (a busy machine): each shipping that did says, in the run's
+        # output, how many it sent to the connection's DataHub and kept, with no error; `bash run lineage-replay`
+        # sends what is missing where the steps would: the same connection, the same token. (That the last step
+        # ships at its end is proven where no budget runs out: this test alone, and, beside nothing else,
+        # test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as_computed.)
+        told = re.findall(
+            r"(\S+): \d+ lineage records sent to (\S+), (\d+) kept for later(.*?) \(bash run lineage-replay\)", said
+        )
         assert told and len(told) == said.count("kept for later") and "lineage not shipped" not in said, said[-3000:]
-        assert {url.rstrip("/") for url, _, _ in told} == {datahub.url.rstrip("/")}, told
-        assert [error for _, _, error in told if error] == [] and sum(int(kept) for _, kept, _ in told) > 0, told
+        assert {url.rstrip("/") for _, url, _, _ in told} == {datahub.url.rstrip("/")}, told
+        assert [error for _, _, _, error in told if error] == [] and int(told[-1][2]) > 0, told
+        assert all(what.startswith(f"TrainForecastModelFlow/{run_id}/") for what, _, _, _ in told), told
         replayed = subprocess.run(
             ["bash", "run", "lineage-replay"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
         )

@@ -425,10 +425,14 @@ def test_the_api_server_is_started_without_any_datahub_connection_by_its_supervi
         "AIRFLOW_CONN_MY_DATAHUB": json.dumps({"conn_type": "datahub_rest", "password": "secret"}),
         "AIRFLOW_CONN_DATAHUB_KAFKA_DEFAULT": "datahub-kafka://broker:9092",
         "AIRFLOW_CONN__TEAM_A___DATAHUB": "datahub_rest://:token@gms:8080",  # a team's, as Airflow names it
+        "AIRFLOW_CONN__TEAM_A___THEIR-DATAHUB": "http://gms:8080",  # a team's copy of the named one
+        "AIRFLOW_CONN_GMS": json.dumps({"uri": "datahub-rest://:token@gms:8080"}),  # JSON holding a URI
     }
     others = {
         "AIRFLOW_CONN_DATAHUB_RESTORE": "postgres://u:p@db:5432/restore",
         "AIRFLOW_CONN_BROKEN": "{not json",
+        "AIRFLOW_CONN_LIST": "[1, 2]",
+        "AIRFLOW_CONN_WAREHOUSE": json.dumps({"uri": "postgres://u:p@db:5432/w"}),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     }
     environment = {**others, **datahubs, "PATH": os.environ["PATH"]}

@@ -45,7 +45,15 @@ def _target_run(target: str, runs: Runs) -> JobRun:
         except KeyError as missing:
             raise Unreproducible(missing.args[0]) from None
     if run.parent and run.parent[1] in runs.by_id and runs.by_id[run.parent[1]].job == TRAINING_FLOW.name:
-        return runs.by_id[run.parent[1]]  # a step of a flow run: the flow run
+        run = runs.by_id[run.parent[1]]  # a step of a flow run: the flow run
+    if run.job == TRAINING_FLOW.name:
+        commits = sorted({s.code_version for s in runs.steps(run) if s.code_version not in (None, "unknown")})
+        if len(commits) > 1:  # a resume after a change of code: its cloned steps ran the earlier code
+            raise Unreproducible(
+                f"{run.label or run.run_id}'s steps ran the code of {len(commits)} commits "
+                f"({', '.join(c[:12] for c in commits)}): it resumed a run of other code, whose steps it cloned"
+            )
+        return run
     if run.is_pipeline_run and run.job != TRAINING_FLOW.name:  # an ingestion DAG run: its merge
         merges = [c for c in runs.children(run) if any(c.job == i.merge for i in INGESTIONS)]
         if not merges:

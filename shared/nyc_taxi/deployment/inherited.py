@@ -22,7 +22,7 @@ CONTROLS_ALONE = (
     *("OPENLINEAGE_URL", "OPENLINEAGE_API_KEY", "OPENLINEAGE_ENDPOINT", "OPENLINEAGE_CONFIG", "OPENLINEAGE__"),
     *("DATAHUB_GMS_", "DATAHUB_CONN_ID"),
 )
-DATAHUB_CONNECTION_TYPES = {"datahub-rest", "datahub-kafka"}  # the DataHub plugin's hooks'
+DATAHUB_CONNECTION_TYPES = {"datahub-rest", "datahub-kafka"}  # the DataHub plugin's connections to a server
 
 
 def inherited(settings: Settings) -> dict[str, str]:
@@ -41,22 +41,36 @@ def inherited(settings: Settings) -> dict[str, str]:
 
 def datahub_connections(settings: Settings, environ: dict[str, str]) -> set[str]:
     """The variables of ``environ`` that hold a DataHub connection: those ``[datahub] conn_id`` names (the
-    project's and the user's), and every Airflow connection variable whose connection is DataHub's, by its type
-    (as JSON or a URI, the two forms Airflow reads), whatever its name."""
+    project's and the user's, and a team's copy of one, ``AIRFLOW_CONN__<TEAM>___<ID>``), and every Airflow
+    connection variable whose connection is DataHub's by its type (in any form Airflow reads), whatever its name."""
     named = f"{settings.datahub_conn_id},{users_airflow_settings().get('AIRFLOW__DATAHUB__CONN_ID') or ''}"
-    found = {f"AIRFLOW_CONN_{c.strip().upper()}" for c in named.split(",") if c.strip()} & environ.keys()
+    ids = {c.strip().upper() for c in named.split(",") if c.strip()}
+    found = {k for k in environ if k.startswith("AIRFLOW_CONN_") and _conn_id(k) in ids}
     return found | {k for k, v in environ.items() if k.startswith("AIRFLOW_CONN_") and _is_datahubs(v)}
 
 
+def _conn_id(variable: str) -> str:
+    """The connection id an ``AIRFLOW_CONN_`` variable names, upper-cased: ``AIRFLOW_CONN_<ID>``, or a team's,
+    ``AIRFLOW_CONN__<TEAM>___<ID>``."""
+    rest = variable.removeprefix("AIRFLOW_CONN_")
+    return rest.split("___", 1)[1] if rest.startswith("_") and "___" in rest else rest
+
+
 def _is_datahubs(connection: str) -> bool:
-    """Whether an Airflow connection variable's value (JSON, or a URI whose scheme is its type) is of a DataHub
-    type; Airflow reads ``datahub_rest`` and ``datahub-rest`` as one."""
+    """Whether an Airflow connection variable's value is of a DataHub type: as JSON, its ``conn_type`` (Airflow
+    reads ``datahub_rest`` as ``datahub-rest`` there) or its ``uri``; as a URI, its scheme (a ``datahub_rest://``
+    one, which Airflow reads as no type, is taken as DataHub's too: withheld, it costs nothing)."""
     text = connection.strip()
     if text.startswith("{"):
         try:
-            kind = json.loads(text).get("conn_type") or ""
-        except (ValueError, AttributeError):
+            given = json.loads(text)
+        except ValueError:
             return False
+        if not isinstance(given, dict):
+            return False
+        if not given.get("conn_type") and isinstance(given.get("uri"), str):
+            return _is_datahubs(given["uri"])
+        kind = str(given.get("conn_type") or "")
     else:
         kind = text.split("://", 1)[0] if "://" in text else ""
     return kind.lower().replace("_", "-") in DATAHUB_CONNECTION_TYPES

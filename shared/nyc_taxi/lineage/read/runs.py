@@ -198,14 +198,16 @@ class Runs:
         return [r for r in self if r.parent == (run.job, run.run_id)]
 
     def steps(self, flow_run: JobRun) -> list[JobRun]:
-        """A flow run's steps as its results come from them: those it ran, and each one it did not run from the
-        run it resumed (Metaflow's resume clones a step without running it, so nothing of the clone is recorded:
-        the earlier run's step read and wrote what the clone holds), through a resume of a resume."""
+        """A flow run's steps as its results come from them: those it ran, and each one it did not run that the
+        run it resumed finished (Metaflow's resume clones a successful step without running it, so nothing of
+        the clone is recorded: the earlier run's step read and wrote what the clone holds), through a resume of
+        a resume. A step the earlier run failed was not cloned: its record stands for nothing here."""
         found, seen, run = [], set(), flow_run
         while run is not None and run.run_id not in seen:
             seen.add(run.run_id)
             ran = {step.job for step in found}
-            found += [step for step in self.children(run) if step.job not in ran]
+            own = run is flow_run
+            found += [step for step in self.children(run) if step.job not in ran and (own or step.state == "success")]
             run = self.resumed(run)
         return found
 

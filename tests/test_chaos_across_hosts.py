@@ -29,8 +29,7 @@ def test_a_chaos_run_across_hosts_survives_seven_proven_host_and_link_faults_and
     tmp_path_factory,
 ):
 
-    from nyc_taxi.chaos import across_hosts as chaos
-    from nyc_taxi.chaos import mission
+    from nyc_taxi.chaos import host_faults, hosts_plan, mission
     from nyc_taxi.chaos.run import RECOVERY_BOUND
     from nyc_taxi.core.settings import Settings
     from nyc_taxi.deployment.across_hosts import host_settings
@@ -49,12 +48,15 @@ def test_a_chaos_run_across_hosts_survives_seven_proven_host_and_link_faults_and
         report = json.loads(report_path.read_text())
         assert done.returncode == 0 and report["passed"], done.stdout[-6000:]
         faults = {f["moment"]: f for f in report["faults"]}
-        assert set(faults) == set(chaos.MOMENTS) and len(report["faults"]) == 7
+        assert set(faults) == set(host_faults.MOMENTS) and len(report["faults"]) == 7
         assert all(f["proven"] and not f["error"] and 0 <= f["recovered_s"] <= RECOVERY_BOUND for f in faults.values())
-        for lost in (chaos.LOST_MID_MERGE, chaos.LOST_IN_FLOW):  # the host's try died with it; a later one did it
+        for lost in (
+            hosts_plan.LOST_MID_MERGE,
+            hosts_plan.LOST_IN_FLOW,
+        ):  # the host's try died with it; a later one did it
             fault = faults[lost]
             assert fault["pids"] and fault["task"]["done_by_try"] > fault["task"]["try_number"], fault
-        flow = faults[chaos.LOST_IN_FLOW]["task"]
+        flow = faults[hosts_plan.LOST_IN_FLOW]["task"]
         assert flow["resumed"].startswith("TrainForecastModelFlow/"), flow  # "<the lost try's run> as <its resume>"
         assert all(not found for name, found in report["checks"].items() if name != "rows"), report["checks"]
         # the lake, read from control's network (a process of its own there) by the suite's own reading of

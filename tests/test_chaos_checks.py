@@ -690,7 +690,9 @@ def test_a_kill_is_proven_by_supervisords_logs_of_that_pid_and_a_victim_already_
 def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_passes_only_when_all_hold():
     from dataclasses import asdict
 
-    from nyc_taxi.chaos import across_hosts as hosts
+    from nyc_taxi.chaos import across_hosts
+    from nyc_taxi.chaos import host_faults as faults_module
+    from nyc_taxi.chaos import hosts_plan as hosts
 
     plans = [hosts.plan(seed) for seed in range(1, 9)]
     assert [asdict(f) for f in hosts.plan(3)] == [asdict(f) for f in plans[2]]
@@ -698,7 +700,9 @@ def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_
     assert len({next(f.held for f in p if f.moment == hosts.LATENCY) for p in plans}) > 1  # the latency's too
     for faults in plans:
         assert [f.number for f in faults] == list(range(1, 8))
-        assert {f.moment for f in faults} == set(hosts.MOMENTS)  # every kind once, the four the issue names among them
+        assert {f.moment for f in faults} == set(
+            faults_module.MOMENTS
+        )  # every kind once, the four the issue names among them
         by = {f.moment: f for f in faults}
         assert by[hosts.LOST_MID_MERGE].step != by[hosts.CUT_AT_COMMIT].step  # two merge faults, a month each
         assert by[hosts.LOST_IN_FLOW].step == "backtest" and by[hosts.LOSS].component in ("worker-a", "worker-b")
@@ -728,28 +732,30 @@ def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_
                 checks[key] = value
         return found
 
-    assert hosts.passed(report())
-    assert not hosts.passed(report(fault={"error": "its moment did not come"}))
-    assert not hosts.passed(report(fault={"proven": ""}))
-    assert not hosts.passed(report(fault={"recovered_s": None}))
-    assert not hosts.passed(report(left=["task x running"]))
-    assert not hosts.passed(report(**{"lineage not delivered once": ["worker-a: 3 records sent, control holds 6"]}))
-    assert not hosts.passed(report() | {"faults": report()["faults"][:5]})
-    assert not hosts.passed(report(fault={"recovered_s": 121.0}))  # beyond the bound, from the fault's end
+    assert across_hosts.passed(report())
+    assert not across_hosts.passed(report(fault={"error": "its moment did not come"}))
+    assert not across_hosts.passed(report(fault={"proven": ""}))
+    assert not across_hosts.passed(report(fault={"recovered_s": None}))
+    assert not across_hosts.passed(report(left=["task x running"]))
+    assert not across_hosts.passed(
+        report(**{"lineage not delivered once": ["worker-a: 3 records sent, control holds 6"]})
+    )
+    assert not across_hosts.passed(report() | {"faults": report()["faults"][:5]})
+    assert not across_hosts.passed(report(fault={"recovered_s": 121.0}))  # beyond the bound, from the fault's end
     lost = report()
     merge = next(f for f in lost["faults"] if f["moment"] == hosts.LOST_MID_MERGE)
     merge["task"]["done_by_try"] = 1  # done by the try the host took with it: the kill did not hit it
-    assert not hosts.passed(lost)
+    assert not across_hosts.passed(lost)
     unresumed = report()
     next(f for f in unresumed["faults"] if f["moment"] == hosts.LOST_IN_FLOW)["task"]["resumed"] = ""
-    assert not hosts.passed(unresumed)
+    assert not across_hosts.passed(unresumed)
 
 
 def test_a_training_try_s_log_says_which_run_it_ran_and_which_it_resumed_as_the_operator_writes_it():
     """The hosts' flow fault reads what each try ran from its log, in the words the training operator
     logs (Metaflow's resume is a new run: the line names its origin)."""
     from nyc_taxi.airflow_adapter.operators import run_said
-    from nyc_taxi.chaos.across_hosts import run_logged
+    from nyc_taxi.chaos.host_faults import run_logged
 
     def log(earlier, run) -> list[dict]:
         return [{"event": "some other line"}, {"event": run_said(earlier, run, {"model": "weather_adjusted"})}]

@@ -460,7 +460,7 @@ def test_a_link_is_clean_again_only_once_its_loss_and_its_latency_are_taken_off(
 
     from team_deployment import network_of
 
-    from nyc_taxi.chaos.across_hosts import link_clean
+    from nyc_taxi.chaos.host_faults import link_clean
 
     control = network.layout.host("control")
     server = _listening_on_control(network, "\nwhile True: s.accept()[0].close()")

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from nyc_taxi.chaos import check
+from nyc_taxi.chaos import check, readings
 from nyc_taxi.chaos import run as chaos_run
 from nyc_taxi.chaos.run import NAMED, Fault, _within_tasks, plan
 from nyc_taxi.core import datasets as d
@@ -522,7 +522,7 @@ def test_a_model_resolves_to_the_versions_it_was_trained_from():
 
 
 def test_the_mission_s_events_are_told_by_their_run_type_not_by_a_word_anywhere_in_them():
-    from nyc_taxi.chaos.run import _mission_events
+    from nyc_taxi.chaos.readings import mission_events
 
     def event(run_type: str, note: str) -> dict:
         facets = {"airflow": {"dagRun": {"run_id": f"{run_type}__2026", "run_type": run_type}}, "tags": note}
@@ -530,11 +530,10 @@ def test_the_mission_s_events_are_told_by_their_run_type_not_by_a_word_anywhere_
 
     manual = event("manual", "a parameter that says scheduled__ somewhere")
     flow_step = {"eventType": "COMPLETE", "run": {"runId": "s", "facets": {}}, "job": {"name": "Flow.step"}}
-    assert _mission_events([manual, event("scheduled", ""), flow_step]) == [manual, flow_step]
+    assert mission_events([manual, event("scheduled", ""), flow_step]) == [manual, flow_step]
 
 
 def test_lineage_is_compared_as_the_server_received_it_and_datahub_delivery_counts_a_second_send(tmp_path, monkeypatch):
-    from nyc_taxi.chaos import run as chaos_run
     from nyc_taxi.core.settings import Settings
     from nyc_taxi.lineage.write.outbox import Outbox
 
@@ -550,21 +549,21 @@ def test_lineage_is_compared_as_the_server_received_it_and_datahub_delivery_coun
     log.write_text("".join(json.dumps(r) + "\n" for r in requests))
     monkeypatch.setattr(check, "VersionResolver", lambda state: lambda dataset, version: version)
     # nothing in the deployment's own outbox: the edges are what the server received
-    edges, _ = chaos_run._lineage(server, tmp_path)
+    edges, _ = readings.received_lineage(server, tmp_path)
     assert {e[0] for e in edges} == {"Flow.train", "Flow.predict"}
     settings = Settings(_env_file=None, state_dir=tmp_path / "state")
     outbox = Outbox(settings, "airflow")
     outbox.add_records([status])  # the outbox holds it once, the server accepted it twice
     again = check.record_key(DATAHUB_INGEST_PATH, proposal)
-    assert chaos_run._delivery(settings, server, unanswered=[])["once"] is False  # a record accepted twice
-    assert chaos_run._delivery(settings, server, unanswered=[again])["once"] is True  # the one a shipper resent
+    assert readings.delivery_of(settings, server, unanswered=[])["once"] is False  # a record accepted twice
+    assert readings.delivery_of(settings, server, unanswered=[again])["once"] is True  # the one a shipper resent
     other = check.record_key(DATAHUB_INGEST_PATH, {"proposal": {**proposal["proposal"], "aspectName": "x"}})
-    said = chaos_run._delivery(settings, server, unanswered=[other])  # a record held was another one
+    said = readings.delivery_of(settings, server, unanswered=[other])  # a record held was another one
     assert said["once"] is False and said["sent again unexplained"] == [again], said
     # two runs wrote the same aspect with the same value (a dataset's status): two records, each sent once
     outbox.add_records([status])
-    assert chaos_run._delivery(settings, server, unanswered=[])["once"] is True
-    assert chaos_run._delivery(settings, server, unanswered=[])["sent again"] == 0
+    assert readings.delivery_of(settings, server, unanswered=[])["once"] is True
+    assert readings.delivery_of(settings, server, unanswered=[])["sent again"] == 0
 
 
 def test_the_chaos_runs_expectations_agree_with_the_suites_own_reading_of_the_files(tmp_path):

@@ -236,15 +236,15 @@ def test_postgres_killed_mid_commit_deleted_no_file_a_table_may_reference(missio
 
 def test_the_lineage_reached_the_server_once_and_nothing_is_left_running_or_queued(mission, lineage_server):
     from nyc_taxi.chaos import check
-    from nyc_taxi.chaos.run import _datahub_missing, _leftovers
+    from nyc_taxi.chaos.readings import datahub_missing, leftovers
     from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH
     from nyc_taxi.lineage.write.delivery import OpenLineageServer
 
     local = OpenLineageServer(mission.settings)
     events = [e for path in local.files() for e in local.read(path)]
     assert check.delivery(events, lineage_server.stored(OPENLINEAGE_PATH)) == {"missing": [], "twice": []}
-    assert _datahub_missing(mission.settings, lineage_server) == 0
-    assert _leftovers(mission.settings, mission.env) == []
+    assert datahub_missing(mission.settings, lineage_server) == 0
+    assert leftovers(mission.settings, mission.env) == []
 
 
 def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(team, listening_sockets):

@@ -257,7 +257,7 @@ def test_chaos_tables_equal_an_independent_reading_and_every_file_and_manifest_r
 
 def test_chaos_lineage_reached_the_server_once_and_nothing_is_left_running_or_queued(chaos, lineage_server):
     from nyc_taxi.chaos import check
-    from nyc_taxi.chaos.run import _datahub_missing, _leftovers
+    from nyc_taxi.chaos.readings import datahub_missing, leftovers
     from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH
     from nyc_taxi.lineage.write.delivery import OpenLineageServer
 
@@ -265,12 +265,12 @@ def test_chaos_lineage_reached_the_server_once_and_nothing_is_left_running_or_qu
     events = [e for path in local.files() for e in local.read(path)]
     delivered = check.delivery(events, lineage_server.stored(OPENLINEAGE_PATH))
     assert delivered == {"missing": [], "twice": []}
-    assert _datahub_missing(chaos.settings, lineage_server) == 0
+    assert datahub_missing(chaos.settings, lineage_server) == 0
     # the shipper killed after the server stored a record sent it again; the server keeps it once
     assert len(lineage_server.accepted(OPENLINEAGE_PATH)) + len(
         lineage_server.accepted("/aspects?action=ingestProposal")
     ) > len(lineage_server.stored(OPENLINEAGE_PATH)) + len(lineage_server.stored("/aspects?action=ingestProposal"))
-    assert _leftovers(chaos.settings, chaos.env) == []
+    assert leftovers(chaos.settings, chaos.env) == []
 
 
 def test_chaos_a_merge_lost_after_its_commit_is_committed_once_and_its_training_still_runs(chaos):

@@ -51,7 +51,8 @@ from nyc_taxi.chaos.hosts_plan import (
     Hosts,
     plan,
 )
-from nyc_taxi.chaos.run import RECOVERY_BOUND, TASK_BOUND, _mission_events
+from nyc_taxi.chaos.readings import mission_events
+from nyc_taxi.chaos.run import RECOVERY_BOUND, TASK_BOUND
 from nyc_taxi.core import team
 from nyc_taxi.core.processes import free_port
 from nyc_taxi.core.settings import Settings
@@ -132,7 +133,7 @@ def problems(hosts: Hosts, runs: list[dict], wanted) -> dict:
     state, files = hosts.control.state_dir, OpenLineageServer(hosts.control)
     events = [e for path in files.files() for e in files.read(path)]  # control's own and those the hosts shipped
     tables = check.tables(state)
-    edges, _ = check.lineage_edges(_mission_events(events), check.VersionResolver(state))
+    edges, _ = check.lineage_edges(mission_events(events), check.VersionResolver(state))
     triggered = [(dag, conf) for step in mission.STEPS for dag, conf in step.runs]
     wanted_edges, got = expected.mission_edges(True), check.edge_names(edges, hosts.control.database)
     return {

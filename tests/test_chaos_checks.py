@@ -177,7 +177,7 @@ def test_the_shipper_moment_kills_the_sender_the_server_names_and_holds_the_next
     import sys
     import threading
 
-    from nyc_taxi.chaos import moments
+    from nyc_taxi.chaos import lineage_moments
 
     server = LineageServer(tmp_path / "server.jsonl").start()
     for name, left in (("held", "{not json"), ("hold", "")):  # left by a run stopped midway
@@ -205,7 +205,7 @@ def test_the_shipper_moment_kills_the_sender_the_server_names_and_holds_the_next
     ctx = SimpleNamespace(server=server, wait=wait, now=lambda: "nothing running")
     try:
         killed = []
-        moment = threading.Thread(target=lambda: killed.append(moments.shipper_after_accept(ctx)))
+        moment = threading.Thread(target=lambda: killed.append(lineage_moments.shipper_after_accept(ctx)))
         moment.start()
         moment.join(60)
         (kill,) = killed
@@ -216,7 +216,7 @@ def test_the_shipper_moment_kills_the_sender_the_server_names_and_holds_the_next
         assert "on 127.0.0.1:" in kill.moment and [r["status"] for r in server.requests()] == [200, 200]
         assert not any(Path(f"{server.log}.{name}").exists() for name in ("hold", "held"))
         # every sender gone each time: nothing killed, and the run says so
-        gone = moments.shipper_after_accept(
+        gone = lineage_moments.shipper_after_accept(
             SimpleNamespace(server=server, wait=_send_and_give_up(url), now=lambda: ""), tries=2
         )
         assert gone.pids == [] and "each sender had gone" in gone.moment and gone.unanswered == [kept, kept], gone
@@ -316,7 +316,7 @@ def test_a_killed_sender_is_named_by_its_title_or_its_command():
 
     import psutil
 
-    from nyc_taxi.chaos.moments import _name
+    from nyc_taxi.chaos.lineage_moments import process_name
 
     titled = "import setproctitle, time; setproctitle.setproctitle('airflow task runner: d t r'); print(1, flush=True); time.sleep(30)"
     plain = "import time; print(1, flush=True); time.sleep(30)"
@@ -324,8 +324,8 @@ def test_a_killed_sender_is_named_by_its_title_or_its_command():
     try:
         for process in started:
             process.stdout.readline()
-        assert _name(psutil.Process(started[0].pid)) == "airflow task runner: d t r"
-        assert _name(psutil.Process(started[1].pid)) == f"-c {plain}"[:80]
+        assert process_name(psutil.Process(started[0].pid)) == "airflow task runner: d t r"
+        assert process_name(psutil.Process(started[1].pid)) == f"-c {plain}"[:80]
     finally:
         for process in started:
             process.kill()
@@ -847,7 +847,7 @@ def test_a_programs_latest_heartbeat_is_what_the_api_servers_health_says_and_non
 def test_a_shipper_moment_stopped_while_it_waits_for_a_held_record_ends_with_that_error_and_leaves_no_hold(tmp_path):
     """A run stopped while the moment waits for the server to hold a record: the moment ends with the
     stop's own error at once (not a release nobody takes), and no hold or release stays for a later run."""
-    from nyc_taxi.chaos import moments
+    from nyc_taxi.chaos import lineage_moments
 
     server = LineageServer(tmp_path / "server.jsonl").start()
 
@@ -857,7 +857,7 @@ def test_a_shipper_moment_stopped_while_it_waits_for_a_held_record_ends_with_tha
     try:
         started = time.monotonic()
         with pytest.raises(TimeoutError, match="the run was stopped"):
-            moments.shipper_after_accept(SimpleNamespace(server=server, wait=wait))
+            lineage_moments.shipper_after_accept(SimpleNamespace(server=server, wait=wait))
         assert time.monotonic() - started < 5
         assert not [p for p in tmp_path.iterdir() if p.name.endswith((".hold", ".held", ".release"))]
     finally:

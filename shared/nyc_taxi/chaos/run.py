@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nyc_taxi.chaos import check, components, expected, mission, moments
+from nyc_taxi.chaos import check, components, expected, lineage_moments, mission, moments
 from nyc_taxi.chaos.components import COMPONENTS, PROGRAMS, TASK_PROCESSES
 from nyc_taxi.chaos.readings import delivery_of, leftovers, received_lineage
 from nyc_taxi.core import datasets as d
@@ -305,9 +305,9 @@ def _kill(ctx: moments.Context, fault: Fault) -> moments.Kill:
     if name == "Redis while a task is queued":
         return moments.redis_while_queued(ctx)
     if name == "lineage shipper after the server accepted":
-        return moments.shipper_after_accept(ctx)
+        return lineage_moments.shipper_after_accept(ctx)
     if name == "lineage server down beyond every retry budget":
-        return moments.server_down(ctx)
+        return lineage_moments.server_down(ctx)
     raise ValueError(name)
 
 

@@ -301,3 +301,10 @@ def test_the_internals_table_and_the_guards_marks_name_the_same_tests():
         where = re.search(r"\]\(\.\./([^)]+)\)", row).group(1)
         assert (ARCHITECTURE.parent / ".." / where).resolve().exists(), where
     assert named == _guarded_tests()
+
+
+def test_every_module_holds_one_idea_of_at_most_550_lines():
+    """A reader takes a file in whole: none of the package's modules is over 550 lines (split by what it does,
+    as docs/architecture.md names each part)."""
+    lines = {module: len(path.read_text().splitlines()) for module, path in _modules().items()}
+    assert {module: n for module, n in lines.items() if n > 550} == {}

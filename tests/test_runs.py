@@ -86,6 +86,14 @@ def test_a_resumed_flow_runs_steps_are_those_it_ran_and_those_it_cloned_from_the
         step("6", "compute_actuals", "failure", inputs={"yellow_taxi_raw": "40"}),
         flow_run("7", "success", resumed_from="6"),
         step("7", "train_forecasting_model", code="c2"),
+        # one resume deeper: run 9 resumed run 8, which ran compute_actuals again and failed it; run 9's own record
+        # of it was lost: run 0's successful one stands for nothing (not cloned from 8)
+        flow_run("0", "success"),
+        step("0", "compute_actuals", inputs={"yellow_taxi_raw": "39"}),
+        flow_run("8", "failure", resumed_from="0"),
+        step("8", "compute_actuals", "failure", inputs={"yellow_taxi_raw": "41"}),
+        flow_run("9", "success", resumed_from="8"),
+        step("9", "train_forecasting_model"),
     ]
     runs = Runs({run.run_id: run for run in recorded})
     steps = {s.job.split(".")[-1]: s.run_id for s in runs.steps(runs.by_id["u3"])}
@@ -98,7 +106,8 @@ def test_a_resumed_flow_runs_steps_are_those_it_ran_and_those_it_cloned_from_the
     }
     assert [s.run_id for s in runs.steps(runs.by_id["u5"])] == ["u5.predict"]
     assert [s.run_id for s in runs.steps(runs.by_id["u7"])] == ["u7.train_forecasting_model", "u6.start"]
-    assert flow_runs(runs) == {f"{flow}/1", f"{flow}/2", f"{flow}/3", f"{flow}/6"}  # not 7: its reading is lost
+    assert [s.run_id for s in runs.steps(runs.by_id["u9"])] == ["u9.train_forecasting_model"]
+    assert flow_runs(runs) == {f"{flow}/{n}" for n in "012368"}  # not 7 or 9: their readings are lost
 
 
 def test_a_resumed_run_whose_cloned_steps_ran_other_code_is_said_not_reproducible(monkeypatch, capsys, tmp_path):
@@ -121,4 +130,10 @@ def test_a_resumed_run_whose_cloned_steps_ran_other_code_is_said_not_reproducibl
     )
     assert reproduce(f"{flow}/2", Settings(_env_file=None, state_dir=tmp_path)) == 2
     said = capsys.readouterr().err
-    assert f"cannot reproduce {flow}/2: {flow}/2's steps ran the code of 2 commits ({'a' * 12}, {'b' * 12})" in said
+    assert (
+        f"cannot reproduce {flow}/2: {flow}/2 and its steps ran the code of 2 commits ({'a' * 12}, {'b' * 12})" in said
+    )
+    # its own steps' records lost: the commit it ran, against the one its cloned step ran
+    recorded.pop()
+    assert reproduce(f"{flow}/2", Settings(_env_file=None, state_dir=tmp_path)) == 2
+    assert f"2 commits ({'a' * 12}, {'b' * 12}): it resumed a run of other code" in capsys.readouterr().err

@@ -382,7 +382,7 @@ def test_from_a_worker_host_no_postgresql_connection_is_a_superuser_or_reaches_a
 
 def test_a_worker_host_sees_no_postgresql_socket_or_data_of_controls(hosts):
     """PostgreSQL runs on control (as root: as Debian's postgres user, its data and socket under that user's
-    home): in worker-a's mount namespace that home is an empty, read-only directory, so no path around the
+    home): in each worker's mount namespace that home is an empty, read-only directory, so no path around the
     network reaches control's PostgreSQL; on control it holds the cluster."""
     import pwd
 
@@ -391,16 +391,17 @@ def test_a_worker_host_sees_no_postgresql_socket_or_data_of_controls(hosts):
     listing = f"import os; print(sorted(os.listdir({home!r})))"
     seen = {
         host: subprocess.run(network.command(host, [sys.executable, "-c", listing]), capture_output=True, text=True)
-        for host in ("worker-a", "control")
+        for host in ("worker-a", "worker-b", "control")
     }
-    assert seen["worker-a"].returncode == 0 and seen["worker-a"].stdout.strip() == "[]", seen["worker-a"]
+    for worker in ("worker-a", "worker-b"):
+        assert seen[worker].returncode == 0 and seen[worker].stdout.strip() == "[]", seen[worker]
+        sockets = subprocess.run(
+            network.command(worker, ["sh", "-c", f"find {home} /tmp -name '.s.PGSQL.*' 2>/dev/null; true"]),
+            capture_output=True,
+            text=True,
+        )
+        assert sockets.stdout.strip() == "", (worker, sockets.stdout)
     assert "nyc-taxi" in seen["control"].stdout, seen["control"]
-    sockets = subprocess.run(
-        network.command("worker-a", ["sh", "-c", f"find {home} /tmp -name '.s.PGSQL.*' 2>/dev/null; true"]),
-        capture_output=True,
-        text=True,
-    )
-    assert sockets.stdout.strip() == "", sockets.stdout
 
 
 def test_a_worker_host_holds_no_lineage_credential_of_the_operators_and_no_other_hosts_shared_memory(hosts):
@@ -441,7 +442,7 @@ def test_a_worker_host_holds_no_lineage_credential_of_the_operators_and_no_other
     marker = Path("/dev/shm") / f"nyc-taxi-machine-{os.getpid()}"
     marker.write_text("the machine's")
     try:
-        for host in ("control", "worker-a"):
+        for host in ("control", *workers):
             seen = subprocess.run(network.command(host, ["ls", "-a", "/dev/shm"]), capture_output=True, text=True)
             assert seen.returncode == 0 and marker.name not in seen.stdout, (host, seen.stdout, seen.stderr)
     finally:

@@ -446,7 +446,7 @@ def test_the_users_path_trains_at_the_latest_origin_with_the_users_metaflow_prof
         )
         assert told and len(told) == said.count("kept for later") and "lineage not shipped" not in said, said[-3000:]
         assert {url.rstrip("/") for _, url, _, _ in told} == {datahub.url.rstrip("/")}, told
-        assert [error for _, _, _, error in told if error] == [] and int(told[-1][2]) > 0, told
+        assert [error for _, _, _, error in told if error] == [], told
         assert all(what.startswith(f"TrainForecastModelFlow/{run_id}/") for what, _, _, _ in told), told
         replayed = subprocess.run(
             ["bash", "run", "lineage-replay"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300

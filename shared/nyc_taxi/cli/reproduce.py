@@ -47,11 +47,13 @@ def _target_run(target: str, runs: Runs) -> JobRun:
     if run.parent and run.parent[1] in runs.by_id and runs.by_id[run.parent[1]].job == TRAINING_FLOW.name:
         run = runs.by_id[run.parent[1]]  # a step of a flow run: the flow run
     if run.job == TRAINING_FLOW.name:
-        commits = sorted({s.code_version for s in runs.steps(run) if s.code_version not in (None, "unknown")})
+        recorded = [run.code_version, *(s.code_version for s in runs.steps(run))]
+        commits = sorted({c for c in recorded if c not in (None, "unknown")})
         if len(commits) > 1:  # a resume after a change of code: its cloned steps ran the earlier code
+            cloned = ": it resumed a run of other code, whose steps it cloned" if run.resumed_from else ""
             raise Unreproducible(
-                f"{run.label or run.run_id}'s steps ran the code of {len(commits)} commits "
-                f"({', '.join(c[:12] for c in commits)}): it resumed a run of other code, whose steps it cloned"
+                f"{run.label or run.run_id} and its steps ran the code of {len(commits)} commits "
+                f"({', '.join(c[:12] for c in commits)}){cloned}"
             )
         return run
     if run.is_pipeline_run and run.job != TRAINING_FLOW.name:  # an ingestion DAG run: its merge

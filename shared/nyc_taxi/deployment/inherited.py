@@ -50,23 +50,21 @@ def datahub_connections(settings: Settings, environ: dict[str, str]) -> set[str]
 
 
 def _conn_id(variable: str) -> str:
-    """The connection id an ``AIRFLOW_CONN_`` variable names, upper-cased: ``AIRFLOW_CONN_<ID>``, or a team's,
-    ``AIRFLOW_CONN__<TEAM>___<ID>``."""
+    """The connection id an ``AIRFLOW_CONN_`` variable names, as the variable spells it: ``AIRFLOW_CONN_<ID>``, or
+    a team's, ``AIRFLOW_CONN__<TEAM>___<ID>``."""
     rest = variable.removeprefix("AIRFLOW_CONN_")
     return rest.split("___", 1)[1] if rest.startswith("_") and "___" in rest else rest
 
 
 def _is_datahubs(connection: str) -> bool:
-    """Whether an Airflow connection variable's value is of a DataHub type: as JSON, its ``conn_type`` (Airflow
-    reads ``datahub_rest`` as ``datahub-rest`` there) or its ``uri``; as a URI, its scheme (a ``datahub_rest://``
-    one, which Airflow reads as no type, is taken as DataHub's too: withheld, it costs nothing)."""
+    """Whether an Airflow connection variable's value is of a DataHub type: as JSON, its ``conn_type`` (with ``-``
+    or ``_``, which Airflow reads as one) or its ``uri``; as a URI, its scheme (a ``datahub_rest://`` one, which
+    Airflow reads as no type, is taken as DataHub's too: withheld, it costs nothing)."""
     text = connection.strip()
     if text.startswith("{"):
         try:
             given = json.loads(text)
         except ValueError:
-            return False
-        if not isinstance(given, dict):
             return False
         if not given.get("conn_type") and isinstance(given.get("uri"), str):
             return _is_datahubs(given["uri"])

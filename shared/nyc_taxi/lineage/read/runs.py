@@ -202,12 +202,13 @@ class Runs:
         run it resumed finished (Metaflow's resume clones a successful step without running it, so nothing of
         the clone is recorded: the earlier run's step read and wrote what the clone holds), through a resume of
         a resume. A step the earlier run failed was not cloned: its record stands for nothing here."""
-        found, seen, run = [], set(), flow_run
+        found, taken, seen, run = [], set(), set(), flow_run
         while run is not None and run.run_id not in seen:
             seen.add(run.run_id)
-            ran = {step.job for step in found}
-            own = run is flow_run
-            found += [step for step in self.children(run) if step.job not in ran and (own or step.state == "success")]
+            for step in self.children(run):
+                if step.job not in taken:  # a later run's record of a step, whatever its end, stands for it
+                    taken.add(step.job)
+                    found += [step] if run is flow_run or step.state == "success" else []
             run = self.resumed(run)
         return found
 

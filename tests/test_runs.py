@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+from nyc_taxi.core.datasets import YELLOW_TAXI_RAW
 from nyc_taxi.lineage.read import runs as runs_module
 from nyc_taxi.lineage.read.runs import JobRun, Runs, job_runs, render
+
+RAW = YELLOW_TAXI_RAW.name
 
 
 def _two_training_runs() -> Runs:
@@ -69,7 +72,7 @@ def test_a_resumed_flow_runs_steps_are_those_it_ran_and_those_it_cloned_from_the
     recorded = [
         flow_run("1", "failure"),
         step("1", "start"),
-        step("1", "compute_actuals", inputs={"yellow_taxi_raw": "41"}),
+        step("1", "compute_actuals", inputs={RAW: "41"}),
         step("1", "train_forecasting_model", "failure"),
         flow_run("2", "failure", resumed_from="1"),  # resumed at train, failed at predict
         step("2", "train_forecasting_model"),
@@ -83,15 +86,15 @@ def test_a_resumed_flow_runs_steps_are_those_it_ran_and_those_it_cloned_from_the
         # cloned, so run 6's failed reading stands for nothing; its steps ran other code than run 7's
         flow_run("6", "failure"),
         step("6", "start"),
-        step("6", "compute_actuals", "failure", inputs={"yellow_taxi_raw": "40"}),
+        step("6", "compute_actuals", "failure", inputs={RAW: "40"}),
         flow_run("7", "success", resumed_from="6"),
         step("7", "train_forecasting_model", code="c2"),
         # one resume deeper: run 9 resumed run 8, which ran compute_actuals again and failed it; run 9's own record
         # of it was lost: run 0's successful one stands for nothing (not cloned from 8)
         flow_run("0", "success"),
-        step("0", "compute_actuals", inputs={"yellow_taxi_raw": "39"}),
+        step("0", "compute_actuals", inputs={RAW: "39"}),
         flow_run("8", "failure", resumed_from="0"),
-        step("8", "compute_actuals", "failure", inputs={"yellow_taxi_raw": "41"}),
+        step("8", "compute_actuals", "failure", inputs={RAW: "41"}),
         flow_run("9", "success", resumed_from="8"),
         step("9", "train_forecasting_model"),
     ]
@@ -137,3 +140,13 @@ def test_a_resumed_run_whose_cloned_steps_ran_other_code_is_said_not_reproducibl
     recorded.pop()
     assert reproduce(f"{flow}/2", Settings(_env_file=None, state_dir=tmp_path)) == 2
     assert f"2 commits ({'a' * 12}, {'b' * 12}): it resumed a run of other code" in capsys.readouterr().err
+    # a run that resumed none, whose steps recorded two commits (a commit made while it ran): no word of a resume
+    recorded[:] = [
+        JobRun(job=flow, run_id="u3", label=f"{flow}/3", state="success", code_version="a" * 40),
+        JobRun(job=compute, run_id="u3.c", state="success", parent=(flow, "u3"), code_version="b" * 40),
+    ]
+    assert reproduce(f"{flow}/3", Settings(_env_file=None, state_dir=tmp_path)) == 2
+    said = capsys.readouterr().err
+    assert (
+        f"{flow}/3 and its steps ran the code of 2 commits ({'a' * 12}, {'b' * 12})" in said and "resumed" not in said
+    )

@@ -56,7 +56,7 @@ def _target_run(target: str, runs: Runs) -> JobRun:
                 f"({', '.join(c[:12] for c in commits)}){cloned}"
             )
         return run
-    if run.is_pipeline_run and run.job != TRAINING_FLOW.name:  # an ingestion DAG run: its merge
+    if run.is_pipeline_run:  # an ingestion DAG run: its merge
         merges = [c for c in runs.children(run) if any(c.job == i.merge for i in INGESTIONS)]
         if not merges:
             raise Unreproducible(f"{target} ran no merge: nothing to reproduce")
@@ -127,7 +127,7 @@ def reproduce(target: str, settings: Settings) -> int:
         print(f"cannot reproduce {target}: {why}", file=sys.stderr)
         return 2
     head = _git("rev-parse", "HEAD").stdout.strip()
-    recorded = run.code_version or next((c.code_version for c in runs.children(run) if c.code_version), None)
+    recorded = run.code_version or next((c.code_version for c in runs.steps(run) if c.code_version), None)
     if recorded in (None, "unknown", head):
         dirty = _git("status", "--porcelain", "--untracked-files=no").stdout.strip()
         code = f"this checkout ({head[:12]})" + (", with uncommitted changes" if dirty else "")

@@ -206,7 +206,9 @@ class Runs:
         while run is not None and run.run_id not in seen:
             seen.add(run.run_id)
             for step in self.children(run):
-                if step.job not in taken:  # a later run's record of a step, whatever its end, stands for it
+                # a later run's record of a step stands for it whatever its end (failed, or still running with
+                # its end lost): not cloned, or not known to be, so no older run's is taken
+                if step.job not in taken:
                     taken.add(step.job)
                     found += [step] if run is flow_run or step.state == "success" else []
             run = self.resumed(run)

@@ -1,0 +1,18 @@
+"""Lineage for Metaflow flows: OpenLineage run events and DataHub records from one flow decorator.
+
+from metaflow import FlowSpec, step
+from metaflow_lineage import Dataset, lineage, record
+
+@lineage
+class CountFlow(FlowSpec):
+    @step
+    def start(self):
+        record(read=[Dataset("file", "/data/in.csv")], wrote=[Dataset("file", "/data/out.csv").at(rows=3)])
+        self.next(self.end)
+    ...
+"""
+
+from metaflow_lineage.datasets import Dataset, Model, StepLineage, record
+from metaflow_lineage.decorator import lineage
+
+__all__ = ["Dataset", "Model", "StepLineage", "lineage", "record"]

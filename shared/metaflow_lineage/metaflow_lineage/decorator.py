@@ -1,0 +1,102 @@
+"""``@lineage`` above a flow: every step reports its run to OpenLineage and DataHub.
+
+``lineage`` is a FlowMutator (Metaflow's public extension API): it puts ``lineage_of_step``, a
+UserStepDecorator, on every step, with what it learns of the flow when Metaflow builds it (its
+parameters, each step's ``@retry``). A step's start writes its START event (and the flow run's, from
+the first step of the run that runs); its end writes its COMPLETE or FAIL with what it read and wrote
+(``datasets.record``), and the flow run's end after the end step or a failure with no retry left.
+Each goes to the outbox first and is shipped from there by a process of its own (``delivery.py``); the
+run's last step ships what is left of the run before it ends. Lineage never fails a step: a problem is
+logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from metaflow import FlowMutator, UserStepDecorator
+
+from metaflow_lineage import context, datasets, delivery
+from metaflow_lineage import datahub_records as datahub
+from metaflow_lineage import openlineage_events as openlineage
+
+log = logging.getLogger(__name__)
+
+
+def _error(exception: BaseException) -> str:
+    return f"{type(exception).__name__}: {exception}"
+
+
+class lineage_of_step(UserStepDecorator):  # noqa: N801 - a decorator's name, as Metaflow's are
+    """Reports one step's run (``@lineage`` puts it on every step)."""
+
+    def init(self, *args, **kwargs):
+        self.options = kwargs
+
+    def pre_step(self, step_name, flow, inputs=None):
+        self._step = None
+        try:
+            datasets.forget()
+            self._outbox = delivery.Outbox()
+            step = self._step = context.from_current(step_name, flow, self.options)
+            events, records = [], []
+            if self._outbox.first_of_run(step.flow, step.run_id):
+                events.append(openlineage.flow_event(step, "START", step.started_ms))
+                records += datahub.flow_started(step, self.options.get("env", "PROD"))
+            events.append(openlineage.step_event(step, "START", step.started_ms))
+            self._deliver(f"{step.pathspec.replace('/', '.')}.{step.attempt}.start", events, records)
+        except Exception as error:  # lineage never fails the flow
+            log.warning("lineage of step %s not written: %s", step_name, _error(error))
+
+    def post_step(self, step_name, flow, exception=None):
+        if self._step is not None:
+            try:
+                self._finish(flow, exception)
+            except Exception as error:  # lineage never fails the flow
+                log.warning("lineage of step %s not written: %s", step_name, _error(error))
+        return (exception, None) if exception else (None, None)
+
+    def _finish(self, flow, exception) -> None:
+        step, env, ended = self._step, self.options.get("env", "PROD"), int(time.time() * 1000)
+        used = datasets.collect(flow, step.pathspec)
+        error = _error(exception) if exception is not None else None
+        state = "FAIL" if error else "COMPLETE"
+        events = [openlineage.step_event(step, state, ended, used, error)]
+        records = datahub.step_ended(step, used, env, ended, failed=error is not None)
+        ends_run = step.is_end or (error is not None and step.last_attempt)
+        if ends_run:
+            events.append(openlineage.flow_event(step, state, ended, error))
+            records += datahub.flow_ended(step, env, ended, failed=error is not None)
+        self._deliver(f"{step.pathspec.replace('/', '.')}.{step.attempt}.end", events, records, ends_run)
+
+    def _deliver(self, key: str, events: list, records: list, ends_run: bool = False) -> None:
+        payload = [] if delivery.openlineage_disabled() else [openlineage.as_dict(e) for e in events]
+        paths = self._outbox.put(key, payload, records)
+        if not self.options.get("ship", True):  # written here, shipped later by `metaflow-lineage ship`
+            return
+        if not ends_run:
+            delivery.ship_in_background(self._outbox, paths)
+            return
+        # the run's last step sends what is left of the run before it ends: a finished run's lineage has
+        # arrived, or the step's log says where it waits
+        step = self._step
+        for problem in self._outbox.ship(self._outbox.pending_files(f"{step.flow}.{step.run_id}."), wait=True):
+            print(problem, flush=True)
+
+
+class lineage(FlowMutator):  # noqa: N801
+    """``@lineage`` or ``@lineage(namespace=..., env=..., nominal_time=<parameter>, timezone=..., ship=...)``."""
+
+    def init(self, *args, **kwargs):
+        self.options = kwargs
+
+    def mutate(self, mutable_flow):
+        parameters = sorted(name for name, _ in mutable_flow.parameters)
+        for _, step in mutable_flow.steps:
+            retries = max(
+                (int(kwargs.get("times", 3)) for name, _, _, kwargs in step.decorator_specs if name == "retry"),
+                default=0,
+            )
+            options = {**self.options, "parameters": parameters, "retries": retries}
+            step.add_decorator(lineage_of_step, deco_kwargs=options, duplicates=step.IGNORE)

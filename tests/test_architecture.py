@@ -308,3 +308,13 @@ def test_every_module_holds_one_idea_of_at_most_550_lines():
     as docs/architecture.md names each part)."""
     lines = {module: len(path.read_text().splitlines()) for module, path in _modules().items()}
     assert {module: n for module, n in lines.items() if n > 550} == {}
+
+
+def test_the_metaflow_lineage_package_imports_nothing_of_this_project():
+    """metaflow-lineage is anyone's: it names no module of nyc_taxi, anywhere in it (its tests run in an
+    environment without nyc_taxi too: bash run test)."""
+    package = PACKAGE.parent / "metaflow_lineage"
+    files = sorted(package.rglob("*.py"))
+    assert len(files) >= 10
+    assert [f"{p.relative_to(package)}: {name}" for p in files for name, _ in _imports(p)] == []
+    assert [p for p in files if "nyc_taxi" in p.read_text()] == []

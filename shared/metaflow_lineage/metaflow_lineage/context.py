@@ -20,6 +20,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 
@@ -40,6 +41,18 @@ class RunRef:
         job, run_id = rest.rsplit("/", 1)
         uuid.UUID(run_id)  # a malformed parent is refused here, not by the server
         return cls(namespace, job, run_id)
+
+
+def first_of_run(folder: Path, flow: str, run_id: str) -> bool:
+    """True once per flow run, for the first step of it that runs (with ``resume``, not always ``start``):
+    the step that creates the run's marker in ``folder``."""
+    marker = folder / f"{flow}-{run_id}.started"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
 
 
 def run_uuid(*names: str) -> str:

@@ -29,7 +29,10 @@ def _error(exception: BaseException) -> str:
 
 
 class lineage_of_step(UserStepDecorator):  # noqa: N801 - a decorator's name, as Metaflow's are
-    """Reports one step's run (``@lineage`` puts it on every step)."""
+    """Reports one step's run (``@lineage`` puts it on every step). ``started`` and ``finished`` say what a
+    step's start and end record; a subclass records them its own way (the NYC taxi project spools them
+    for its recorder). A subclass defines ``init`` too (calling this one): Metaflow wants each decorator
+    class that takes arguments to define it."""
 
     def init(self, *args, **kwargs):
         self.options = kwargs
@@ -38,33 +41,40 @@ class lineage_of_step(UserStepDecorator):  # noqa: N801 - a decorator's name, as
         self._step = None
         try:
             datasets.forget()
-            self._outbox = delivery.Outbox()
-            step = self._step = context.from_current(step_name, flow, self.options)
-            events, records = [], []
-            if self._outbox.first_of_run(step.flow, step.run_id):
-                events.append(openlineage.flow_event(step, "START", step.started_ms))
-                records += datahub.flow_started(step, self.options.get("env", "PROD"))
-            events.append(openlineage.step_event(step, "START", step.started_ms))
-            self._deliver(f"{step.pathspec.replace('/', '.')}.{step.attempt}.start", events, records)
+            self._step = context.from_current(step_name, flow, self.options)
+            self.started(self._step, flow)
         except Exception as error:  # lineage never fails the flow
             log.warning("lineage of step %s not written: %s", step_name, _error(error))
 
     def post_step(self, step_name, flow, exception=None):
         if self._step is not None:
+            step = self._step
             try:
-                self._finish(flow, exception)
+                self.finished(
+                    step, flow, exception, ends_run=step.is_end or (exception is not None and step.last_attempt)
+                )
             except Exception as error:  # lineage never fails the flow
                 log.warning("lineage of step %s not written: %s", step_name, _error(error))
         return (exception, None) if exception else (None, None)
 
-    def _finish(self, flow, exception) -> None:
-        step, env, ended = self._step, self.options.get("env", "PROD"), int(time.time() * 1000)
+    def started(self, step: context.StepRun, flow) -> None:
+        """The step run's START, and the flow run's from the first step of the run that runs."""
+        self._outbox = delivery.Outbox()
+        events, records = [], []
+        if self._outbox.first_of_run(step.flow, step.run_id):
+            events.append(openlineage.flow_event(step, "START", step.started_ms))
+            records += datahub.flow_started(step, self.options.get("env", "PROD"))
+        events.append(openlineage.step_event(step, "START", step.started_ms))
+        self._deliver(f"{step.pathspec.replace('/', '.')}.{step.attempt}.start", events, records)
+
+    def finished(self, step: context.StepRun, flow, exception: BaseException | None, ends_run: bool) -> None:
+        """The step run's end with what it read and wrote; the flow run's end after its last step."""
+        env, ended = self.options.get("env", "PROD"), int(time.time() * 1000)
         used = datasets.collect(flow, step.pathspec)
         error = _error(exception) if exception is not None else None
         state = "FAIL" if error else "COMPLETE"
         events = [openlineage.step_event(step, state, ended, used, error)]
         records = datahub.step_ended(step, used, env, ended, failed=error is not None)
-        ends_run = step.is_end or (error is not None and step.last_attempt)
         if ends_run:
             events.append(openlineage.flow_event(step, state, ended, error))
             records += datahub.flow_ended(step, env, ended, failed=error is not None)
@@ -86,7 +96,10 @@ class lineage_of_step(UserStepDecorator):  # noqa: N801 - a decorator's name, as
 
 
 class lineage(FlowMutator):  # noqa: N801
-    """``@lineage`` or ``@lineage(namespace=..., env=..., nominal_time=<parameter>, timezone=..., ship=...)``."""
+    """``@lineage`` or ``@lineage(namespace=..., env=..., nominal_time=<parameter>, timezone=..., ship=...)``.
+    A subclass names its own step decorator in ``step_decorator``."""
+
+    step_decorator = lineage_of_step
 
     def init(self, *args, **kwargs):
         self.options = kwargs
@@ -98,5 +111,6 @@ class lineage(FlowMutator):  # noqa: N801
                 (int(kwargs.get("times", 3)) for name, _, _, kwargs in step.decorator_specs if name == "retry"),
                 default=0,
             )
-            options = {**self.options, "parameters": parameters, "retries": retries}
-            step.add_decorator(lineage_of_step, deco_kwargs=options, duplicates=step.IGNORE)
+            # Metaflow calls init only where the class itself defines it: a subclass without one has no options
+            options = {**getattr(self, "options", {}), "parameters": parameters, "retries": retries}
+            step.add_decorator(self.step_decorator, deco_kwargs=options, duplicates=step.IGNORE)

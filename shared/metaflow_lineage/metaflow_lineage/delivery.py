@@ -30,6 +30,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from metaflow_lineage.context import first_of_run
+
 log = logging.getLogger(__name__)
 EVENTS, RECORDS = ".openlineage.json", ".datahub.json"
 
@@ -86,14 +88,8 @@ class Outbox:
         return paths
 
     def first_of_run(self, flow: str, run_id: str) -> bool:
-        """True once per flow run: for the first step of it that runs (with `resume`, not always `start`)."""
-        marker = self.root / "runs" / f"{flow}-{run_id}"
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            return True
-        except FileExistsError:
-            return False
+        """True once per flow run: for the first step of it that runs."""
+        return first_of_run(self.root / "runs", flow, run_id)
 
     def pending_files(self, prefix: str = "") -> list[Path]:
         return sorted(p for p in self.pending.glob(f"{prefix}*.json") if not p.name.startswith("."))

@@ -46,28 +46,19 @@ def _dataset_facets(dataset: Dataset) -> dict:
     return facets
 
 
-def _input(dataset: Dataset):
-    from openlineage.client.event_v2 import InputDataset
-    from openlineage.client.facet_v2 import input_statistics_input_dataset
+def _used(dataset: Dataset, *, written: bool):
+    """A dataset as an input or an output, with the rows read or written in its statistics facet."""
+    from openlineage.client.event_v2 import InputDataset, OutputDataset
+    from openlineage.client.facet_v2 import input_statistics_input_dataset, output_statistics_output_dataset
 
-    input_facets = {}
-    if dataset.rows is not None:
-        input_facets["inputStatistics"] = input_statistics_input_dataset.InputStatisticsInputDatasetFacet(
-            rowCount=dataset.rows
-        )
-    return InputDataset(dataset.namespace, dataset.name, facets=_dataset_facets(dataset), inputFacets=input_facets)
-
-
-def _output(dataset: Dataset):
-    from openlineage.client.event_v2 import OutputDataset
-    from openlineage.client.facet_v2 import output_statistics_output_dataset
-
-    output_facets = {}
-    if dataset.rows is not None:
-        output_facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-            rowCount=dataset.rows
-        )
-    return OutputDataset(dataset.namespace, dataset.name, facets=_dataset_facets(dataset), outputFacets=output_facets)
+    if written:
+        kind, statistics = OutputDataset, output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet
+        name, facets_argument = "outputStatistics", "outputFacets"
+    else:
+        kind, statistics = InputDataset, input_statistics_input_dataset.InputStatisticsInputDatasetFacet
+        name, facets_argument = "inputStatistics", "inputFacets"
+    rows = {name: statistics(rowCount=dataset.rows)} if dataset.rows is not None else {}
+    return kind(dataset.namespace, dataset.name, facets=_dataset_facets(dataset), **{facets_argument: rows})
 
 
 def _parent(parent: RunRef, root: RunRef | None):
@@ -158,8 +149,8 @@ def step_event(step: StepRun, state: str, at_ms: int, lineage: StepLineage | Non
         eventType=RunState[state],
         run=Run(step.step_run_uuid, facets=facets),
         job=_job(step.namespace, step.job_name, "STEP", step.description, step.code_file),
-        inputs=[_input(d) for d in lineage.inputs],
-        outputs=[_output(d) for d in lineage.outputs],
+        inputs=[_used(d, written=False) for d in lineage.inputs],
+        outputs=[_used(d, written=True) for d in lineage.outputs],
     )
 
 

@@ -144,3 +144,18 @@ def test_a_foreach_a_retry_a_failure_and_a_resume_are_runs_of_their_own(place):
     assert model["version"]["versionTag"].startswith(f"BranchingFlow/{resumed_run}/train/")
     assert model["trainingJobs"] == ["urn:li:dataJob:(urn:li:dataFlow:(metaflow,BranchingFlow,PROD),train)"]
     assert all(datahub_check(p) == "" for p in (place.outbox / "pending").glob("*.datahub.json"))
+
+
+def test_a_subclass_of_the_step_decorator_records_each_steps_run_its_own_way_and_nothing_else(place):
+    records = place.root / "own.jsonl"
+    code, run_id, output = place.run("own_recorder_flow.py", OWN_RECORDS=str(records))
+    assert code == 0, output
+    entries = [json.loads(line) for line in records.read_text().splitlines()]
+    start, end = f"OwnRecorderFlow/{run_id}/start/1", f"OwnRecorderFlow/{run_id}/end/2"
+    assert entries == [
+        {"kind": "started", "pathspec": start, "upstream": []},
+        {"kind": "finished", "pathspec": start, "ends_run": False, "size": 3},
+        {"kind": "started", "pathspec": end, "upstream": ["start"]},
+        {"kind": "finished", "pathspec": end, "ends_run": True, "size": 3},
+    ]
+    assert place.events() == [] and not place.outbox.exists()

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 TESTING = REPO / "docs" / "testing.md"
 README = REPO / "README.md"
 CI, FAST, SYSTEM = "bash run test", "bash run test --fast", "bash run test --system"
-# the Metaflow lineage package's own tests: the package lane, which `bash run test` runs first, alone
+# the Metaflow lineage package's own tests: the package lane, which `bash run test` runs beside the suite, alone
 PACKAGE_TESTS = "shared/metaflow_lineage/tests/"
 
 

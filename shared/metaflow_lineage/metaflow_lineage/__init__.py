@@ -13,6 +13,14 @@ class CountFlow(FlowSpec):
 """
 
 from metaflow_lineage.datasets import Dataset, Model, StepLineage, record
-from metaflow_lineage.decorator import lineage
 
 __all__ = ["Dataset", "Model", "StepLineage", "lineage", "record"]
+
+
+def __getattr__(name: str):
+    # the decorator imports Metaflow: only a flow needs it, not `metaflow-lineage ship`
+    if name == "lineage":
+        from metaflow_lineage.decorator import lineage
+
+        return lineage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

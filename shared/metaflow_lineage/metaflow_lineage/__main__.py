@@ -14,14 +14,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     ship = commands.add_parser("ship", help="send pending lineage (OpenLineage events, DataHub records)")
     ship.add_argument("--dir", type=Path, help="the outbox (default: METAFLOW_LINEAGE_DIR, else .metaflow/lineage)")
-    ship.add_argument("files", nargs="*", type=Path, help="only these pending files (default: every one)")
+    ship.add_argument("--run", default="", help="only a run's files: Flow.run id. (default: every one)")
     arguments = parser.parse_args(argv)
     outbox = Outbox(arguments.dir)
-    problems = outbox.ship(arguments.files or None)
+    problems = outbox.ship(arguments.run)
     for problem in problems:
         print(problem, file=sys.stderr)
-    if arguments.files:
-        return 1 if problems else 0
     left = len(outbox.pending_files())
     print(f"{left} file(s) pending in {outbox.pending}" if left else f"nothing pending in {outbox.pending}")
     return 1 if problems else 0

@@ -16,12 +16,16 @@ integration use) and the root as ``OPENLINEAGE_ROOT_PARENT_ID``: the flow run's 
 from __future__ import annotations
 
 import datetime as dt
+import inspect
+import logging
 import os
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from zoneinfo import ZoneInfo
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,12 +38,17 @@ class RunRef:
 
     @classmethod
     def parse(cls, text: str | None) -> RunRef | None:
-        """``namespace/job/run id``; None when absent. The namespace holds no slash, the run id none either."""
+        """``namespace/job/run id``; None when absent, or malformed (said in the log: a server would refuse
+        the event that named it). The namespace holds no slash, the run id none either."""
         if not text:
             return None
-        namespace, rest = text.split("/", 1)
-        job, run_id = rest.rsplit("/", 1)
-        uuid.UUID(run_id)  # a malformed parent is refused here, not by the server
+        try:
+            namespace, rest = text.split("/", 1)
+            job, run_id = rest.rsplit("/", 1)
+            uuid.UUID(run_id)
+        except ValueError:
+            log.warning("the parent run %r is not namespace/job/run id: the flow run has no parent", text)
+            return None
         return cls(namespace, job, run_id)
 
 
@@ -74,7 +83,7 @@ class StepRun:
     started_ms: int
     description: str = ""
     flow_description: str = ""
-    code_file: str | None = None
+    code_file: str | None = None  # the flow's file
     origin_run_id: str | None = None  # the run this one resumed
     parameters: dict[str, str] = field(default_factory=dict)
     nominal_time: str | None = None  # the time the run is for (ISO 8601, UTC)
@@ -132,7 +141,7 @@ def from_current(step_name: str, flow, options: dict) -> StepRun:
         started_ms=int(time.time() * 1000),
         description=(graph[step_name].get("doc") or "").strip(),
         flow_description=(type(flow).__doc__ or "").strip().split("\n")[0],
-        code_file=current.graph.get("file"),
+        code_file=inspect.getsourcefile(type(flow)),
         origin_run_id=str(current.origin_run_id) if current.origin_run_id else None,
         parameters=parameters,
         nominal_time=_nominal_time(getattr(flow, nominal), options.get("timezone", "UTC")) if nominal else None,

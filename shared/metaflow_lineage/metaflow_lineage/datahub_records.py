@@ -1,9 +1,13 @@
-"""A step's run as DataHub records, built with DataHub's SDK (``datahub.api.entities``).
+"""A step's run as DataHub records, built with DataHub's SDK (``datahub.api.entities``, ``datahub.specific``).
 
-The flow is a DataFlow (orchestrator ``metaflow``), each step a DataJob with the datasets it read and
-wrote, its column-level lineage and its upstream steps; each run of a step a DataProcessInstance whose
-parent is the flow run's instance; a trained model an MLModel whose training job is the step. An
-output's row count is an Operation on the dataset.
+The flow is a DataFlow (orchestrator ``metaflow``), each step a DataJob; each run of a step a
+DataProcessInstance whose parent is the flow run's instance; a trained model an MLModel whose training
+job is the step and its run. An output's row count is an Operation on the dataset.
+
+What people edit in DataHub is left alone: no ownership or tags are written (the SDK's builders would
+write them empty). A step's datasets, column lineage and upstream steps are added to its DataJob by a
+patch, not written whole: the splits of a ``foreach`` each add theirs, and a failed run adds nothing. A
+dataset a step no longer reads stays among its inputs until removed in DataHub.
 """
 
 from __future__ import annotations
@@ -14,10 +18,27 @@ from metaflow_lineage.datasets import Dataset, Model, StepLineage
 ORCHESTRATOR = "metaflow"
 
 
+# aspects the SDK's DataFlow and DataJob write (empty) that people edit in DataHub's UI; and the DataJob's
+# lineage, which a patch adds to instead
+NOT_WRITTEN = {"ownership", "globalTags", "dataJobInputOutput"}
+
+
 def dataset_urn(dataset: Dataset, env: str) -> str:
     from datahub.emitter.mce_builder import make_dataset_urn
 
-    return make_dataset_urn(dataset.datahub_platform, dataset.datahub_name or dataset.name, env)
+    return make_dataset_urn(dataset.datahub_platform, dataset.datahub_dataset_name, env)
+
+
+def _kept(records) -> list:
+    return [r for r in records if r.aspectName not in NOT_WRITTEN]
+
+
+def _typed(instance, step: StepRun):
+    """A run started by a scheduler (it passed its run in) is a scheduled run; any other, an ad hoc one."""
+    from datahub.metadata.schema_classes import DataProcessTypeClass
+
+    instance.type = DataProcessTypeClass.BATCH_SCHEDULED if step.parent else DataProcessTypeClass.BATCH_AD_HOC
+    return instance
 
 
 def _flow(step: StepRun, env: str):
@@ -53,24 +74,40 @@ def _fine_grained(outputs: list[Dataset], env: str) -> list:
 
 def _job(step: StepRun, lineage: StepLineage, env: str):
     from datahub.api.entities.datajob import DataJob
-    from datahub.metadata.urns import DataJobUrn, DatasetUrn
+    from datahub.metadata.urns import DatasetUrn
 
-    flow = _flow(step, env)
     return DataJob(
         id=step.step,
-        flow_urn=flow.urn,
+        flow_urn=_flow(step, env).urn,
         description=step.description or None,
         inlets=[DatasetUrn.from_string(dataset_urn(d, env)) for d in lineage.inputs],
         outlets=[DatasetUrn.from_string(dataset_urn(d, env)) for d in lineage.outputs],
-        fine_grained_lineages=_fine_grained(lineage.outputs, env),
-        upstream_urns=[DataJobUrn.create_from_ids(str(flow.urn), u) for u in step.upstream],
     )
+
+
+def _job_lineage(step: StepRun, job, lineage: StepLineage, env: str) -> list:
+    """What this run read and wrote, its columns and its upstream steps, added to the DataJob's."""
+    from datahub.metadata.urns import DataJobUrn
+    from datahub.specific.datajob import DataJobPatchBuilder
+
+    patch = DataJobPatchBuilder(str(job.urn))
+    for dataset in lineage.inputs:
+        patch.add_input_dataset(dataset_urn(dataset, env))
+    for dataset in lineage.outputs:
+        patch.add_output_dataset(dataset_urn(dataset, env))
+    for upstream in step.upstream:
+        patch.add_input_datajob(str(DataJobUrn.create_from_ids(str(job.flow_urn), upstream)))
+    for fine in _fine_grained(lineage.outputs, env):
+        patch.add_fine_grained_lineage(fine)
+    return list(patch.build())
 
 
 def _flow_instance(step: StepRun, env: str):
     from datahub.api.entities.dataprocess.dataprocess_instance import DataProcessInstance
 
-    instance = DataProcessInstance.from_dataflow(_flow(step, env), f"{step.flow}/{step.run_id}")
+    instance = _typed(
+        DataProcessInstance.from_dataflow(_flow(step, env), f"{step.namespace}/{step.flow}/{step.run_id}"), step
+    )
     instance.properties.update({"metaflow_run_id": step.run_id, **step.parameters})
     if step.origin_run_id:
         instance.properties["metaflow_origin_run_id"] = step.origin_run_id
@@ -92,7 +129,7 @@ def flow_ended(step: StepRun, env: str, at_ms: int, failed: bool) -> list:
     return list(_flow_instance(step, env).end_event_mcp(at_ms, result=result, result_type=ORCHESTRATOR))
 
 
-def _model(step: StepRun, model: Model, job_urn: str, env: str, at_ms: int):
+def _model(step: StepRun, model: Model, trained_by: list[str], env: str, at_ms: int):
     from datahub.emitter.mce_builder import make_ml_model_urn
     from datahub.emitter.mcp import MetadataChangeProposalWrapper
     from datahub.metadata.schema_classes import MLModelPropertiesClass, TimeStampClass, VersionTagClass
@@ -102,7 +139,7 @@ def _model(step: StepRun, model: Model, job_urn: str, env: str, at_ms: int):
         aspect=MLModelPropertiesClass(
             name=model.name,
             version=VersionTagClass(versionTag=model.version),
-            trainingJobs=[job_urn],
+            trainingJobs=trained_by,  # the step and its run
             created=TimeStampClass(time=at_ms),
             customProperties={"metaflow_pathspec": step.pathspec, **dict(model.properties)},
         ),
@@ -135,16 +172,18 @@ def step_ended(step: StepRun, lineage: StepLineage, env: str, at_ms: int, failed
 
     flow, job = _flow(step, env), _job(step, lineage, env)
     run = DataProcessInstance.from_datajob(
-        job, f"{step.pathspec}/{step.attempt}", clone_inlets=True, clone_outlets=True
+        job, f"{step.namespace}/{step.pathspec}/{step.attempt}", clone_inlets=True, clone_outlets=True
     )
-    run.parent_instance = _flow_instance(step, env).urn  # the flow run's instance
+    _typed(run, step).parent_instance = _flow_instance(step, env).urn  # the flow run's instance
     run.properties.update({"metaflow_pathspec": step.pathspec, "attempt": str(step.attempt), **step.parameters})
     result = InstanceRunResult.FAILURE if failed else InstanceRunResult.SUCCESS
-    records = [*flow.generate_mcp(), *job.generate_mcp(materialize_iolets=False)]
+    records = _kept([*flow.generate_mcp(), *job.generate_mcp(materialize_iolets=False)])
     records += run.generate_mcp(created_ts_millis=step.started_ms, materialize_iolets=False)
     records += run.start_event_mcp(step.started_ms, attempt=step.attempt + 1)
     records += run.end_event_mcp(at_ms, result=result, result_type=ORCHESTRATOR, attempt=step.attempt + 1)
     if not failed:
-        records += [_model(step, model, str(job.urn), env, at_ms) for model in lineage.models]
+        records += _job_lineage(step, job, lineage, env)
+        trained_by = [str(job.urn), str(run.urn)]
+        records += [_model(step, model, trained_by, env, at_ms) for model in lineage.models]
         records += _operations(lineage, env, at_ms)
     return records

@@ -16,13 +16,18 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+# OpenLineage's scheme of an object store -> DataHub's platform (DataHub names an object by bucket and path)
+OBJECT_STORES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gcs"}
+
 
 @dataclass(frozen=True)
 class Dataset:
     namespace: str
     name: str
-    platform: str | None = None  # DataHub's platform; by default the namespace's scheme ("postgres", "s3", "file")
-    datahub_name: str | None = None  # DataHub's name, when it differs from OpenLineage's
+    platform: str | None = (
+        None  # DataHub's platform; by default from the namespace's scheme ("postgres", "s3", "gcs", "file")
+    )
+    datahub_name: str | None = None  # DataHub's name, when it differs from OpenLineage's (and from bucket/path)
     version: str | None = None  # the version read or written (a snapshot id, a file's checksum)
     rows: int | None = None  # the rows read or written
     fields: tuple[tuple[str, str], ...] = ()  # the schema: (column, type)
@@ -57,13 +62,28 @@ class Dataset:
         return Dataset(self.namespace, self.name, self.platform, self.datahub_name)
 
     @property
+    def scheme(self) -> str:
+        return self.namespace.split("://")[0].split(":")[0]
+
+    @property
     def datahub_platform(self) -> str:
-        return self.platform or self.namespace.split("://")[0].split(":")[0]
+        return self.platform or OBJECT_STORES.get(self.scheme, self.scheme)
+
+    @property
+    def datahub_dataset_name(self) -> str:
+        """DataHub's name: an object store's starts with its bucket (OpenLineage's is the path in it)."""
+        if self.datahub_name:
+            return self.datahub_name
+        if self.scheme in OBJECT_STORES:
+            bucket = self.namespace.split("://", 1)[1].strip("/")
+            return f"{bucket}/{self.name.lstrip('/')}"
+        return self.name
 
 
 @dataclass(frozen=True)
 class Model:
-    """A model a step trained: an ML model in DataHub, a version of it per run."""
+    """A model a step trained: an ML model in DataHub (one per name and platform: each run's version and
+    training run replace the last one's in its properties)."""
 
     name: str
     version: str

@@ -50,9 +50,8 @@ class lineage_of_step(UserStepDecorator):  # noqa: N801 - a decorator's name, as
         if self._step is not None:
             step = self._step
             try:
-                self.finished(
-                    step, flow, exception, ends_run=step.is_end or (exception is not None and step.last_attempt)
-                )
+                failed_for_good = exception is not None and step.last_attempt and not self.options.get("caught")
+                self.finished(step, flow, exception, ends_run=step.is_end or failed_for_good)
             except Exception as error:  # lineage never fails the flow
                 log.warning("lineage of step %s not written: %s", step_name, _error(error))
         return (exception, None) if exception else (None, None)
@@ -82,21 +81,22 @@ class lineage_of_step(UserStepDecorator):  # noqa: N801 - a decorator's name, as
 
     def _deliver(self, key: str, events: list, records: list, ends_run: bool = False) -> None:
         payload = [] if delivery.openlineage_disabled() else [openlineage.as_dict(e) for e in events]
-        paths = self._outbox.put(key, payload, records)
+        self._outbox.put(key, payload, records)
         if not self.options.get("ship", True):  # written here, shipped later by `metaflow-lineage ship`
             return
+        run = f"{self._step.flow}.{self._step.run_id}."
         if not ends_run:
-            delivery.ship_in_background(self._outbox, paths)
+            delivery.ship_in_background(self._outbox, run)
             return
         # the run's last step sends what is left of the run before it ends: a finished run's lineage has
         # arrived, or the step's log says where it waits
-        step = self._step
-        for problem in self._outbox.ship(self._outbox.pending_files(f"{step.flow}.{step.run_id}."), wait=True):
+        for problem in self._outbox.ship(run, seconds=self.options.get("ship_seconds", 60)):
             print(problem, flush=True)
 
 
 class lineage(FlowMutator):  # noqa: N801
-    """``@lineage`` or ``@lineage(namespace=..., env=..., nominal_time=<parameter>, timezone=..., ship=...)``.
+    """``@lineage`` or ``@lineage(namespace=..., env=..., nominal_time=<parameter>, timezone=..., ship=...,
+    ship_seconds=...)``.
     A subclass names its own step decorator in ``step_decorator``."""
 
     step_decorator = lineage_of_step
@@ -107,10 +107,9 @@ class lineage(FlowMutator):  # noqa: N801
     def mutate(self, mutable_flow):
         parameters = sorted(name for name, _ in mutable_flow.parameters)
         for _, step in mutable_flow.steps:
-            retries = max(
-                (int(kwargs.get("times", 3)) for name, _, _, kwargs in step.decorator_specs if name == "retry"),
-                default=0,
-            )
+            specs = {name: kwargs for name, _, _, kwargs in step.decorator_specs}
+            retries = int(specs["retry"].get("times", 3)) if "retry" in specs else 0
             # Metaflow calls init only where the class itself defines it: a subclass without one has no options
             options = {**getattr(self, "options", {}), "parameters": parameters, "retries": retries}
+            options["caught"] = "catch" in specs  # @catch: a failure of the step does not end the flow
             step.add_decorator(self.step_decorator, deco_kwargs=options, duplicates=step.IGNORE)

@@ -1,7 +1,8 @@
 """Write locally, then ship: every event and record goes to a file first, and leaves for its
 destination from there, so a destination that is down loses nothing. A step's files leave from a
-process of their own (a destination down slows no step); the run's last step sends what is left of
-the run before it ends, so a finished run's lineage has arrived, or its log says where it waits.
+process of its own (a destination down slows no step); the run's last step sends what is left of the
+run before it ends (within ``ship_seconds``), so a finished run's lineage has arrived, or its log says
+where it waits.
 
 The destinations are the user's own settings, read by each tool's own client:
 
@@ -15,8 +16,14 @@ The outbox is ``METAFLOW_LINEAGE_DIR``, else ``.metaflow/lineage`` in the workin
 Metaflow's local datastore. A pending file holds one step's events (a JSON list) or its DataHub
 records (a metadata file, as ``datahub check metadata-file`` and ``datahub ingest`` read); a file
 moves to ``shipped/`` once its destination took it; what a background shipper could not send it says in
-``problems.log``. Sending it twice sends the same events and
-records again (run ids are derived, records are upserts).
+``problems.log``. Files leave in the order they were written, so a run's START goes before its end.
+Sending a file twice sends the same events and records again (run ids are derived, records are upserts
+and patches that add). The outbox is the user's alone (mode 0700): what is in it is sent with the
+user's DataHub token.
+
+The outbox holds finished events as JSON, and the user's transport sends them as they are: the
+transports that send JSON (http, file, console, kafka) are supported; one that takes only the client's
+own event objects is refused with a clear line, and its files wait.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from metaflow_lineage.context import first_of_run
@@ -44,13 +52,24 @@ def openlineage_disabled() -> bool:
     return os.environ.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true"
 
 
+# the transports that send an event as JSON (Serde) whatever it is: they take the outbox's events as they are
+JSON_TRANSPORTS = {"http", "file", "console", "kafka"}
+
+
 def _openlineage_transport():
     """The user's OpenLineage transport, or None when none is set (the client would print to the console)."""
     from openlineage.client import OpenLineageClient
 
     client = OpenLineageClient()
     configured = bool((client.config.transport or {}).get("type")) or bool(os.environ.get("OPENLINEAGE_URL"))
-    return client.transport if configured else None
+    if not configured:
+        return None
+    if client.transport.kind not in JSON_TRANSPORTS:
+        raise ValueError(
+            f"the OpenLineage transport {client.transport.kind!r} takes only the client's own event objects: "
+            f"metaflow-lineage ships from files, to {', '.join(sorted(JSON_TRANSPORTS))}"
+        )
+    return client.transport
 
 
 def _datahub_emitter():
@@ -62,6 +81,8 @@ def _datahub_emitter():
         return DataHubGraph(load_client_config())
     except MissingConfigError:  # neither the environment nor ~/.datahubenv names one
         return None
+    except SystemExit as exit:  # DataHub's client exits on a ~/.datahubenv it cannot read
+        raise ValueError(f"DataHub's settings (~/.datahubenv) could not be read (exit {exit.code})") from None
 
 
 class Outbox:
@@ -70,8 +91,10 @@ class Outbox:
         self.pending, self.shipped = self.root / "pending", self.root / "shipped"
 
     def _write(self, path: Path, write) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
         partial = path.with_name(f".{path.name}.{os.getpid()}")
+        os.close(os.open(partial, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600))  # the user's alone
         write(partial)
         partial.replace(path)  # whole or absent: a reader never sees half a file
         return path
@@ -92,49 +115,68 @@ class Outbox:
         return first_of_run(self.root / "runs", flow, run_id)
 
     def pending_files(self, prefix: str = "") -> list[Path]:
-        return sorted(p for p in self.pending.glob(f"{prefix}*.json") if not p.name.startswith("."))
+        """The files waiting, in the order they were written."""
+        found = []
+        for path in self.pending.glob(f"{prefix}*.json"):
+            with contextlib.suppress(FileNotFoundError):  # shipped meanwhile
+                found.append((path.stat().st_mtime_ns, path.name, path))
+        return [path for _, name, path in sorted(found) if not name.startswith(".")]
 
-    def ship(self, paths: list[Path] | None = None, *, wait: bool = False) -> list[str]:
-        """Send pending files to the destinations that are set; returns what could not be sent. A file
-        another shipper is sending is skipped (or, with ``wait``, waited for). A destination that fails
-        is not tried again in this call: its other files wait too."""
-        paths = self.pending_files() if paths is None else [p for p in paths if p.exists()]
-        senders = {
-            EVENTS: _openlineage_sender() if any(p.name.endswith(EVENTS) for p in paths) else None,
-            RECORDS: _datahub_sender() if any(p.name.endswith(RECORDS) for p in paths) else None,
-        }
+    def ship(self, prefix: str = "", *, seconds: float | None = None) -> list[str]:
+        """Send the pending files whose names start with ``prefix`` (a run's: ``Flow.run id.``), in the
+        order they were written, to the destinations that are set; returns what could not be sent. One
+        shipper at a time (a lock on the outbox, released if its process dies): a file is sent once, and
+        a later one never before an earlier. A destination that fails is not tried again in this call: its
+        other files wait too. After ``seconds`` (waiting for the lock included), what is left waits."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        with self._lock(deadline) as held:
+            if not held:
+                return [
+                    f"lineage kept for later in {self.pending}: another shipper held the outbox until the time to ship ran out"
+                ]
+            return self._ship(self.pending_files(prefix), deadline)
+
+    @contextlib.contextmanager
+    def _lock(self, deadline: float | None):
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(self.root / "ship.lock", "a") as handle:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if deadline is not None and time.monotonic() > deadline:
+                        yield False
+                        return
+                    time.sleep(0.05)
+            yield True
+
+    def _ship(self, paths: list[Path], deadline: float | None) -> list[str]:
         problems: list[str] = []
-        for path in paths:
+        senders = {}
+        for kind, sender in ((EVENTS, _openlineage_sender), (RECORDS, _datahub_sender)):
+            try:
+                senders[kind] = sender() if any(p.name.endswith(kind) for p in paths) else None
+            except Exception as error:  # a setting that cannot be used: its files wait
+                senders[kind] = None
+                problems.append(f"lineage kept for later in {self.pending}: {error}")
+        for number, path in enumerate(paths):
+            if deadline is not None and time.monotonic() > deadline:
+                problems.append(
+                    f"lineage kept for later in {self.pending}: {len(paths) - number} file(s) left when the time to ship ran out"
+                )
+                break
             kind = EVENTS if path.name.endswith(EVENTS) else RECORDS
-            if senders[kind] is None:
+            if senders[kind] is None or not path.exists():
                 continue  # its destination is not set (or failed in this call): it waits
             try:
-                with _claimed(path, wait) as claimed:
-                    if claimed:
-                        senders[kind](path)
-                        self.shipped.mkdir(parents=True, exist_ok=True)
-                        path.replace(self.shipped / path.name)
+                senders[kind](path)
+                self.shipped.mkdir(mode=0o700, parents=True, exist_ok=True)
+                path.replace(self.shipped / path.name)
             except Exception as error:  # a destination down: the file stays pending, the flow goes on
                 senders[kind] = None
                 problems.append(f"lineage kept for later in {path.parent}: {type(error).__name__}: {error}")
         return problems
-
-
-@contextlib.contextmanager
-def _claimed(path: Path, wait: bool):
-    """True while this process holds the file (an advisory lock, released if the process dies)."""
-    try:
-        handle = open(path)  # noqa: SIM115 - held for the lock's life
-    except FileNotFoundError:
-        yield False  # shipped meanwhile
-        return
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield path.exists()  # another shipper may have sent it before this one held it
 
 
 def _openlineage_sender():
@@ -163,15 +205,15 @@ def _datahub_sender():
     return send
 
 
-def ship_in_background(outbox: Outbox, paths: list[Path]) -> None:
-    """Ship ``paths`` from a process of their own, so that a destination down slows no step; what it could
-    not send it says in the outbox's ``problems.log``."""
-    if not paths:
-        return
+def ship_in_background(outbox: Outbox, prefix: str) -> None:
+    """Ship what is pending of a run (``prefix``) from a process of its own, so that a destination down
+    slows no step; what it could not send it says in the outbox's ``problems.log``."""
+    outbox.root.mkdir(mode=0o700, parents=True, exist_ok=True)
     log_file = open(outbox.root / "problems.log", "a")  # noqa: SIM115 - the child's, from here on
+    os.chmod(log_file.name, 0o600)
     with log_file:
         subprocess.Popen(
-            [sys.executable, "-m", "metaflow_lineage", "ship", "--dir", str(outbox.root), *map(str, paths)],
+            [sys.executable, "-m", "metaflow_lineage", "ship", "--dir", str(outbox.root), "--run", prefix],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log_file,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 from places import LineageServer, closed_port
 
@@ -13,6 +14,10 @@ USERS_SERVERS = {"OPENLINEAGE__TRANSPORT__TYPE": "", "OPENLINEAGE__TRANSPORT__LO
 
 def _text(event: dict) -> str:
     return json.dumps(event, sort_keys=True)
+
+
+def _proposal(record: dict, aspect) -> tuple:
+    return record["entityUrn"], record["aspectName"], record.get("changeType", "UPSERT"), _text(aspect)
 
 
 def _files(folder) -> dict[str, list]:
@@ -54,13 +59,17 @@ def test_with_both_servers_down_the_flow_runs_and_its_lineage_waits_then_ships_t
         )
         assert shipped.returncode == 0, shipped.stderr
         assert "nothing pending" in shipped.stdout
-        events = [e for name, body in pending.items() if name.endswith(".openlineage.json") for e in body]
-        records = [r for name, body in pending.items() if name.endswith(".datahub.json") for r in body]
-        assert sorted(map(_text, server.bodies("/api/v1/lineage"))) == sorted(map(_text, events))
+        # every event and record, whole, in the order they were written (a run's START before its end)
+        written = sorted(((place.outbox / "shipped") / name for name in pending), key=lambda p: p.stat().st_mtime_ns)
+        events = [e for p in written if p.name.endswith(".openlineage.json") for e in json.loads(p.read_text())]
+        records = [r for p in written if p.name.endswith(".datahub.json") for r in json.loads(p.read_text())]
+        assert list(map(_text, server.bodies("/api/v1/lineage"))) == list(map(_text, events))
+        flow = [e["eventType"] for e in server.bodies("/api/v1/lineage") if e["job"]["name"] == "DailyOrdersFlow"]
+        assert flow == ["START", "COMPLETE"]
         proposals = [b["proposal"] for b in server.bodies("/aspects?action=ingestProposal")]
-        assert sorted((p["entityUrn"], p["aspectName"]) for p in proposals) == sorted(
-            (r["entityUrn"], r["aspectName"]) for r in records
-        )
+        assert [_proposal(p, json.loads(p["aspect"]["value"])) for p in proposals] == [
+            _proposal(r, r["aspect"]["json"]) for r in records
+        ]
         assert _files(place.outbox / "shipped") == pending and not _files(place.outbox / "pending")
     finally:
         server.close()
@@ -70,5 +79,34 @@ def test_openlineage_disabled_makes_no_event_and_datahub_still_gets_its_records(
     code, _, output = place.run("daily_orders_flow.py", OPENLINEAGE_DISABLED="true")
     assert code == 0, output
     assert place.events() == []
-    files = list((place.outbox / "pending").glob("*.json")) + list((place.outbox / "shipped").glob("*.json"))
-    assert files and all(f.name.endswith(".datahub.json") for f in files)
+    files = sorted((place.outbox / "pending").glob("*.json"))
+    assert [f.name.split(".", 2)[2] for f in files] == [
+        "end.2.0.end.datahub.json",
+        "start.1.0.end.datahub.json",
+        "start.1.0.start.datahub.json",
+    ]
+    records = [r for f in files for r in json.loads(f.read_text())]
+    runs = {r["entityUrn"] for r in records if r["entityType"] == "dataProcessInstance"}
+    assert len(runs) == 3  # the flow run, and each step's
+    job = "urn:li:dataJob:(urn:li:dataFlow:(metaflow,DailyOrdersFlow,PROD),start)"
+    assert any(r["entityUrn"] == job and r["aspectName"] == "dataJobInputOutput" for r in records)
+
+
+def test_a_steps_files_leave_from_a_process_of_their_own(place, monkeypatch):
+    """What a step that does not end the run does: its files are written, and a shipper of their own
+    sends them (the run's last step ships the rest itself)."""
+    from metaflow_lineage.delivery import Outbox, ship_in_background
+
+    for name, value in place.env.items():
+        monkeypatch.setenv(name, value)
+    outbox = Outbox()
+    event = {"eventType": "START", "run": {"runId": "0f6c4f5e-3c5e-4f4a-9f3e-1b2c3d4e5f60"}, "job": {"name": "F.s"}}
+    outbox.put("F.1.s.1.0.start", [event], [])
+    ship_in_background(outbox, "F.1.")
+    for _ in range(300):
+        if not outbox.pending_files():
+            break
+        time.sleep(0.1)
+    assert place.events() == [event]
+    assert not outbox.pending_files() and (outbox.shipped / "F.1.s.1.0.start.openlineage.json").exists()
+    assert (outbox.root / "problems.log").read_text() == ""

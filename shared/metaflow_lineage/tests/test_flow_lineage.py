@@ -88,13 +88,26 @@ def test_the_readme_flow_emits_valid_events_to_the_users_transport_and_datahub_r
     assert pending and all(p.name.endswith(".datahub.json") for p in pending)
     assert [datahub_check(p) for p in pending] == [""] * len(pending)
     records = _records(place.outbox)
+    # nothing people edit in DataHub is written; the job's lineage is added to, by a patch
+    assert {r["aspectName"] for r in records} & {"ownership", "globalTags"} == set()
     job = "urn:li:dataJob:(urn:li:dataFlow:(metaflow,DailyOrdersFlow,PROD),start)"
-    io = [r["aspect"]["json"] for r in records if r["entityUrn"] == job and r["aspectName"] == "dataJobInputOutput"]
-    assert io[0]["inputDatasets"] == ["urn:li:dataset:(urn:li:dataPlatform:postgres,shop.public.orders,PROD)"]
-    assert io[0]["outputDatasets"] == ["urn:li:dataset:(urn:li:dataPlatform:s3,marts/daily_orders,PROD)"]
-    assert io[0]["fineGrainedLineages"][0]["upstreams"] == [
-        "urn:li:schemaField:(urn:li:dataset:(urn:li:dataPlatform:postgres,shop.public.orders,PROD),id)"
-    ]
+    (io,) = [r for r in records if r["entityUrn"] == job and r["aspectName"] == "dataJobInputOutput"]
+    assert io["changeType"] == "PATCH"
+    orders = "urn:li:dataset:(urn:li:dataPlatform:postgres,shop.public.orders,PROD)"
+    daily = "urn:li:dataset:(urn:li:dataPlatform:s3,lake/marts/daily_orders,PROD)"  # DataHub's S3 name: bucket/path
+    operations = io["aspect"]["json"]
+    assert {op["op"] for op in operations} == {"add"}
+    edges = {(op["path"].split("/")[1], op["value"].get("destinationUrn")) for op in operations}
+    assert {("inputDatasetEdges", orders), ("outputDatasetEdges", daily)} <= edges
+    (fine,) = [op["path"] for op in operations if op["path"].startswith("/fineGrainedLineages/")]
+    escaped = lambda urn: urn.replace("/", "~1")  # noqa: E731 - a JSON pointer's escape of "/"
+    assert (
+        fine
+        == f"/fineGrainedLineages/NONE/urn:li:schemaField:({escaped(daily)},orders)/NONE/urn:li:schemaField:({orders},id)"
+    )
+    # the flow's file, where it is
+    location = _by(events, "DailyOrdersFlow", "START")[0]["job"]["facets"]["sourceCodeLocation"]
+    assert Path(location["path"]) == FLOWS / "daily_orders_flow.py"
 
 
 def test_a_foreach_a_retry_a_failure_and_a_resume_are_runs_of_their_own(place):
@@ -142,7 +155,15 @@ def test_a_foreach_a_retry_a_failure_and_a_resume_are_runs_of_their_own(place):
     assert len(models) == 1
     model = models[0]["aspect"]["json"]
     assert model["version"]["versionTag"].startswith(f"BranchingFlow/{resumed_run}/train/")
-    assert model["trainingJobs"] == ["urn:li:dataJob:(urn:li:dataFlow:(metaflow,BranchingFlow,PROD),train)"]
+    # trained by the step, and by the run of it that the resumed run ran
+    train_run = [
+        r["entityUrn"]
+        for r in records
+        if r["aspectName"] == "dataProcessInstanceProperties"
+        and r["aspect"]["json"]["name"] == f"shop/{model['version']['versionTag']}/0"
+    ]
+    assert model["trainingJobs"] == ["urn:li:dataJob:(urn:li:dataFlow:(metaflow,BranchingFlow,PROD),train)", *train_run]
+    assert len(train_run) == 1
     assert all(datahub_check(p) == "" for p in (place.outbox / "pending").glob("*.datahub.json"))
 
 
@@ -159,3 +180,11 @@ def test_a_subclass_of_the_step_decorator_records_each_steps_run_its_own_way_and
         {"kind": "finished", "pathspec": end, "ends_run": True, "size": 3},
     ]
     assert place.events() == [] and not place.outbox.exists()
+
+
+def test_a_caught_failure_fails_its_step_run_and_not_the_flow_run(place):
+    code, _, output = place.run("caught_flow.py")
+    assert code == 0, output
+    events = place.events()
+    assert [e["eventType"] for e in _by(events, "CaughtFlow")] == ["START", "COMPLETE"]
+    assert [e["eventType"] for e in _by(events, "CaughtFlow.start")] == ["START", "FAIL"]

@@ -50,3 +50,4 @@ def test_a_facet_is_checked_against_its_own_schema_and_an_unknown_one_only_when_
     assert validation_errors(_event(ours=foreign)) == ["facet schema not in the copied spec: " + foreign["_schemaURL"]]
     assert validation_errors(_event(ours=foreign), any_facet=True) == []
     assert validation_errors({**_event(), "run": {"runId": "run-1"}}) != []  # a run id that is no UUID
+    assert validation_errors({**_event(), "eventTime": "yesterday at noon"}) != []  # a time that is no RFC 3339

@@ -121,7 +121,7 @@ def _context(step: StepRun, flow, options: dict, settings) -> StepContext:
     undeclared = None
     if step.flow not in PIPELINES:  # a flow the registry does not know is described by its graph
         steps = [(name, (info.get("doc") or "").strip()) for name, info in _steps().items()]
-        undeclared = (step.flow_description, step.code_file, steps)
+        undeclared = (step.flow_description, current.graph["file"], steps)
     return StepContext(
         flow_name=step.flow,
         run_id=step.run_id,
@@ -131,7 +131,7 @@ def _context(step: StepRun, flow, options: dict, settings) -> StepContext:
         upstream=list(step.upstream),
         is_end=step.is_end,
         first_of_run=first_of_run(settings.lineage_dir / "metaflow" / "runs", step.flow, step.run_id),
-        variant={name: step.parameters[name] for name in [options.get("variant")] if name},
+        variant={name: str(getattr(flow, name)) for name in [options.get("variant")] if name},
         parameters=step.parameters,
         nominal_time=step.nominal_time,
         origin_run_id=step.origin_run_id,

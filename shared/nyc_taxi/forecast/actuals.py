@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from nyc_taxi.core import jobs, quality, verdicts
 from nyc_taxi.core.catalog import current_snapshot, load_table
@@ -159,128 +159,181 @@ def _held(table, snapshot, window: Window) -> tuple[bool, WindowDays]:
 def compute_actuals(
     as_of: dt.datetime, lookback_days: int, horizon_hours: int, settings: Settings | None = None
 ) -> StepReport:
-    """Hourly counts for the training window and the horizon (so a backtest can be evaluated): the window's
-    rows of the actuals table become exactly its zero-filled counts, for the days that have rides. Every day
-    the model learns from must have rides, and every day's rides must be near its weekday's: a window that is
-    not covered is refused (ChecksFailed), naming the days and the months to load. Only the hours whose trips
-    raw changed since they were counted are counted again, reading only those days of raw; when raw changed
-    nothing in the window, no Spark starts and nothing is committed."""
+    """The window's hourly rides per zone, from raw's trips into the actuals table: the window (the lookback
+    days and the horizon, so that a backtest can be scored) becomes exactly its zero-filled counts, for the
+    days that have rides. It is the flow's GROUP BY (``hourly_counts.sql``, ``hourly_actuals.sql``), with
+    three things around it, each named below:
+
+    - refusals before anything is committed (``_refuse_unusable_raw``, ``_day_checks``): a month of the
+      window whose check failed or that no check judged; a training day without rides, or far from its
+      weekday's (ChecksFailed names the days and the months to load);
+    - the incremental path (``Coverage``): only the hours whose trips raw changed since they were counted
+      are counted again, reading only those days of raw, the other hours kept from the table; when raw
+      changed nothing in the window, ``_already_counted`` answers without Spark and commits nothing;
+    - a lost race with another writer: the whole count is recomputed on the new snapshots
+      (``retry_on_conflict``)."""
     settings = settings or get_settings()
     ensure_tables([ACTUALS], settings)
     window = Window.of(as_of, lookback_days, horizon_hours)
-    hours = Intervals.of([(window.start, window.end)])
-    bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
-
-    def attempt() -> tuple:
-        from pyiceberg.exceptions import NoSuchTableError
-
-        actuals_table = load_table(ACTUALS, settings)
-        before = actuals_table.current_snapshot()
-        try:
-            raw_table = load_table(RAW, settings)
-        except NoSuchTableError:  # nothing was ever loaded: every training day is missing, refused as such
-            _day_checks(WindowDays(window, {}), None, before, lookback_days)
-            raise
-        raw_snapshot = raw_table.current_snapshot()
-        if raw_snapshot is not None:  # a month of the window whose own check failed is not counted
-            refuse_raw_that_failed(
-                raw_table,
-                window,
-                DatasetUse(RAW, version=version_of(raw_snapshot), range=Range.of("pickup_datetime", *window.hours)),
-                DatasetUse(ACTUALS, version=version_of(before), committed=False),
-                settings,
-            )
-        coverage = Coverage.of(actuals_table)
-        valid = coverage.still_counted(raw_table, raw_snapshot) if coverage else Intervals()
-        counted, kept = hours - valid, hours & valid
-        if not counted:  # raw changed nothing in the window since it was counted: its days as the table has them
-            held, days = _held(actuals_table, before, window)
-            checked = _day_checks(days, raw_snapshot, before, lookback_days)
-            if held:
-                return raw_snapshot, counted, None, RowChanges(), checked
-        if raw_snapshot is None:  # raw holds nothing yet: every day is missing
-            _day_checks(WindowDays(window, {}), raw_snapshot, before, lookback_days)
-        from nyc_taxi.core.spark import get_spark
-
-        spark = get_spark(settings, small=True)  # zone-hours: small data (a window's trips at most)
-        raw = pinned(RAW, raw_snapshot, settings)
-        counts = SQL.run(spark, "hourly_counts", raw=raw, counted=counted.predicate("pickup_datetime"))
-        if kept:
-            actuals = pinned(ACTUALS, before, settings)
-            counts = counts.unionByName(
-                SQL.run(spark, "kept_actuals", actuals=actuals, kept=kept.predicate("pickup_hour"))
-            )
-        counts = counts.persist()  # read three times (the days, the active zones, the join): raw is read once
-        try:
-            # the window's days first: a window without every training day is refused before anything else
-            days = window_days(counts, window)
-            checked = _day_checks(days, raw_snapshot, before, lookback_days)
-            counts.createOrReplaceTempView("counts")
-            computed = window_actuals(spark, "counts", days).persist()
-            rows = computed.count()
-            computed.createOrReplaceTempView("computed_actuals")
-            summary = {RAW_SNAPSHOT: version_of(raw_snapshot) or "", COUNTED_HOURS: counted.text()}
-            if not holds_rows(actuals_table, before, "pickup_hour", *window.hours):
-                changes = RowChanges(added=rows)  # a new window: appended, no comparison needed
-                with commit_properties(spark, {**summary, **changes.as_summary()}):
-                    SQL.run(
-                        spark,
-                        "insert_actuals",
-                        staging="computed_actuals",
-                        raw=spark_table(ACTUALS, settings),
-                        **bounds,
-                    )
-            else:
-                changes = merge_changes(
-                    spark,
-                    SQL,
-                    "actuals_changes",
-                    "merge_actuals",
-                    summary=summary,
-                    insert_sql="insert_actuals",
-                    staging="computed_actuals",
-                    raw=spark_table(ACTUALS, settings),
-                    **bounds,
-                )
-            computed.unpersist()
-        finally:
-            counts.unpersist()
-        now = load_table(ACTUALS, settings).current_snapshot()
-        # counted for raw's snapshot: every hour of the window but those this window judged not loaded (their
-        # rows it removed, even when an earlier window had counted them), which the next window counts again;
-        # a day without any trip stays so while raw does
-        covered = (valid | hours) - days.judged_not_loaded()
-        Coverage(now.snapshot_id if now else None, raw_snapshot.snapshot_id, covered).record(settings)
-        return raw_snapshot, counted, rows, changes, checked
-
     before = current_snapshot(ACTUALS, settings)
-    raw_snapshot, counted, rows, changes, checked = retry_on_conflict(f"computing {ACTUALS.name}", attempt)
+    result = retry_on_conflict(f"computing {ACTUALS.name}", lambda: _count_window(window, lookback_days, settings))
     after = current_snapshot(ACTUALS, settings)
-    checked, profiled = checked_version(ACTUALS, after, checked, settings)
-    if rows is None:
-        log.info(
-            "%s already holds the window as %s snapshot %s has it: nothing counted, nothing committed",
-            ACTUALS.name,
-            RAW.name,
-            version_of(raw_snapshot),
-        )
-    else:
+    checked, profiled = checked_version(ACTUALS, after, result.checked, settings)
+    result.log()
+    return _report(window, result, before, after, checked, profiled, settings)
+
+
+@dataclass
+class _Counted:
+    """One count of a window: the raw snapshot it read, the hours it counted, what it wrote."""
+
+    raw_snapshot: object
+    counted: Intervals
+    rows: int | None  # None: raw changed nothing in the window, nothing was counted or committed
+    changes: RowChanges
+    checked: list
+
+    def log(self) -> None:
+        if self.rows is None:
+            log.info(
+                "%s already holds the window as %s snapshot %s has it: nothing counted, nothing committed",
+                ACTUALS.name,
+                RAW.name,
+                version_of(self.raw_snapshot),
+            )
+            return
+        changes = self.changes
         log.info(
             "%d zone-hours, %d hours counted from %s: %d added, %d changed, %d removed in %s",
-            rows,
-            counted.hours,
+            self.rows,
+            self.counted.hours,
             RAW.name,
             changes.added,
             changes.changed,
             changes.removed,
             ACTUALS.name,
         )
+
+
+def _count_window(window: Window, lookback_days: int, settings: Settings) -> _Counted:
+    """One try: refuse what must be refused, count the hours raw changed, write the window, record what is
+    counted for which raw snapshot."""
+    actuals_table = load_table(ACTUALS, settings)
+    before = actuals_table.current_snapshot()
+    raw_table, raw_snapshot = _refuse_unusable_raw(window, before, lookback_days, settings)
+    hours = Intervals.of([(window.start, window.end)])
+    coverage = Coverage.of(actuals_table)
+    valid = coverage.still_counted(raw_table, raw_snapshot) if coverage else Intervals()
+    counted, kept = hours - valid, hours & valid
+    if not counted:
+        held = _already_counted(actuals_table, before, window, raw_snapshot, lookback_days)
+        if held is not None:
+            return held
+    if raw_snapshot is None:  # raw holds nothing yet: every day is missing
+        _day_checks(WindowDays(window, {}), raw_snapshot, before, lookback_days)
+    from nyc_taxi.core.spark import get_spark
+
+    spark = get_spark(settings, small=True)  # zone-hours: small data (a window's trips at most)
+    counts = _hourly_counts(spark, raw_snapshot, counted, before, kept, settings)
+    try:
+        # the window's days first: a window without every training day is refused before anything else
+        days = window_days(counts, window)
+        checked = _day_checks(days, raw_snapshot, before, lookback_days)
+        summary = {RAW_SNAPSHOT: version_of(raw_snapshot) or "", COUNTED_HOURS: counted.text()}
+        rows, changes = _write_window(spark, counts, days, actuals_table, before, summary, settings)
+    finally:
+        counts.unpersist()
+    now = load_table(ACTUALS, settings).current_snapshot()
+    # counted for raw's snapshot: every hour of the window but those this window judged not loaded (their
+    # rows it removed, even when an earlier window had counted them), which the next window counts again;
+    # a day without any trip stays so while raw does
+    covered = (valid | hours) - days.judged_not_loaded()
+    Coverage(now.snapshot_id if now else None, raw_snapshot.snapshot_id, covered).record(settings)
+    return _Counted(raw_snapshot, counted, rows, changes, checked)
+
+
+def _refuse_unusable_raw(window: Window, before, lookback_days: int, settings: Settings):
+    """Raw's table and snapshot, unless the window cannot be counted from them: no raw table (every training
+    day is missing), or a month of the window whose check failed or that no check judged."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        raw_table = load_table(RAW, settings)
+    except NoSuchTableError:  # nothing was ever loaded: every training day is missing, refused as such
+        _day_checks(WindowDays(window, {}), None, before, lookback_days)
+        raise
+    raw_snapshot = raw_table.current_snapshot()
+    if raw_snapshot is not None:  # a month of the window whose own check failed is not counted
+        refuse_raw_that_failed(
+            raw_table,
+            window,
+            DatasetUse(RAW, version=version_of(raw_snapshot), range=Range.of("pickup_datetime", *window.hours)),
+            DatasetUse(ACTUALS, version=version_of(before), committed=False),
+            settings,
+        )
+    return raw_table, raw_snapshot
+
+
+def _already_counted(actuals_table, before, window: Window, raw_snapshot, lookback_days: int) -> _Counted | None:
+    """Raw changed nothing in the window since it was counted: the window's days as the table has them,
+    judged, and nothing committed; None when the table does not hold the window whole (it is counted)."""
+    held, days = _held(actuals_table, before, window)
+    checked = _day_checks(days, raw_snapshot, before, lookback_days)
+    return _Counted(raw_snapshot, Intervals(), None, RowChanges(), checked) if held else None
+
+
+def _hourly_counts(spark, raw_snapshot, counted: Intervals, before, kept: Intervals, settings: Settings):
+    """The window's counts per zone and hour: the hours to count, from raw's pinned snapshot, and the hours
+    kept, from the table as it was; persisted, since they are read three times (the days, the active
+    zones, the join), so that raw is read once."""
+    raw = pinned(RAW, raw_snapshot, settings)
+    counts = SQL.run(spark, "hourly_counts", raw=raw, counted=counted.predicate("pickup_datetime"))
+    if kept:
+        actuals = pinned(ACTUALS, before, settings)
+        counts = counts.unionByName(SQL.run(spark, "kept_actuals", actuals=actuals, kept=kept.predicate("pickup_hour")))
+    return counts.persist()
+
+
+def _write_window(spark, counts, days: WindowDays, actuals_table, before, summary: dict, settings: Settings):
+    """The window's zero-filled actuals written: appended when the table holds no row of the window, else
+    MERGEd so that only what changed is written. Returns (its zone-hours, the rows it changed)."""
+    window = days.window
+    bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
+    counts.createOrReplaceTempView("counts")
+    computed = window_actuals(spark, "counts", days).persist()
+    try:
+        rows = computed.count()
+        computed.createOrReplaceTempView("computed_actuals")
+        target = spark_table(ACTUALS, settings)
+        if not holds_rows(actuals_table, before, "pickup_hour", *window.hours):
+            changes = RowChanges(added=rows)  # a new window: appended, no comparison needed
+            with commit_properties(spark, {**summary, **changes.as_summary()}):
+                SQL.run(spark, "insert_actuals", staging="computed_actuals", raw=target, **bounds)
+            return rows, changes
+        changes = merge_changes(
+            spark,
+            SQL,
+            "actuals_changes",
+            "merge_actuals",
+            summary=summary,
+            insert_sql="insert_actuals",
+            staging="computed_actuals",
+            raw=target,
+            **bounds,
+        )
+        return rows, changes
+    finally:
+        computed.unpersist()
+
+
+def _columns(settings: Settings):
+    """The actuals' column lineage, from the SQL files the window's count runs."""
     any_window = {
         "window_start": "2000-01-01 00:00:00",
         "window_end": "2000-01-02 00:00:00",
         "last_hour": "2000-01-01 23:00:00",
     }  # the dates change nothing about which column feeds which
-    columns = column_lineage(
+    return column_lineage(
         ACTUALS,
         [
             Statement(SQL, "hourly_counts", reads={"raw": "raw"}, makes="counts", values={"counted": "TRUE"}),
@@ -304,14 +357,19 @@ def compute_actuals(
         {"raw": RAW},
         settings,
     )
+
+
+def _report(window: Window, result: _Counted, before, after, checked, profiled, settings: Settings) -> StepReport:
+    """What the step read (raw's snapshot, the window's range, its checks) and wrote."""
     committed = version_of(after) != version_of(before)
+    changes = result.changes
     return StepReport(
         inputs=[
             DatasetUse(
                 RAW,
-                version=version_of(raw_snapshot),
+                version=version_of(result.raw_snapshot),
                 range=Range.of("pickup_datetime", *window.hours),
-                checks=recorded_checks(RAW, raw_snapshot, settings),
+                checks=recorded_checks(RAW, result.raw_snapshot, settings),
             )
         ],
         outputs=[
@@ -321,15 +379,15 @@ def compute_actuals(
                 range=Range.of("pickup_hour", *window.hours),
                 row_count=changes.written,
                 committed=committed,
-                columns=columns,
+                columns=_columns(settings),
                 changes=changes if committed else None,
                 checks=checked,
                 profile=profiled if committed else None,
             )
         ],
         summary={
-            "zone_hours": rows if rows is not None else 0,
-            "counted_hours": counted.hours,
+            "zone_hours": result.rows if result.rows is not None else 0,
+            "counted_hours": result.counted.hours,
             "changed": changes.written,
             "removed": changes.removed,
             **window.as_dict(),

@@ -64,7 +64,7 @@ class lineage_of_step(UserStepDecorator):  # noqa: N801 - a decorator's name, as
             events.append(openlineage.flow_event(step, "START", step.started_ms))
             records += datahub.flow_started(step, self.options.get("env", "PROD"))
         events.append(openlineage.step_event(step, "START", step.started_ms))
-        self._deliver(f"{step.pathspec.replace('/', '.')}.{step.attempt}.start", events, records)
+        self._deliver("start", events, records)
 
     def finished(self, step: context.StepRun, flow, exception: BaseException | None, ends_run: bool) -> None:
         """The step run's end with what it read and wrote; the flow run's end after its last step."""
@@ -77,14 +77,18 @@ class lineage_of_step(UserStepDecorator):  # noqa: N801 - a decorator's name, as
         if ends_run:
             events.append(openlineage.flow_event(step, state, ended, error))
             records += datahub.flow_ended(step, env, ended, failed=error is not None)
-        self._deliver(f"{step.pathspec.replace('/', '.')}.{step.attempt}.end", events, records, ends_run)
+        self._deliver("end", events, records, ends_run)
 
-    def _deliver(self, key: str, events: list, records: list, ends_run: bool = False) -> None:
+    def _deliver(self, moment: str, events: list, records: list, ends_run: bool = False) -> None:
+        step = self._step
         payload = [] if delivery.openlineage_disabled() else [openlineage.as_dict(e) for e in events]
-        self._outbox.put(key, payload, records)
+        run = f"{step.flow}.{step.run_id}."
+        # named by the run, then the time it is written: a run's files sort in the order they were written
+        self._outbox.put(
+            f"{run}{time.time_ns():020d}.{step.step}.{step.task_id}.{step.attempt}.{moment}", payload, records
+        )
         if not self.options.get("ship", True):  # written here, shipped later by `metaflow-lineage ship`
             return
-        run = f"{self._step.flow}.{self._step.run_id}."
         if not ends_run:
             delivery.ship_in_background(self._outbox, run)
             return

@@ -38,17 +38,15 @@ def test_with_both_servers_down_the_flow_runs_and_its_lineage_waits_then_ships_t
     assert output.count("lineage kept for later") == 2, output
     assert "ConnectionError" in output and "Unable to emit metadata to DataHub GMS" in output
     pending = _files(place.outbox / "pending")
-    assert sorted(name.split(".", 2)[2] for name in pending) == sorted(
-        [
-            "start.1.0.start.openlineage.json",
-            "start.1.0.end.openlineage.json",
-            "start.1.0.end.datahub.json",
-            "end.2.0.start.openlineage.json",
-            "end.2.0.end.openlineage.json",
-            "end.2.0.end.datahub.json",
-            "start.1.0.start.datahub.json",
-        ]
-    ), pending
+    assert [name.split(".", 3)[3] for name in sorted(pending)] == [  # in the order they were written
+        "start.1.0.start.datahub.json",
+        "start.1.0.start.openlineage.json",
+        "start.1.0.end.datahub.json",
+        "start.1.0.end.openlineage.json",
+        "end.2.0.start.openlineage.json",
+        "end.2.0.end.datahub.json",
+        "end.2.0.end.openlineage.json",
+    ], pending
     assert not (place.outbox / "shipped").exists() or not list((place.outbox / "shipped").iterdir())
 
     server = LineageServer()
@@ -60,7 +58,7 @@ def test_with_both_servers_down_the_flow_runs_and_its_lineage_waits_then_ships_t
         assert shipped.returncode == 0, shipped.stderr
         assert "nothing pending" in shipped.stdout
         # every event and record, whole, in the order they were written (a run's START before its end)
-        written = sorted(((place.outbox / "shipped") / name for name in pending), key=lambda p: p.stat().st_mtime_ns)
+        written = [place.outbox / "shipped" / name for name in sorted(pending)]  # named when they were written
         events = [e for p in written if p.name.endswith(".openlineage.json") for e in json.loads(p.read_text())]
         records = [r for p in written if p.name.endswith(".datahub.json") for r in json.loads(p.read_text())]
         assert list(map(_text, server.bodies("/api/v1/lineage"))) == list(map(_text, events))
@@ -80,10 +78,10 @@ def test_openlineage_disabled_makes_no_event_and_datahub_still_gets_its_records(
     assert code == 0, output
     assert place.events() == []
     files = sorted((place.outbox / "pending").glob("*.json"))
-    assert [f.name.split(".", 2)[2] for f in files] == [
-        "end.2.0.end.datahub.json",
-        "start.1.0.end.datahub.json",
+    assert [f.name.split(".", 3)[3] for f in files] == [  # in the order they were written
         "start.1.0.start.datahub.json",
+        "start.1.0.end.datahub.json",
+        "end.2.0.end.datahub.json",
     ]
     records = [r for f in files for r in json.loads(f.read_text())]
     runs = {r["entityUrn"] for r in records if r["entityType"] == "dataProcessInstance"}

@@ -301,15 +301,14 @@ def _write_window(spark, counts, days: WindowDays, actuals_table, before, summar
     bounds = {"window_start": window.start, "window_end": window.end, "last_hour": window.end - dt.timedelta(hours=1)}
     counts.createOrReplaceTempView("counts")
     computed = window_actuals(spark, "counts", days).persist()
-    try:
-        rows = computed.count()
-        computed.createOrReplaceTempView("computed_actuals")
-        target = spark_table(ACTUALS, settings)
-        if not holds_rows(actuals_table, before, "pickup_hour", *window.hours):
-            changes = RowChanges(added=rows)  # a new window: appended, no comparison needed
-            with commit_properties(spark, {**summary, **changes.as_summary()}):
-                SQL.run(spark, "insert_actuals", staging="computed_actuals", raw=target, **bounds)
-            return rows, changes
+    rows = computed.count()
+    computed.createOrReplaceTempView("computed_actuals")
+    target = spark_table(ACTUALS, settings)
+    if not holds_rows(actuals_table, before, "pickup_hour", *window.hours):
+        changes = RowChanges(added=rows)  # a new window: appended, no comparison needed
+        with commit_properties(spark, {**summary, **changes.as_summary()}):
+            SQL.run(spark, "insert_actuals", staging="computed_actuals", raw=target, **bounds)
+    else:
         changes = merge_changes(
             spark,
             SQL,
@@ -321,9 +320,8 @@ def _write_window(spark, counts, days: WindowDays, actuals_table, before, summar
             raw=target,
             **bounds,
         )
-        return rows, changes
-    finally:
-        computed.unpersist()
+    computed.unpersist()
+    return rows, changes
 
 
 def _columns(settings: Settings):
@@ -361,6 +359,7 @@ def _columns(settings: Settings):
 
 def _report(window: Window, result: _Counted, before, after, checked, profiled, settings: Settings) -> StepReport:
     """What the step read (raw's snapshot, the window's range, its checks) and wrote."""
+    columns = _columns(settings)
     committed = version_of(after) != version_of(before)
     changes = result.changes
     return StepReport(
@@ -379,7 +378,7 @@ def _report(window: Window, result: _Counted, before, after, checked, profiled, 
                 range=Range.of("pickup_hour", *window.hours),
                 row_count=changes.written,
                 committed=committed,
-                columns=_columns(settings),
+                columns=columns,
                 changes=changes if committed else None,
                 checks=checked,
                 profile=profiled if committed else None,

@@ -2,10 +2,11 @@
 
 The flow is a DataFlow (orchestrator ``metaflow``), each step a DataJob; each run of a step a
 DataProcessInstance whose parent is the flow run's instance; a trained model an MLModel whose training
-job is the step and its run. An output's row count is an Operation on the dataset.
+job is the step and its run, one per version, in an ML model group of the model's name. An output's row
+count is an Operation on the dataset.
 
-What people edit in DataHub is left alone: no ownership or tags are written (the SDK's builders would
-write them empty). A step's datasets, column lineage and upstream steps are added to its DataJob by a
+What people edit in DataHub is left alone: no ownership, tags or status are written (the SDK's builders
+would write them empty, or undo a soft delete). A step's datasets, column lineage and upstream steps are added to its DataJob by a
 patch, not written whole: the splits of a ``foreach`` each add theirs, and a failed run adds nothing. A
 dataset a step no longer reads stays among its inputs until removed in DataHub.
 """
@@ -18,9 +19,10 @@ from metaflow_lineage.datasets import Dataset, Model, StepLineage
 ORCHESTRATOR = "metaflow"
 
 
-# aspects the SDK's DataFlow and DataJob write (empty) that people edit in DataHub's UI; and the DataJob's
-# lineage, which a patch adds to instead
-NOT_WRITTEN = {"ownership", "globalTags", "dataJobInputOutput"}
+# aspects the SDK's DataFlow and DataJob write that people set in DataHub's UI (owners, tags, a soft
+# delete: written empty or "not removed" they would undo it); and the DataJob's lineage, which a patch
+# adds to instead
+NOT_WRITTEN = {"ownership", "globalTags", "status", "dataJobInputOutput"}
 
 
 def dataset_urn(dataset: Dataset, env: str) -> str:
@@ -130,15 +132,17 @@ def flow_ended(step: StepRun, env: str, at_ms: int, failed: bool) -> list:
 
 
 def _model(step: StepRun, model: Model, trained_by: list[str], env: str, at_ms: int):
-    from datahub.emitter.mce_builder import make_ml_model_urn
+    """A model version: an ML model of its own (each version keeps its training run), in the model's group."""
+    from datahub.emitter.mce_builder import make_ml_model_group_urn, make_ml_model_urn
     from datahub.emitter.mcp import MetadataChangeProposalWrapper
     from datahub.metadata.schema_classes import MLModelPropertiesClass, TimeStampClass, VersionTagClass
 
     return MetadataChangeProposalWrapper(
-        entityUrn=make_ml_model_urn(model.platform, model.name, env),
+        entityUrn=make_ml_model_urn(model.platform, f"{model.name}@{model.version}", env),
         aspect=MLModelPropertiesClass(
             name=model.name,
             version=VersionTagClass(versionTag=model.version),
+            groups=[make_ml_model_group_urn(model.platform, model.name, env)],
             trainingJobs=trained_by,  # the step and its run
             created=TimeStampClass(time=at_ms),
             customProperties={"metaflow_pathspec": step.pathspec, **dict(model.properties)},

@@ -82,8 +82,8 @@ class Dataset:
 
 @dataclass(frozen=True)
 class Model:
-    """A model a step trained: an ML model in DataHub (one per name and platform: each run's version and
-    training run replace the last one's in its properties)."""
+    """A model a step trained: in DataHub an ML model per version (``name@version``), in the ML model
+    group ``name``."""
 
     name: str
     version: str

@@ -74,9 +74,14 @@ class lineage_of_step(UserStepDecorator):  # noqa: N801 - a decorator's name, as
         state = "FAIL" if error else "COMPLETE"
         events = [openlineage.step_event(step, state, ended, used, error)]
         records = datahub.step_ended(step, used, env, ended, failed=error is not None)
-        if ends_run:
-            events.append(openlineage.flow_event(step, state, ended, error))
-            records += datahub.flow_ended(step, env, ended, failed=error is not None)
+        if ends_run:  # a failure @catch caught does not fail the flow run, even in its last step
+            flow_failed = error is not None and not self.options.get("caught")
+            events.append(
+                openlineage.flow_event(
+                    step, "FAIL" if flow_failed else "COMPLETE", ended, error if flow_failed else None
+                )
+            )
+            records += datahub.flow_ended(step, env, ended, failed=flow_failed)
         self._deliver("end", events, records, ends_run)
 
     def _deliver(self, moment: str, events: list, records: list, ends_run: bool = False) -> None:
@@ -94,8 +99,13 @@ class lineage_of_step(UserStepDecorator):  # noqa: N801 - a decorator's name, as
             return
         # the run's last step sends what is left of the run before it ends: a finished run's lineage has
         # arrived, or the step's log says where it waits
-        for problem in self._outbox.ship(run, seconds=self.options.get("ship_seconds", 60)):
+        problems = self._outbox.ship(run, seconds=self.options.get("ship_seconds", 60))
+        for problem in problems:
             print(problem, flush=True)
+        if (
+            problems
+        ):  # one more try after the step, by a shipper of its own: the run's end must not wait for a manual ship
+            delivery.ship_in_background(self._outbox, run)
 
 
 class lineage(FlowMutator):  # noqa: N801

@@ -12,18 +12,21 @@ The destinations are the user's own settings, read by each tool's own client:
 - DataHub: ``DATAHUB_GMS_URL`` (and ``DATAHUB_GMS_TOKEN``) or ``~/.datahubenv`` (``datahub init``).
 
 A destination that is not set keeps its files pending; ``metaflow-lineage ship`` sends them once it is.
-The outbox is ``METAFLOW_LINEAGE_DIR``, else ``.metaflow/lineage`` in the working directory, beside
-Metaflow's local datastore. A pending file holds one step's events (a JSON list) or its DataHub
-records (a metadata file, as ``datahub check metadata-file`` and ``datahub ingest`` read); a file
-moves to ``shipped/`` once its destination took it; what a background shipper could not send it says in
-``problems.log``. Files leave in the order they were written, so a run's START goes before its end.
-Sending a file twice sends the same events and records again (run ids are derived, records are upserts
-and patches that add). The outbox is the user's alone (mode 0700): what is in it is sent with the
-user's DataHub token.
+The outbox is ``METAFLOW_LINEAGE_DIR``, else ``metaflow-lineage`` in the user's state folder. A pending
+file holds one step's events (a JSON list) or its DataHub records (a metadata file, as ``datahub check
+metadata-file`` and ``datahub ingest`` read); a file moves to ``shipped/`` once its destination took it,
+to ``refused/`` when the server refused it (a 4xx: later files go on); what a background shipper could
+not send it says in ``problems.log``. A run's files are named by the time they were written and leave
+in that order, one shipper at a time, so a run's START goes before its end. ``ship_seconds`` is checked
+between files: a send in progress runs to its client's own timeouts and retries. Sending a file twice
+sends the same events and records again (run ids are derived, records are upserts and patches that
+add). The outbox is the user's alone (0700, refused otherwise): what is in it is sent with the user's
+DataHub token.
 
 The outbox holds finished events as JSON, and the user's transport sends them as they are: the
-transports that send JSON (http, file, console, kafka) are supported; one that takes only the client's
-own event objects is refused with a clear line, and its files wait.
+transports that send JSON and raise when they cannot (http, file, console) are supported; any other
+(kafka, which logs a failed delivery without raising; composite; the ones that take only the client's
+own event objects) is refused with a clear line, and its files wait.
 """
 
 from __future__ import annotations
@@ -45,15 +48,24 @@ EVENTS, RECORDS = ".openlineage.json", ".datahub.json"
 
 
 def outbox_dir() -> Path:
-    return Path(os.environ.get("METAFLOW_LINEAGE_DIR") or Path.cwd() / ".metaflow" / "lineage")
+    """``METAFLOW_LINEAGE_DIR``, else the user's state folder (``$XDG_STATE_HOME``, else ``~/.local/state``):
+    not beside Metaflow's datastore, whose ``.metaflow`` folder Metaflow looks for upwards."""
+    if os.environ.get("METAFLOW_LINEAGE_DIR"):
+        return Path(os.environ["METAFLOW_LINEAGE_DIR"])
+    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(state) / "metaflow-lineage"
 
 
 def openlineage_disabled() -> bool:
     return os.environ.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true"
 
 
-# the transports that send an event as JSON (Serde) whatever it is: they take the outbox's events as they are
-JSON_TRANSPORTS = {"http", "file", "console", "kafka"}
+# the transports that send an event as JSON (Serde) whatever it is, and raise when they cannot: they take the
+# outbox's events as they are, and a file they could not send stays pending (Kafka's logs a failed delivery
+# without raising: the file would be lost)
+JSON_TRANSPORTS = {"http", "file", "console"}
+# background shippers give up waiting for the outbox after this long (the next step's shipper, or `ship`, goes on)
+BACKGROUND_SECONDS = 600
 
 
 def _openlineage_transport():
@@ -62,7 +74,7 @@ def _openlineage_transport():
 
     client = OpenLineageClient()
     configured = bool((client.config.transport or {}).get("type")) or bool(os.environ.get("OPENLINEAGE_URL"))
-    if not configured:
+    if not configured or client.transport.kind == "noop":  # noop: OPENLINEAGE_DISABLED while shipping
         return None
     if client.transport.kind not in JSON_TRANSPORTS:
         raise ValueError(
@@ -89,9 +101,21 @@ class Outbox:
     def __init__(self, root: Path | None = None):
         self.root = root or outbox_dir()
         self.pending, self.shipped = self.root / "pending", self.root / "shipped"
+        self.refused = self.root / "refused"  # what a server refused (a 4xx): to look at, not to send again
+
+    def _ensure_root(self) -> None:
+        """The outbox, the user's alone: what is in it is sent with the user's DataHub token, so one that
+        another user owns or may write to is refused."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        found = self.root.stat()
+        if found.st_uid != os.getuid() or found.st_mode & 0o022:
+            raise PermissionError(
+                f"the lineage outbox {self.root} is not the user's alone (owner {found.st_uid}, mode "
+                f"{found.st_mode & 0o777:o}): its files would be sent with the user's DataHub token"
+            )
 
     def _write(self, path: Path, write) -> Path:
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._ensure_root()
         path.parent.mkdir(mode=0o700, exist_ok=True)
         partial = path.with_name(f".{path.name}.{os.getpid()}")
         os.close(os.open(partial, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600))  # the user's alone
@@ -112,6 +136,7 @@ class Outbox:
 
     def first_of_run(self, flow: str, run_id: str) -> bool:
         """True once per flow run: for the first step of it that runs."""
+        self._ensure_root()
         return first_of_run(self.root / "runs", flow, run_id)
 
     def pending_files(self, prefix: str = "") -> list[Path]:
@@ -134,7 +159,7 @@ class Outbox:
 
     @contextlib.contextmanager
     def _lock(self, deadline: float | None):
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._ensure_root()
         with open(self.root / "ship.lock", "a") as handle:
             while True:
                 try:
@@ -169,10 +194,26 @@ class Outbox:
                 senders[kind](path)
                 self.shipped.mkdir(mode=0o700, parents=True, exist_ok=True)
                 path.replace(self.shipped / path.name)
-            except Exception as error:  # a destination down: the file stays pending, the flow goes on
-                senders[kind] = None
+            except Exception as error:
+                if _refused(error):  # the server said no to this file: set aside, so that later files go on
+                    self.refused.mkdir(mode=0o700, parents=True, exist_ok=True)
+                    path.replace(self.refused / path.name)
+                    problems.append(f"lineage refused by the server, kept in {self.refused / path.name}: {error}")
+                    continue
+                senders[kind] = None  # a destination down: the file stays pending, the flow goes on
                 problems.append(f"lineage kept for later in {path.parent}: {type(error).__name__}: {error}")
         return problems
+
+
+def _refused(error: BaseException) -> bool:
+    """Whether a server answered the request with a refusal of it (4xx, but a timeout or too many requests),
+    in the error or the one it was raised from."""
+    while error is not None:
+        status = getattr(getattr(error, "response", None), "status_code", None)
+        if status is not None:
+            return 400 <= status < 500 and status not in (408, 429)
+        error = error.__cause__
+    return False
 
 
 def _openlineage_sender():
@@ -204,12 +245,13 @@ def _datahub_sender():
 def ship_in_background(outbox: Outbox, prefix: str) -> None:
     """Ship what is pending of a run (``prefix``) from a process of its own, so that a destination down
     slows no step; what it could not send it says in the outbox's ``problems.log``."""
-    outbox.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    outbox._ensure_root()
     log_file = open(outbox.root / "problems.log", "a")  # noqa: SIM115 - the child's, from here on
     os.chmod(log_file.name, 0o600)
     with log_file:
         subprocess.Popen(
-            [sys.executable, "-m", "metaflow_lineage", "ship", "--dir", str(outbox.root), "--run", prefix],
+            [sys.executable, "-m", "metaflow_lineage", "ship", "--dir", str(outbox.root), "--run", prefix]
+            + ["--seconds", str(BACKGROUND_SECONDS)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log_file,

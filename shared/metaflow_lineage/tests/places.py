@@ -56,7 +56,8 @@ class LineageServer:
 
     CONFIG: ClassVar = {"noCode": "true", "versions": {"acryldata/datahub": {"version": "v1.2.0"}}, "models": {}}
 
-    def __init__(self):
+    def __init__(self, refuse: str | None = None):
+        """``refuse``: a body holding this text is answered 400, as a server answers what it will not take."""
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -67,11 +68,15 @@ class LineageServer:
                 self._answer(json.dumps(LineageServer.CONFIG if self.path == "/config" else {}).encode())
 
             def do_POST(self):
-                received.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if refuse and refuse in body.decode():
+                    self._answer(b'{"message": "refused"}', 400)
+                    return
+                received.append((self.path, json.loads(body)))
                 self._answer(b"{}")
 
-            def _answer(self, body: bytes):
-                self.send_response(200)
+            def _answer(self, body: bytes, status: int = 200):
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from places import LineageServer, closed_port
 
 USERS_SERVERS = {"OPENLINEAGE__TRANSPORT__TYPE": "", "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": ""}
@@ -62,8 +63,10 @@ def test_with_both_servers_down_the_flow_runs_and_its_lineage_waits_then_ships_t
         events = [e for p in written if p.name.endswith(".openlineage.json") for e in json.loads(p.read_text())]
         records = [r for p in written if p.name.endswith(".datahub.json") for r in json.loads(p.read_text())]
         assert list(map(_text, server.bodies("/api/v1/lineage"))) == list(map(_text, events))
-        flow = [e["eventType"] for e in server.bodies("/api/v1/lineage") if e["job"]["name"] == "DailyOrdersFlow"]
-        assert flow == ["START", "COMPLETE"]
+        # as the server received them: each run's START before its end
+        received = [(e["run"]["runId"], e["eventType"]) for e in server.bodies("/api/v1/lineage")]
+        runs = {run: [state for r, state in received if r == run] for run, _ in received}
+        assert len(runs) == 3 and {states[0] for states in runs.values()} == {"START"}, runs
         proposals = [b["proposal"] for b in server.bodies("/aspects?action=ingestProposal")]
         assert [_proposal(p, json.loads(p["aspect"]["value"])) for p in proposals] == [
             _proposal(r, r["aspect"]["json"]) for r in records
@@ -90,21 +93,61 @@ def test_openlineage_disabled_makes_no_event_and_datahub_still_gets_its_records(
     assert any(r["entityUrn"] == job and r["aspectName"] == "dataJobInputOutput" for r in records)
 
 
-def test_a_steps_files_leave_from_a_process_of_their_own(place, monkeypatch):
+def _event(run_id: str, state: str) -> dict:
+    return {"eventType": state, "run": {"runId": run_id}, "job": {"namespace": "default", "name": "F.s"}}
+
+
+def test_a_steps_files_leave_from_a_process_of_their_own_one_shipper_at_a_time(place, monkeypatch):
     """What a step that does not end the run does: its files are written, and a shipper of their own
-    sends them (the run's last step ships the rest itself)."""
+    sends them once no other shipper holds the outbox."""
+    import fcntl
+
     from metaflow_lineage.delivery import Outbox, ship_in_background
 
     for name, value in place.env.items():
         monkeypatch.setenv(name, value)
     outbox = Outbox()
-    event = {"eventType": "START", "run": {"runId": "0f6c4f5e-3c5e-4f4a-9f3e-1b2c3d4e5f60"}, "job": {"name": "F.s"}}
-    outbox.put("F.1.s.1.0.start", [event], [])
-    ship_in_background(outbox, "F.1.")
+    event = _event("0f6c4f5e-3c5e-4f4a-9f3e-1b2c3d4e5f60", "START")
+    outbox.put("F.1.0001.s.1.0.start", [event], [])
+    with open(outbox.root / "ship.lock", "a") as held:  # another shipper, sending
+        fcntl.flock(held, fcntl.LOCK_EX)
+        ship_in_background(outbox, "F.1.")
+        time.sleep(2)
+        assert len(outbox.pending_files()) == 1 and place.events() == []
     for _ in range(300):
         if not outbox.pending_files():
             break
         time.sleep(0.1)
     assert place.events() == [event]
-    assert not outbox.pending_files() and (outbox.shipped / "F.1.s.1.0.start.openlineage.json").exists()
+    assert (outbox.shipped / "F.1.0001.s.1.0.start.openlineage.json").exists()
     assert (outbox.root / "problems.log").read_text() == ""
+
+
+def test_a_file_the_server_refuses_is_set_aside_and_the_later_ones_go_on(place, monkeypatch):
+    from metaflow_lineage.delivery import Outbox
+
+    server = LineageServer(refuse="refuse-me")
+    try:
+        for name, value in {**place.env, **USERS_SERVERS, "OPENLINEAGE_URL": server.url}.items():
+            monkeypatch.setenv(name, value)
+        outbox = Outbox()
+        first, second = _event("refuse-me", "START"), _event("0f6c4f5e-3c5e-4f4a-9f3e-1b2c3d4e5f60", "START")
+        outbox.put("F.1.0001.s.1.0.start", [first], [])
+        outbox.put("F.1.0002.s.1.0.start", [second], [])
+        problems = outbox.ship("F.1.")
+        assert len(problems) == 1 and "refused by the server" in problems[0], problems
+        assert [p.name for p in outbox.refused.iterdir()] == ["F.1.0001.s.1.0.start.openlineage.json"]
+        assert server.bodies("/api/v1/lineage") == [second] and outbox.pending_files() == []
+    finally:
+        server.close()
+
+
+def test_an_outbox_another_user_may_write_to_is_refused(place, tmp_path):
+    from metaflow_lineage.delivery import Outbox
+
+    shared = tmp_path / "shared-outbox"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(PermissionError, match="not the user's alone"):
+        Outbox(shared).put("F.1.0001.s.1.0.start", [_event("x", "START")], [])
+    assert not (shared / "pending").exists()

@@ -105,6 +105,9 @@ def test_the_readme_flow_emits_valid_events_to_the_users_transport_and_datahub_r
         fine
         == f"/fineGrainedLineages/NONE/urn:li:schemaField:({escaped(daily)},orders)/NONE/urn:li:schemaField:({orders},id)"
     )
+    # the end step's run names the step before it, in DataHub too
+    (end_io,) = [r for r in records if r["entityUrn"].endswith(",end)") and r["aspectName"] == "dataJobInputOutput"]
+    assert {op["value"].get("destinationUrn") for op in end_io["aspect"]["json"]} == {job}
     # the flow's file, where it is
     location = _by(events, "DailyOrdersFlow", "START")[0]["job"]["facets"]["sourceCodeLocation"]
     assert Path(location["path"]) == FLOWS / "daily_orders_flow.py"
@@ -155,6 +158,20 @@ def test_a_foreach_a_retry_a_failure_and_a_resume_are_runs_of_their_own(place):
     assert len(models) == 1
     model = models[0]["aspect"]["json"]
     assert model["version"]["versionTag"].startswith(f"BranchingFlow/{resumed_run}/train/")
+    assert (
+        models[0]["entityUrn"]
+        == f"urn:li:mlModel:(urn:li:dataPlatform:metaflow,parts_model@{model['version']['versionTag']},PROD)"
+    )
+    assert model["groups"] == ["urn:li:mlModelGroup:(urn:li:dataPlatform:metaflow,parts_model,PROD)"]
+    # the failed run's training recorded what it read, then failed: its DataJob gained nothing, no model
+    failed_train = [
+        r
+        for p in (place.outbox / "pending").glob(f"BranchingFlow.{failed_run}.*.train.*.end.datahub.json")
+        for r in json.loads(p.read_text())
+    ]
+    assert failed_train and not [
+        r for r in failed_train if r["aspectName"] in ("dataJobInputOutput", "mlModelProperties")
+    ]
     # trained by the step, and by the run of it that the resumed run ran
     train_run = [
         r["entityUrn"]

@@ -47,9 +47,9 @@ class BranchingFlow(FlowSpec):
     @step
     def train(self):
         """Train the model on the counts."""
-        if os.environ.get("FAIL_TRAINING"):
-            raise ValueError("training data refused")
         record(read=[COUNTS], model=Model("parts_model", version=current.pathspec))
+        if os.environ.get("FAIL_TRAINING"):  # after it recorded what it read: a failed run adds none of it
+            raise ValueError("training data refused")
         self.next(self.end)
 
     @step

@@ -109,25 +109,29 @@ def _run_tags(step: StepRun, **more: str) -> dict[str, str]:
 
 def flow_event(step: StepRun, state: str, at_ms: int, error: str | None = None):
     """The flow run's START (from the first step that runs) or its COMPLETE/FAIL (from the last)."""
-    from openlineage.client.event_v2 import Run, RunEvent, RunState
-
     facets = _run_facets(step, _run_tags(step, **{"metaflow.run": f"{step.flow}/{step.run_id}"}), error)
     if step.parent:
         facets["parent"] = _parent(step.parent, step.root)
+    job = _job(step.namespace, step.flow, "FLOW", step.flow_description, step.code_file)
+    return _event(state, at_ms, step.flow_run_uuid, facets, job, StepLineage())
+
+
+def _event(state: str, at_ms: int, run_id: str, facets: dict, job, lineage: StepLineage):
+    from openlineage.client.event_v2 import Run, RunEvent, RunState
+
     return RunEvent(
         eventTime=_time(at_ms),
         producer=PRODUCER,
         eventType=RunState[state],
-        run=Run(step.flow_run_uuid, facets=facets),
-        job=_job(step.namespace, step.flow, "FLOW", step.flow_description, step.code_file),
-        inputs=[],
-        outputs=[],
+        run=Run(run_id, facets=facets),
+        job=job,
+        inputs=[_used(d, written=False) for d in lineage.inputs],
+        outputs=[_used(d, written=True) for d in lineage.outputs],
     )
 
 
 def step_event(step: StepRun, state: str, at_ms: int, lineage: StepLineage | None = None, error: str | None = None):
     """A step run's START, COMPLETE or FAIL; the end carries what it read and wrote."""
-    from openlineage.client.event_v2 import Run, RunEvent, RunState
     from openlineage.client.facet_v2 import job_dependencies_run
 
     tags = _run_tags(step, **{"metaflow.pathspec": step.pathspec, "metaflow.attempt": str(step.attempt)})
@@ -142,16 +146,8 @@ def step_event(step: StepRun, state: str, at_ms: int, lineage: StepLineage | Non
                 for u in step.upstream
             ]
         )
-    lineage = lineage or StepLineage()
-    return RunEvent(
-        eventTime=_time(at_ms),
-        producer=PRODUCER,
-        eventType=RunState[state],
-        run=Run(step.step_run_uuid, facets=facets),
-        job=_job(step.namespace, step.job_name, "STEP", step.description, step.code_file),
-        inputs=[_used(d, written=False) for d in lineage.inputs],
-        outputs=[_used(d, written=True) for d in lineage.outputs],
-    )
+    job = _job(step.namespace, step.job_name, "STEP", step.description, step.code_file)
+    return _event(state, at_ms, step.step_run_uuid, facets, job, lineage or StepLineage())
 
 
 def as_dict(event) -> dict:

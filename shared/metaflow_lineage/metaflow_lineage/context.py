@@ -45,7 +45,8 @@ class RunRef:
         try:
             namespace, rest = text.split("/", 1)
             job, run_id = rest.rsplit("/", 1)
-            uuid.UUID(run_id)
+            if str(uuid.UUID(run_id)) != run_id.lower():  # the spec's form only: 8-4-4-4-12 hex digits
+                raise ValueError(run_id)
         except ValueError:
             log.warning("the parent run %r is not namespace/job/run id: the flow run has no parent", text)
             return None

@@ -110,7 +110,7 @@ def _flow_instance(step: StepRun, env: str):
     instance = _typed(
         DataProcessInstance.from_dataflow(_flow(step, env), f"{step.namespace}/{step.flow}/{step.run_id}"), step
     )
-    instance.properties.update({"metaflow_run_id": step.run_id, **step.parameters})
+    instance.properties.update({**step.parameters, "metaflow_run_id": step.run_id})  # a parameter never hides it
     if step.origin_run_id:
         instance.properties["metaflow_origin_run_id"] = step.origin_run_id
     return instance
@@ -179,7 +179,7 @@ def step_ended(step: StepRun, lineage: StepLineage, env: str, at_ms: int, failed
         job, f"{step.namespace}/{step.pathspec}/{step.attempt}", clone_inlets=True, clone_outlets=True
     )
     _typed(run, step).parent_instance = _flow_instance(step, env).urn  # the flow run's instance
-    run.properties.update({"metaflow_pathspec": step.pathspec, "attempt": str(step.attempt), **step.parameters})
+    run.properties.update({**step.parameters, "metaflow_pathspec": step.pathspec, "attempt": str(step.attempt)})
     result = InstanceRunResult.FAILURE if failed else InstanceRunResult.SUCCESS
     records = _kept([*flow.generate_mcp(), *job.generate_mcp(materialize_iolets=False)])
     records += run.generate_mcp(created_ts_millis=step.started_ms, materialize_iolets=False)

@@ -102,9 +102,14 @@ class lineage_of_step(UserStepDecorator):  # noqa: N801 - a decorator's name, as
         problems = self._outbox.ship(run, seconds=self.options.get("ship_seconds", 60))
         for problem in problems:
             print(problem, flush=True)
-        if (
-            problems
-        ):  # one more try after the step, by a shipper of its own: the run's end must not wait for a manual ship
+        waiting = len(self._outbox.pending_files(run))
+        if waiting and not problems:  # a destination not set: nothing failed, and nothing left
+            print(
+                f"lineage of this run waits in {self._outbox.pending}: {waiting} file(s) for a destination not set",
+                flush=True,
+            )
+        # what is left gets one more try after the step, by a shipper of its own, not a manual ship only
+        if problems:
             delivery.ship_in_background(self._outbox, run)
 
 

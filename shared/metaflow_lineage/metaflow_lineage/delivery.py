@@ -206,12 +206,13 @@ class Outbox:
 
 
 def _refused(error: BaseException) -> bool:
-    """Whether a server answered the request with a refusal of it (4xx, but a timeout or too many requests),
-    in the error or the one it was raised from."""
+    """Whether a server refused what the request carried (400, 409, 413, 415, 422), in the error or the one it
+    was raised from. A refusal of the request itself (401, 403, 404: a token, a key, an address) is a
+    setting to mend: the files wait for it."""
     while error is not None:
         status = getattr(getattr(error, "response", None), "status_code", None)
         if status is not None:
-            return 400 <= status < 500 and status not in (408, 429)
+            return status in (400, 409, 413, 415, 422)
         error = error.__cause__
     return False
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from metaflow_lineage import spec
 
-SPEC_DIR = spec.SPEC_DIR
 OWN_FACETS_DIR = Path(__file__).parent / "facets"
 
 

@@ -56,8 +56,8 @@ class LineageServer:
 
     CONFIG: ClassVar = {"noCode": "true", "versions": {"acryldata/datahub": {"version": "v1.2.0"}}, "models": {}}
 
-    def __init__(self, refuse: str | None = None):
-        """``refuse``: a body holding this text is answered 400, as a server answers what it will not take."""
+    def __init__(self, refuse: str | None = None, status: int = 400):
+        """``refuse``: a body holding this text is answered ``status``, as a server answers what it will not take."""
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -70,7 +70,7 @@ class LineageServer:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if refuse and refuse in body.decode():
-                    self._answer(b'{"message": "refused"}', 400)
+                    self._answer(b'{"message": "refused"}', status)
                     return
                 received.append((self.path, json.loads(body)))
                 self._answer(b"{}")

@@ -142,6 +142,23 @@ def test_a_file_the_server_refuses_is_set_aside_and_the_later_ones_go_on(place, 
         server.close()
 
 
+def test_a_refused_request_a_token_or_an_address_keeps_the_files_pending(place, monkeypatch):
+    from metaflow_lineage.delivery import Outbox
+
+    server = LineageServer(refuse="START", status=401)
+    try:
+        for name, value in {**place.env, **USERS_SERVERS, "OPENLINEAGE_URL": server.url}.items():
+            monkeypatch.setenv(name, value)
+        outbox = Outbox()
+        outbox.put("F.1.0001.s.1.0.start", [_event("0f6c4f5e-3c5e-4f4a-9f3e-1b2c3d4e5f60", "START")], [])
+        outbox.put("F.1.0002.s.1.0.start", [_event("1f6c4f5e-3c5e-4f4a-9f3e-1b2c3d4e5f60", "START")], [])
+        problems = outbox.ship("F.1.")
+        assert len(problems) == 1 and "kept for later" in problems[0], problems
+        assert len(outbox.pending_files()) == 2 and not outbox.refused.exists()
+    finally:
+        server.close()
+
+
 def test_an_outbox_another_user_may_write_to_is_refused(place, tmp_path):
     from metaflow_lineage.delivery import Outbox
 

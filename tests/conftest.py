@@ -173,7 +173,7 @@ def site():
     """A fixture copy of the TLC and NOAA sites, served on 127.0.0.1; the session's settings (and every
     process a test starts) fetch the sources from it."""
     from nyc_taxi.core.settings import get_settings
-    from nyc_taxi.fixtures.server import FixtureServer
+    from nyc_taxi_proving.fixtures.server import FixtureServer
 
     root = _STATE / "site"
     root.mkdir(parents=True, exist_ok=True)
@@ -338,7 +338,7 @@ def receiver(tmp_path):
 
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory):
-    """`bash run demo`'s pipeline (`python -m nyc_taxi.cli.demo`) in a directory of its own, run once for
+    """`bash run demo`'s pipeline (`python -m nyc_taxi_proving.cli.demo`) in a directory of its own, run once for
     the tests that read what it recorded: (settings, stdout, images dir).
 
     While working on those tests, `DEMO_DIR=<dir> bash run test -k lineage` keeps the demo's directory
@@ -354,7 +354,7 @@ def demo(tmp_path_factory):
     stdout = root / "stdout.txt"
     if not (kept and stdout.exists()):
         shutil.rmtree(root / "state", ignore_errors=True)
-        from nyc_taxi.fixtures.lineage_server import LineageServer
+        from nyc_taxi_proving.fixtures.lineage_server import LineageServer
 
         env = {**os.environ, "STATE_DIR": str(root / "state")}
         for name in ("TLC_BASE_URL", "NOAA_BASE_URL"):  # the demo serves its own fixture months
@@ -368,7 +368,7 @@ def demo(tmp_path_factory):
         env |= {"AIRFLOW_CONFIG": str(root / "users-airflow.cfg"), "AIRFLOW_CONN_DATAHUB_REST_DEFAULT": connection}
         try:
             result = subprocess.run(
-                [sys.executable, "-m", "nyc_taxi.cli.demo", "--images", str(root / "images")],
+                [sys.executable, "-m", "nyc_taxi_proving.cli.demo", "--images", str(root / "images")],
                 env=env,
                 capture_output=True,
                 text=True,

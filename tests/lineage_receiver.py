@@ -1,4 +1,4 @@
-"""The delivery tests' view of the lineage server stand-in (``nyc_taxi.fixtures.lineage_server``): the
+"""The delivery tests' view of the lineage server stand-in (``nyc_taxi_proving.fixtures.lineage_server``): the
 server itself, and what the local files hold to compare with what it accepted."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 from types import SimpleNamespace
 
 from nyc_taxi.core.processes import free_port
-from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH
-from nyc_taxi.fixtures.lineage_server import LineageServer as Receiver
+from nyc_taxi_proving.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH
+from nyc_taxi_proving.fixtures.lineage_server import LineageServer as Receiver
 
 __all__ = [
     "DATAHUB_INGEST_PATH",

@@ -56,14 +56,14 @@ def assert_the_team_demo_ended_as_the_local_one(done: subprocess.CompletedProces
 
 def team_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "nyc_taxi.cli.team", *args], env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "nyc_taxi_proving.cli.team", *args], env=env, capture_output=True, text=True, timeout=900
     )
 
 
 @pytest.fixture(scope="module")
 def lineage_server(tmp_path_factory):
     """The lineage server the deployment delivers to (OpenLineage events and DataHub records)."""
-    from nyc_taxi.fixtures.lineage_server import LineageServer
+    from nyc_taxi_proving.fixtures.lineage_server import LineageServer
 
     server = LineageServer(tmp_path_factory.mktemp("lineage-server") / "requests.jsonl").start("ok")
     yield server
@@ -137,7 +137,7 @@ def wait_for(fetch, done, seconds: float):
 
 def programs(settings) -> dict[str, dict]:
     """supervisord's account of each program: state, pid, start time."""
-    from nyc_taxi.deployment.supervisor import Supervisor
+    from nyc_taxi_proving.deployment.supervisor import Supervisor
 
     return {p["name"]: p for p in Supervisor(settings).programs() if p["group"] != "process-states"}
 
@@ -326,7 +326,7 @@ def processes_of(state: Path) -> list[list[str]]:
     supervisord gives every program): what `team down` must leave none of."""
     import psutil
 
-    from nyc_taxi.deployment.supervisor import MARKER
+    from nyc_taxi_proving.deployment.supervisor import MARKER
 
     left = []
     for process in psutil.process_iter():
@@ -361,9 +361,9 @@ def missing_lake_file_story(network, error: Exception, most: int = 40) -> str:
     could not read."""
     from nyc_taxi.core import team as services
     from nyc_taxi.core.processes import read_record
-    from nyc_taxi.deployment.across_hosts import host_settings
-    from nyc_taxi.deployment.object_storage import ObjectStorage
-    from nyc_taxi.deployment.services import weed_binary
+    from nyc_taxi_proving.deployment.across_hosts import host_settings
+    from nyc_taxi_proving.deployment.object_storage import ObjectStorage
+    from nyc_taxi_proving.deployment.services import weed_binary
 
     here, there = os.stat("/proc/thread-self/ns/net").st_ino, os.stat(f"/run/netns/{network.namespace('control')}")
     assert here == there.st_ino, (

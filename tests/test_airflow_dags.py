@@ -27,10 +27,10 @@ from nyc_taxi.airflow_adapter.environment import DAGS_FOLDER
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table
 from nyc_taxi.core.naming import identity, landed_location, published_url
-from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 from nyc_taxi.lineage.spec import validation_errors
 from nyc_taxi.lineage.write.destinations import openlineage_file
 from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
+from nyc_taxi_proving.fixtures.site import add_taxi_month, add_weather_month
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
@@ -372,8 +372,8 @@ def test_a_month_that_fails_its_checks_is_refused_before_raw_and_its_correction_
     raw's snapshot unchanged, the landed file and the staging snapshot kept, one try and one clear message,
     the failed check on the staged version in both lineage systems. The corrected file then loads."""
     from nyc_taxi.core.snapshots import LANDED_VERSION
-    from nyc_taxi.fixtures import tlc
-    from nyc_taxi.fixtures.site import taxi_path
+    from nyc_taxi_proving.fixtures import tlc
+    from nyc_taxi_proving.fixtures.site import taxi_path
 
     path = tlc.write_yellow_month(tlc.generate_yellow_month(2023, 8, rows=3_000, seed=8), taxi_path(site, 2024, 8))
     raw_before = snapshot_id(registry.YELLOW_TAXI_RAW)

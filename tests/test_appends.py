@@ -23,7 +23,7 @@ from nyc_taxi.core.catalog import load_table
 from nyc_taxi.core.commits import lost_race
 from nyc_taxi.core.naming import spark_table, table_location
 from nyc_taxi.core.tables import ensure_tables
-from nyc_taxi.fixtures.site import add_taxi_month
+from nyc_taxi_proving.fixtures.site import add_taxi_month
 
 # the merge path's variants: the system lane's (every new month of the suite joins raw this way)
 pytestmark = [pytest.mark.spark, pytest.mark.guards, pytest.mark.system]

@@ -11,82 +11,61 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "shared" / "nyc_taxi"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "shared" / "nyc_taxi"  # the pipeline, its lineage and its commands
+PROVING = ROOT / "shared" / "nyc_taxi_proving" / "nyc_taxi_proving"  # the tools that prove it: they use it
+PACKAGES = (PACKAGE, PROVING)
 
-# room -> rooms it must never import (directly or in a function)
+# room -> rooms it must never import (directly or in a function); a room of the proving tools is named
+# ``proving.<room>``. No room of the pipeline imports any of them (test_the_pipeline_imports_nothing_of_the_proving_tools).
 FORBIDDEN = {
-    "core": {
+    "core": {"ingest", "forecast", "lineage", "airflow_adapter", "metaflow_adapter", "cli"},
+    "ingest": {"forecast", "airflow_adapter", "metaflow_adapter", "cli", "lineage.read"},
+    "forecast": {"ingest", "airflow_adapter", "metaflow_adapter", "cli", "lineage.read"},
+    "lineage.write": {"lineage.read", "ingest", "forecast", "airflow_adapter", "metaflow_adapter", "cli"},
+    "lineage.read": {"ingest", "forecast", "airflow_adapter", "metaflow_adapter", "cli"},
+    "airflow_adapter": {"metaflow_adapter", "cli", "lineage.read"},
+    "metaflow_adapter": {"airflow_adapter", "cli", "lineage.read"},
+    "proving.fixtures": {
+        "airflow_adapter",
+        "metaflow_adapter",
+        "cli",
+        "lineage",
+        "proving.bench",
+        "proving.cli",
+        "proving.deployment",
+        "proving.chaos",
+    },
+    # the team deployment runs Airflow's processes with Airflow's configuration; nothing else of the data
+    # work, the lineage or the other orchestrator
+    "proving.deployment": {
         "ingest",
         "forecast",
         "lineage",
-        "airflow_adapter",
         "metaflow_adapter",
-        "fixtures",
-        "bench",
         "cli",
-        "deployment",
-        "chaos",
+        "proving.fixtures",
+        "proving.bench",
+        "proving.cli",
+        "proving.chaos",
     },
-    "ingest": {
-        "forecast",
-        "airflow_adapter",
-        "metaflow_adapter",
-        "fixtures",
-        "bench",
-        "cli",
-        "lineage.read",
-        "deployment",
-        "chaos",
-    },
-    "forecast": {
-        "ingest",
-        "airflow_adapter",
-        "metaflow_adapter",
-        "fixtures",
-        "bench",
-        "cli",
-        "lineage.read",
-        "deployment",
-        "chaos",
-    },
-    "lineage.write": {
-        "lineage.read",
-        "ingest",
-        "forecast",
-        "airflow_adapter",
-        "metaflow_adapter",
-        "fixtures",
-        "bench",
-        "cli",
-        "deployment",
-        "chaos",
-    },
-    "lineage.read": {
-        "ingest",
-        "forecast",
-        "airflow_adapter",
-        "metaflow_adapter",
-        "fixtures",
-        "bench",
-        "cli",
-        "deployment",
-        "chaos",
-    },
-    "airflow_adapter": {"metaflow_adapter", "fixtures", "bench", "cli", "lineage.read", "deployment", "chaos"},
-    "metaflow_adapter": {"airflow_adapter", "fixtures", "bench", "cli", "lineage.read", "deployment", "chaos"},
-    "fixtures": {"airflow_adapter", "metaflow_adapter", "bench", "cli", "lineage", "deployment", "chaos"},
-    # the team deployment runs Airflow's processes with Airflow's configuration; nothing else of the data
-    # work, the lineage or the other orchestrator
-    "deployment": {"ingest", "forecast", "lineage", "metaflow_adapter", "fixtures", "bench", "cli", "chaos"},
     # the chaos run drives a deployment from outside (REST, supervisord, the process table) and checks it
     # with its own reading of the tables: it runs none of the data work and reads no lineage through the
     # code that wrote it, only the records
-    "chaos": {"ingest", "forecast", "metaflow_adapter", "bench", "cli", "lineage.read"},
+    "proving.chaos": {
+        "ingest",
+        "forecast",
+        "metaflow_adapter",
+        "cli",
+        "lineage.read",
+        "proving.bench",
+        "proving.cli",
+    },
 }
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = path.relative_to(path_package(path).parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -103,8 +82,12 @@ def _parse(source: str, tries: int = 3) -> ast.Module:
     raise AssertionError("unreachable")
 
 
+def path_package(path: Path) -> Path:
+    return next(package for package in PACKAGES if path.is_relative_to(package))
+
+
 def _imports(path: Path) -> list[tuple[str, bool]]:
-    """(imported nyc_taxi module, at module level?) for every import in the file."""
+    """(imported module of either package, at module level?) for every import in the file."""
     tree = _parse(path.read_text())
     top = {id(node) for node in tree.body}
     found = []
@@ -115,22 +98,24 @@ def _imports(path: Path) -> list[tuple[str, bool]]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         for name in names:
-            if name.startswith("nyc_taxi."):
+            if name.split(".")[0] in ("nyc_taxi", "nyc_taxi_proving"):
                 found.append((name, id(node) in top))
     return found
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {_module_name(p): p for package in PACKAGES for p in package.rglob("*.py")}
 
 
 def _room(module: str) -> str:
-    parts = module.split(".")[1:] or [""]
-    return (
+    top, *parts = module.split(".")
+    parts = parts or [""]
+    room = (
         ".".join(parts[:2])
         if parts[:1] == ["lineage"] and len(parts) > 1 and parts[1] in ("read", "write")
         else parts[0]
     )
+    return f"proving.{room}" if top == "nyc_taxi_proving" else room
 
 
 def test_every_room_imports_only_what_it_may():
@@ -141,7 +126,7 @@ def test_every_room_imports_only_what_it_may():
         for imported, _ in _imports(path):
             target = _room(imported)
             banned = FORBIDDEN.get(room, set())
-            if target in banned or target.split(".")[0] in banned:
+            if target in banned or target.split(".")[0] in banned or ".".join(target.split(".")[:2]) in banned:
                 offences.append(f"{module} imports {imported}")
     assert offences == []
 
@@ -162,7 +147,7 @@ def test_the_lineage_site_only_reads_and_only_the_command_line_uses_it():
         for imported, _ in _imports(path):
             if inside and not (_within(imported, "nyc_taxi.core") or _within(imported, "nyc_taxi.lineage.read")):
                 offences.append(f"{module} imports {imported}")
-            if _within(imported, SITE) and not inside and _room(module) != "cli":
+            if _within(imported, SITE) and not inside and _room(module) not in ("cli", "proving.cli"):
                 offences.append(f"{module} imports {imported}")
     assert offences == []
 
@@ -228,13 +213,43 @@ def test_declarations_and_the_report_contract_load_no_lineage_sdk(module):
     assert loaded == "[]"
 
 
+def test_the_pipeline_imports_nothing_of_the_proving_tools():
+    """The proving tools use the pipeline, never the reverse: no module of nyc_taxi imports nyc_taxi_proving
+    (at module level or in a function) or starts one of its modules by name (``python -m ...``)."""
+    offences = []
+    for module, path in sorted(_modules().items()):
+        if not module.startswith("nyc_taxi."):
+            continue
+        offences += [f"{module} imports {name}" for name, _ in _imports(path) if name.startswith("nyc_taxi_proving")]
+        offences += [
+            f"{module} names {node.value}"
+            for node in ast.walk(_parse(path.read_text()))
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("nyc_taxi_proving")
+        ]
+    assert offences == []
+    assert any(
+        module.startswith("nyc_taxi_proving.") and any(name.startswith("nyc_taxi.") for name, _ in _imports(path))
+        for module, path in _modules().items()
+    )
+
+
+def _rooms(package: Path) -> list[Path]:
+    rooms = [p for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    return sorted(
+        rooms + [p for room in rooms if room.name == "lineage" for p in room.iterdir() if (p / "__init__.py").exists()]
+    )
+
+
 def test_the_layout_names_every_room():
-    """docs/architecture.md's layout (the README points there) names every room and top-level folder."""
-    text = (PACKAGE.parents[1] / "docs" / "architecture.md").read_text()
+    """docs/architecture.md's layout (the README points there) names every room of both packages and every
+    top-level folder."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
     layout = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
-    rooms = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
-    rooms += sorted(f"lineage/{p.name}" for p in (PACKAGE / "lineage").iterdir() if (p / "__init__.py").exists())
-    missing = [room for room in rooms if f"`shared/nyc_taxi/{room}/`" not in layout]
+    rooms = [f"{room.relative_to(ROOT)}/" for package in PACKAGES for room in _rooms(package)]
+    assert len(rooms) >= 14
+    missing = [room for room in rooms + ["shared/nyc_taxi_proving/"] if f"`{room}`" not in layout]
     assert missing == []
     for top in ("airflow/", "metaflow/", "shared/", "infra/", "tests/", "images/", "run"):
         assert f"`{top}`" in layout, top
@@ -242,29 +257,20 @@ def test_the_layout_names_every_room():
 
 # ---- the docs' lists match the tree ------------------------------------------------------------------
 
-ARCHITECTURE = PACKAGE.parents[1] / "docs" / "architecture.md"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 LISTED_ROOMS = (
-    "core",
-    "ingest",
-    "forecast",
-    "lineage/write",
-    "lineage/read",
-    "lineage/read/site",
-    "airflow_adapter",
-    "metaflow_adapter",
-    "deployment",
-    "chaos",
-    "cli",
-    "bench",
+    *(PACKAGE / room for room in ("core", "ingest", "forecast", "lineage/write", "lineage/read", "lineage/read/site")),
+    *(PACKAGE / room for room in ("airflow_adapter", "metaflow_adapter", "cli")),
+    *(PROVING / room for room in ("deployment", "chaos", "cli", "bench")),
 )
 
 
 def test_every_module_of_every_room_is_named_in_the_architecture():
     text = ARCHITECTURE.read_text()
     unnamed = [
-        f"{room}/{path.stem}"
+        f"{room.relative_to(ROOT)}/{path.stem}"
         for room in LISTED_ROOMS
-        for path in sorted((PACKAGE / room).glob("*.py"))
+        for path in sorted(room.glob("*.py"))
         if path.stem not in ("__init__",) and f"`{path.stem}`" not in text and f"[`{path.stem}`]" not in text
     ]
     assert unnamed == []
@@ -272,7 +278,7 @@ def test_every_module_of_every_room_is_named_in_the_architecture():
 
 def _guarded_tests() -> set[str]:
     """Every test marked ``guards``: a module's (its pytestmark) or a function's (its decorator)."""
-    tests = PACKAGE.parents[1] / "tests"
+    tests = ROOT / "tests"
     found = set()
     for path in sorted(tests.glob("test_*.py")):
         tree = _parse(path.read_text())
@@ -305,7 +311,7 @@ def test_the_internals_table_and_the_guards_marks_name_the_same_tests():
 
 
 def test_every_module_holds_one_idea_of_at_most_550_lines():
-    """A reader takes a file in whole: none of the package's modules is over 550 lines (split by what it does,
+    """A reader takes a file in whole: none of the packages' modules is over 550 lines (split by what it does,
     as docs/architecture.md names each part)."""
     lines = {module: len(path.read_text().splitlines()) for module, path in _modules().items()}
     assert {module: n for module, n in lines.items() if n > 550} == {}

@@ -18,10 +18,10 @@ from nyc_taxi.core import registry as lookup
 from nyc_taxi.core.catalog import current_snapshot_id
 from nyc_taxi.core.naming import landed_location
 from nyc_taxi.core.tables import ensure_tables
-from nyc_taxi.fixtures import noaa, tlc
-from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month, taxi_path, weather_path
 from nyc_taxi.ingest import taxi, weather
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
+from nyc_taxi_proving.fixtures import noaa, tlc
+from nyc_taxi_proving.fixtures.site import add_taxi_month, add_weather_month, taxi_path, weather_path
 
 pytestmark = pytest.mark.spark
 TAXI_TABLES = (registry.YELLOW_TAXI_STAGING, registry.YELLOW_TAXI_RAW)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from nyc_taxi.bench.flow import metaflow_floor, verdict
-from nyc_taxi.bench.queries import read_event_log
+from nyc_taxi_proving.bench.flow import metaflow_floor, verdict
+from nyc_taxi_proving.bench.queries import read_event_log
 
 RUN = """Metaflow 2.19.39 executing TrainForecastModelFlow for user:nyc-taxi
 2026-11-25 20:44:21.400 Workflow starting (run-id 17):
@@ -84,7 +84,7 @@ def test_an_idle_benchmark_counts_each_process_tree_s_cpu_with_what_it_forked_me
     import subprocess
     import sys
 
-    from nyc_taxi.bench.idle import tree_cpu
+    from nyc_taxi_proving.bench.idle import tree_cpu
 
     burn = "import time\nwhile time.process_time() < 0.5: pass\n"
     forks = f"import subprocess, sys, time\ntime.sleep(0.5)\nsubprocess.run([sys.executable, '-c', {burn!r}])\ntime.sleep(9)"
@@ -103,9 +103,9 @@ def test_an_idle_benchmark_counts_each_process_tree_s_cpu_with_what_it_forked_me
 def test_the_demo_bench_reads_each_dag_run_as_the_demo_prints_it(tmp_path):
     """`bash run bench demo` takes each DAG run's seconds from the line the demo prints for it (the runs' own
     description, indented as the demo indents it)."""
-    from nyc_taxi.bench.demo import RUN_LINE
     from nyc_taxi.cli.dag_run_results import describe
     from nyc_taxi.core.settings import Settings
+    from nyc_taxi_proving.bench.demo import RUN_LINE
 
     conf = {"as_of_datetime": "2024-02-08T00:00", "model": "seasonal_naive", "lookback_days": 28}
     result = {"dag_id": "train_forecast_model", "conf": conf, "run_id": "r", "state": "success", "seconds": 41.6}
@@ -122,7 +122,7 @@ def test_the_demo_bench_reads_each_dag_run_as_the_demo_prints_it(tmp_path):
 def test_the_demo_benchs_typical_run_is_the_median_of_each_months_first_run():
     """A re-run (the same month again, after a republication) is set aside, and neither the fastest nor the
     slowest month stands for a run."""
-    from nyc_taxi.bench.demo import typical
+    from nyc_taxi_proving.bench.demo import typical
 
     runs = [{"conf": {"month": m}, "seconds": s} for m, s in (("01", 9.0), ("02", 12.5), ("03", 30.0), ("01", 5.0))]
     assert typical(runs) == {"conf": {"month": "02"}, "seconds": 12.5}

@@ -9,7 +9,7 @@ import socket
 import ssl
 import threading
 
-from nyc_taxi.deployment.certificates import Authority
+from nyc_taxi_proving.deployment.certificates import Authority
 
 
 def _server(authority: Authority, name: str):

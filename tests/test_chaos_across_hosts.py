@@ -29,18 +29,27 @@ def test_a_chaos_run_across_hosts_survives_seven_proven_host_and_link_faults_and
     tmp_path_factory,
 ):
 
-    from nyc_taxi.chaos import host_faults, hosts_plan, mission
-    from nyc_taxi.chaos.run import RECOVERY_BOUND
     from nyc_taxi.core.settings import Settings
-    from nyc_taxi.deployment.across_hosts import host_settings
-    from nyc_taxi.deployment.hosts import Network
+    from nyc_taxi_proving.chaos import host_faults, hosts_plan, mission
+    from nyc_taxi_proving.chaos.run import RECOVERY_BOUND
+    from nyc_taxi_proving.deployment.across_hosts import host_settings
+    from nyc_taxi_proving.deployment.hosts import Network
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and not k.endswith("_BASE_URL")}
     # a short path: supervisord's socket lies under it, and a Unix socket's path has at most 107 bytes
     tmp_path = tmp_path_factory.mktemp("chaos")
     env["NYC_TAXI_CHAOS_WORK"] = str(tmp_path)
     report_path, state = tmp_path / "report.json", tmp_path / "state"
-    command = [sys.executable, "-m", "nyc_taxi.cli.chaos", "--hosts", "--seed", "3", "--report", str(report_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "nyc_taxi_proving.cli.chaos",
+        "--hosts",
+        "--seed",
+        "3",
+        "--report",
+        str(report_path),
+    ]
     network = Network(Settings(_env_file=None, profile="team", state_dir=state))
     try:
         done = subprocess.run([*command, "--keep"], env=env, capture_output=True, text=True, timeout=3600)

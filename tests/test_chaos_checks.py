@@ -15,11 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from nyc_taxi.chaos import check, readings
-from nyc_taxi.chaos import run as chaos_run
-from nyc_taxi.chaos.run import NAMED, Fault, _within_tasks, plan
 from nyc_taxi.core import datasets as d
-from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH, LineageServer
+from nyc_taxi_proving.chaos import check, readings
+from nyc_taxi_proving.chaos import run as chaos_run
+from nyc_taxi_proving.chaos.run import NAMED, Fault, _within_tasks, plan
+from nyc_taxi_proving.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH, LineageServer
 
 
 def test_the_plan_follows_from_the_seed_and_holds_every_named_moment():
@@ -177,7 +177,7 @@ def test_the_shipper_moment_kills_the_sender_the_server_names_and_holds_the_next
     import sys
     import threading
 
-    from nyc_taxi.chaos import lineage_moments
+    from nyc_taxi_proving.chaos import lineage_moments
 
     server = LineageServer(tmp_path / "server.jsonl").start()
     for name, left in (("held", "{not json"), ("hold", "")):  # left by a run stopped midway
@@ -253,8 +253,8 @@ def test_a_held_moment_is_described_when_a_busy_api_answers_late_and_a_kill_fire
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from nyc_taxi.airflow_adapter.rest_api import passwords_file
-    from nyc_taxi.chaos import moments
     from nyc_taxi.core.settings import Settings
+    from nyc_taxi_proving.chaos import moments
 
     answers = []
 
@@ -316,7 +316,7 @@ def test_a_killed_sender_is_named_by_its_title_or_its_command():
 
     import psutil
 
-    from nyc_taxi.chaos.lineage_moments import process_name
+    from nyc_taxi_proving.chaos.lineage_moments import process_name
 
     titled = "import setproctitle, time; setproctitle.setproctitle('airflow task runner: d t r'); print(1, flush=True); time.sleep(30)"
     plain = "import time; print(1, flush=True); time.sleep(30)"
@@ -339,7 +339,7 @@ def test_a_sender_killed_on_its_connection_prints_no_traceback_from_the_server(t
     import sys
 
     server = subprocess.Popen(
-        [sys.executable, "-m", "nyc_taxi.fixtures.lineage_server", str(tmp_path / "server.jsonl")],
+        [sys.executable, "-m", "nyc_taxi_proving.fixtures.lineage_server", str(tmp_path / "server.jsonl")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -362,8 +362,8 @@ def test_a_sender_killed_on_its_connection_prints_no_traceback_from_the_server(t
 
 
 def test_a_chaos_run_with_no_fault_is_refused_and_passes_nothing():
-    from nyc_taxi.chaos.run import chaos, passed
-    from nyc_taxi.cli.chaos import main
+    from nyc_taxi_proving.chaos.run import chaos, passed
+    from nyc_taxi_proving.cli.chaos import main
 
     with pytest.raises(SystemExit) as refused:
         main(["--faults", "0"])
@@ -401,8 +401,8 @@ def _fault_result(**changed) -> dict:
 
 
 def test_a_fault_that_killed_nothing_is_an_error_and_fails_the_run(monkeypatch):
-    from nyc_taxi.chaos import run as chaos_run
-    from nyc_taxi.chaos.moments import Kill
+    from nyc_taxi_proving.chaos import run as chaos_run
+    from nyc_taxi_proving.chaos.moments import Kill
 
     fault = Fault(1, 1, "month 2024-01", "lineage shipper", "lineage shipper after the server accepted")
     ctx = SimpleNamespace(wait=lambda *args, **kwargs: True)
@@ -417,8 +417,8 @@ def test_a_fault_that_killed_nothing_is_an_error_and_fails_the_run(monkeypatch):
 
 
 def test_a_killed_shipper_is_back_when_a_later_shipping_reaches_the_server_and_an_unknown_kill_never_is(tmp_path):
-    from nyc_taxi.chaos import run as chaos_run
-    from nyc_taxi.chaos.moments import Kill
+    from nyc_taxi_proving.chaos import run as chaos_run
+    from nyc_taxi_proving.chaos.moments import Kill
 
     log = tmp_path / "server.jsonl"
     server = LineageServer(log)
@@ -442,8 +442,8 @@ def test_a_killed_shipper_is_back_when_a_later_shipping_reaches_the_server_and_a
 
 
 def _result(**changed):
-    from nyc_taxi.chaos import expected
-    from nyc_taxi.chaos.run import Result
+    from nyc_taxi_proving.chaos import expected
+    from nyc_taxi_proving.chaos.run import Result
 
     tables = {name: {"rows": 10, "doubled": [], "by_key": {}} for name in check.TABLES}
     fields = {
@@ -522,7 +522,7 @@ def test_a_model_resolves_to_the_versions_it_was_trained_from():
 
 
 def test_the_mission_s_events_are_told_by_their_run_type_not_by_a_word_anywhere_in_them():
-    from nyc_taxi.chaos.readings import mission_events
+    from nyc_taxi_proving.chaos.readings import mission_events
 
     def event(run_type: str, note: str) -> dict:
         facets = {"airflow": {"dagRun": {"run_id": f"{run_type}__2026", "run_type": run_type}}, "tags": note}
@@ -582,8 +582,8 @@ def test_the_chaos_runs_expectations_agree_with_the_suites_own_reading_of_the_fi
         seasonal_naive,
     )
 
-    from nyc_taxi.chaos import expected
-    from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
+    from nyc_taxi_proving.chaos import expected
+    from nyc_taxi_proving.fixtures.site import add_taxi_month, add_weather_month
 
     months = ((2019, 3), (2019, 4))
     files = [add_taxi_month(tmp_path, y, m, rows=3_000, seed=m) for y, m in months]
@@ -632,7 +632,7 @@ def test_a_dag_run_twice_or_not_triggered_fails_the_run_even_with_equal_tables()
 
 
 def test_lineage_is_compared_with_the_edges_written_out_by_hand():
-    from nyc_taxi.chaos import expected
+    from nyc_taxi_proving.chaos import expected
 
     assert _result().problems() == []
     edges = _result().edges
@@ -651,9 +651,9 @@ def test_a_kill_is_proven_by_supervisords_logs_of_that_pid_and_a_victim_already_
     import signal
     import subprocess
 
-    from nyc_taxi.chaos import components
     from nyc_taxi.core.settings import Settings
-    from nyc_taxi.deployment.supervisor import logs_dir
+    from nyc_taxi_proving.chaos import components
+    from nyc_taxi_proving.deployment.supervisor import logs_dir
 
     settings = Settings(_env_file=None, profile="team", state_dir=tmp_path)
     logs = logs_dir(settings)
@@ -689,9 +689,9 @@ def test_a_kill_is_proven_by_supervisords_logs_of_that_pid_and_a_victim_already_
 def test_the_hosts_plan_follows_from_the_seed_holds_the_issues_faults_and_a_run_passes_only_when_all_hold():
     from dataclasses import asdict
 
-    from nyc_taxi.chaos import across_hosts
-    from nyc_taxi.chaos import host_faults as faults_module
-    from nyc_taxi.chaos import hosts_plan as hosts
+    from nyc_taxi_proving.chaos import across_hosts
+    from nyc_taxi_proving.chaos import host_faults as faults_module
+    from nyc_taxi_proving.chaos import hosts_plan as hosts
 
     plans = [hosts.plan(seed) for seed in range(1, 9)]
     assert [asdict(f) for f in hosts.plan(3)] == [asdict(f) for f in plans[2]]
@@ -754,7 +754,7 @@ def test_a_training_try_s_log_says_which_run_it_ran_and_which_it_resumed_as_the_
     """The hosts' flow fault reads what each try ran from its log, in the words the training operator
     logs (Metaflow's resume is a new run: the line names its origin)."""
     from nyc_taxi.airflow_adapter.operators import run_said
-    from nyc_taxi.chaos.host_faults import run_logged
+    from nyc_taxi_proving.chaos.host_faults import run_logged
 
     def log(earlier, run) -> list[dict]:
         return [{"event": "some other line"}, {"event": run_said(earlier, run, {"model": "weather_adjusted"})}]
@@ -777,7 +777,7 @@ def test_a_datahub_record_is_one_record_whether_its_value_came_as_a_string_or_an
     from nyc_taxi.core import datasets as registry
     from nyc_taxi.core.naming import identity
     from nyc_taxi.core.settings import Settings
-    from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, LineageServer, datahub_identity
+    from nyc_taxi_proving.fixtures.lineage_server import DATAHUB_INGEST_PATH, LineageServer, datahub_identity
 
     urn = identity(registry.YELLOW_TAXI_RAW, Settings(_env_file=None, state_dir=tmp_path)).datahub_urn
     aspect = dhs.DatasetPropertiesClass(
@@ -814,7 +814,7 @@ def test_a_programs_latest_heartbeat_is_what_the_api_servers_health_says_and_non
     import threading
 
     from nyc_taxi.core.settings import Settings
-    from nyc_taxi.deployment.services import latest_heartbeat
+    from nyc_taxi_proving.deployment.services import latest_heartbeat
 
     answers = [{"scheduler": {"status": "healthy", "latest_scheduler_heartbeat": "2026-11-29T12:00:05.5+00:00"}}, {}]
 
@@ -847,7 +847,7 @@ def test_a_programs_latest_heartbeat_is_what_the_api_servers_health_says_and_non
 def test_a_shipper_moment_stopped_while_it_waits_for_a_held_record_ends_with_that_error_and_leaves_no_hold(tmp_path):
     """A run stopped while the moment waits for the server to hold a record: the moment ends with the
     stop's own error at once (not a release nobody takes), and no hold or release stays for a later run."""
-    from nyc_taxi.chaos import lineage_moments
+    from nyc_taxi_proving.chaos import lineage_moments
 
     server = LineageServer(tmp_path / "server.jsonl").start()
 

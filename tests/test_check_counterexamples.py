@@ -91,7 +91,7 @@ N = 1_000
 
 def _taxi_counterexample(site) -> pa.Table:
     """A month of trips violating every check of the staging table: each kind of bad row in its own range."""
-    from nyc_taxi.fixtures import tlc
+    from nyc_taxi_proving.fixtures import tlc
 
     trips = tlc.generate_yellow_month(*TAXI_MONTH, rows=N, seed=11)
     columns = {name: trips[name].to_pylist() for name in trips.column_names}
@@ -132,9 +132,9 @@ def taxi_batch(spark, site):
     from nyc_taxi.core.naming import landed_location
     from nyc_taxi.core.quality import ChecksFailed
     from nyc_taxi.core.tables import ensure_tables
-    from nyc_taxi.fixtures import tlc
-    from nyc_taxi.fixtures.site import taxi_path
     from nyc_taxi.ingest import taxi
+    from nyc_taxi_proving.fixtures import tlc
+    from nyc_taxi_proving.fixtures.site import taxi_path
 
     ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW])
     trips = _taxi_counterexample(site)
@@ -172,8 +172,8 @@ def weather_batch(spark, site):
     from nyc_taxi.core.catalog import current_snapshot_id
     from nyc_taxi.core.quality import ChecksFailed
     from nyc_taxi.core.tables import ensure_tables
-    from nyc_taxi.fixtures.site import add_weather_month
     from nyc_taxi.ingest import weather
+    from nyc_taxi_proving.fixtures.site import add_weather_month
 
     ensure_tables([d.WEATHER_STAGING, d.WEATHER_RAW])
     for path in add_weather_month(site, *WEATHER_MONTH, seed=11):
@@ -220,9 +220,9 @@ def raw_batches(spark, site, settings):
     from nyc_taxi.core.naming import iceberg_identifier, spark_table
     from nyc_taxi.core.quality import ChecksFailed
     from nyc_taxi.core.tables import ensure_tables, pinned
-    from nyc_taxi.fixtures.site import add_taxi_month
     from nyc_taxi.forecast import steps
     from nyc_taxi.ingest import taxi
+    from nyc_taxi_proving.fixtures.site import add_taxi_month
 
     ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW])
     add_taxi_month(site, 2011, 2, rows=2_000, seed=12)
@@ -262,7 +262,7 @@ def raw_batches(spark, site, settings):
 
 def _window_loaded(site, months, rows=4_000):
     for year, month in months:
-        from nyc_taxi.fixtures.site import add_taxi_month
+        from nyc_taxi_proving.fixtures.site import add_taxi_month
 
         add_taxi_month(site, year, month, rows=rows, seed=month)
         _load_taxi(year, month)
@@ -276,9 +276,9 @@ def actuals_batches(spark, site):
     from nyc_taxi.core.catalog import current_snapshot_id
     from nyc_taxi.core.quality import ChecksFailed
     from nyc_taxi.core.tables import ensure_tables
-    from nyc_taxi.fixtures import tlc
-    from nyc_taxi.fixtures.site import taxi_path
     from nyc_taxi.forecast import steps
+    from nyc_taxi_proving.fixtures import tlc
+    from nyc_taxi_proving.fixtures.site import taxi_path
 
     ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW, d.YELLOW_RIDES_HOURLY_ACTUALS])
     _window_loaded(site, [(2011, 5)])
@@ -433,9 +433,9 @@ def test_a_forecast_from_a_week_the_source_has_since_withdrawn_is_not_written(ac
     rides are then against a week before with none: refused, nothing committed."""
     from nyc_taxi.core.catalog import current_snapshot_id
     from nyc_taxi.core.quality import ChecksFailed
-    from nyc_taxi.fixtures import tlc
-    from nyc_taxi.fixtures.site import taxi_path
     from nyc_taxi.forecast import steps
+    from nyc_taxi_proving.fixtures import tlc
+    from nyc_taxi_proving.fixtures.site import taxi_path
 
     as_of = dt.datetime(2011, 5, 20)
     steps.compute_actuals(as_of, 14, 24)
@@ -468,9 +468,9 @@ def test_a_score_over_part_of_its_hours_or_far_from_what_happened_is_warned_of(s
     first forecast's rides are over twice what happened on the 15th, and the second is scored over three of
     its five days."""
     from nyc_taxi.core.tables import ensure_tables
-    from nyc_taxi.fixtures import tlc
-    from nyc_taxi.fixtures.site import taxi_path
     from nyc_taxi.forecast import steps
+    from nyc_taxi_proving.fixtures import tlc
+    from nyc_taxi_proving.fixtures.site import taxi_path
 
     ensure_tables()
     # a day's hours in some tens of trips: its usual hours tell, and a tenth of them is no hole by chance (at
@@ -516,8 +516,8 @@ def test_a_day_is_judged_whole_by_its_hours_as_docs_quality_says():
     import pyarrow.compute as pc
 
     from nyc_taxi.core import quality
-    from nyc_taxi.fixtures import tlc
     from nyc_taxi.forecast.window import Window, WindowDays
+    from nyc_taxi_proving.fixtures import tlc
 
     trips = tlc.generate_yellow_month(2024, 2, rows=200_000, seed=2)
     pickups, zones = trips["tpep_pickup_datetime"].to_pylist(), trips["PULocationID"].to_pylist()
@@ -586,9 +586,9 @@ def test_a_month_whose_last_ten_days_lost_half_their_trips_is_refused_and_a_holi
     from nyc_taxi.core.catalog import current_snapshot_id
     from nyc_taxi.core.quality import ChecksFailed
     from nyc_taxi.core.tables import ensure_tables
-    from nyc_taxi.fixtures import tlc
-    from nyc_taxi.fixtures.site import taxi_path
     from nyc_taxi.forecast import steps
+    from nyc_taxi_proving.fixtures import tlc
+    from nyc_taxi_proving.fixtures.site import taxi_path
 
     ensure_tables()
     holiday, daytime = dt.date(2012, 1, 16), range(7, 18)

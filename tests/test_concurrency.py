@@ -33,7 +33,7 @@ from nyc_taxi.core.jobs import INGEST_WEATHER_DATA, INGEST_YELLOW_TAXI_DATA, TRA
 from nyc_taxi.core.naming import iceberg_identifier, spark_table
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.upserts import RowChanges, upsert_changes
-from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
+from nyc_taxi_proving.fixtures.site import add_taxi_month, add_weather_month
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults]
 RACE_SQL = SqlFolder(__file__)  # tests/sql/: a plain upsert of an actuals-shaped batch, the shared mechanism's subject

@@ -38,7 +38,7 @@ from lineage_receiver import (
     received_records,
 )
 
-from nyc_taxi.fixtures.site import add_weather_month
+from nyc_taxi_proving.fixtures.site import add_weather_month
 
 pytestmark = [pytest.mark.airflow, pytest.mark.faults]
 

@@ -14,9 +14,9 @@ import pytest
 from tlc_columns import COLUMNS_2024
 
 from nyc_taxi.core.zones import zones
-from nyc_taxi.fixtures import noaa, tlc
-from nyc_taxi.fixtures.server import FixtureServer
-from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
+from nyc_taxi_proving.fixtures import noaa, tlc
+from nyc_taxi_proving.fixtures.server import FixtureServer
+from nyc_taxi_proving.fixtures.site import add_taxi_month, add_weather_month
 
 
 @pytest.fixture(scope="module")

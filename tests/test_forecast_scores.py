@@ -116,9 +116,9 @@ def _key(row: dict) -> tuple:
 def kept(spark, site):
     """April and May 2015 loaded (trips and weather), the four forecasts written, then scored."""
     from nyc_taxi.core.tables import ensure_tables
-    from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
     from nyc_taxi.forecast import steps
     from nyc_taxi.ingest import taxi, weather
+    from nyc_taxi_proving.fixtures.site import add_taxi_month, add_weather_month
 
     ensure_tables()
     files = [add_taxi_month(site, *month, rows=20_000, seed=month[1] + 70) for month in (APRIL, MAY)]

@@ -21,7 +21,7 @@ import pytest
 
 from nyc_taxi.core.processes import ServiceError, alive
 from nyc_taxi.core.settings import Settings
-from nyc_taxi.deployment.hosts import TEST_RANGE, Network, layout
+from nyc_taxi_proving.deployment.hosts import TEST_RANGE, Network, layout
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None,
@@ -33,8 +33,8 @@ def test_every_process_of_supervisord_runs_on_one_host_and_control_and_workers_h
     """Each process of supervisord.conf on exactly one host, but a program named on several hosts (runs
     once on each); a Celery worker, a Spark worker, a volume server, Metaflow's home mounted and a lineage
     shipper on each worker host, the lineage receiver and the mount on control."""
-    from nyc_taxi.deployment.across_hosts import processes
-    from nyc_taxi.deployment.supervisor import program_sections
+    from nyc_taxi_proving.deployment.across_hosts import processes
+    from nyc_taxi_proving.deployment.supervisor import program_sections
 
     declared = layout()
     placed = [name for h in declared.hosts for name in processes(h)]
@@ -226,7 +226,7 @@ def test_clean_names_the_hosts_namespaces_and_removes_them(tmp_path):
     network.up()
     try:
         env = {**os.environ, "STATE_DIR": str(state), "PROFILE": "local"}
-        clean = [sys.executable, "-m", "nyc_taxi.cli.clean"]
+        clean = [sys.executable, "-m", "nyc_taxi_proving.cli.clean"]
         asked = subprocess.run(clean, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         assert asked.returncode == 2 and network.switch in asked.stdout  # named, and nothing removed
         assert len(network.namespaces()) == len(network.layout.hosts) + 1
@@ -337,7 +337,7 @@ def test_a_checkout_under_tmp_stays_visible_on_a_host_every_time(network, tmp_pa
     """A host's /tmp is its own, so a checkout under the machine's /tmp (a CI clone's) would vanish with
     it: it is put back, on the first command and on every later one (whose /tmp then holds the empty
     directory the first made)."""
-    from nyc_taxi.deployment import hosts
+    from nyc_taxi_proving.deployment import hosts
 
     checkout = tmp_path / "clone"
     checkout.mkdir()
@@ -351,7 +351,7 @@ def test_a_checkout_under_tmp_stays_visible_on_a_host_every_time(network, tmp_pa
 
 
 def test_team_down_removes_the_hosts_layout_too(tmp_path):
-    from nyc_taxi.deployment import services
+    from nyc_taxi_proving.deployment import services
 
     network = Network(Settings(state_dir=tmp_path / "state"))
     network.up()
@@ -440,7 +440,9 @@ def test_a_delayed_link_holds_each_packet_each_way_beside_a_block_and_is_undone_
         assert held >= 10, held  # the delayer's own count: five handshakes' SYN, SYN-ACK, ACK and FIN each
         assert network.counted("delay-worker-a", table="mangle") == 0 and network.delay("worker-a", 0) is None
         network.delay("worker-a", 0.15)
-        (delayer,) = [p for p in network.pids() if "nyc_taxi.deployment.delay" in " ".join(psutil.Process(p).cmdline())]
+        (delayer,) = [
+            p for p in network.pids() if "nyc_taxi_proving.deployment.delay" in " ".join(psutil.Process(p).cmdline())
+        ]
         os.kill(delayer, signal.SIGKILL)
         assert handshake("worker-a") < 0.1  # nobody listens on the queue: packets pass at once
         with pytest.raises(ServiceError, match="the delayer had exited"):
@@ -460,7 +462,7 @@ def test_a_link_is_clean_again_only_once_its_loss_and_its_latency_are_taken_off(
 
     from team_deployment import network_of
 
-    from nyc_taxi.chaos.host_faults import link_clean
+    from nyc_taxi_proving.chaos.host_faults import link_clean
 
     control = network.layout.host("control")
     server = _listening_on_control(network, "\nwhile True: s.accept()[0].close()")

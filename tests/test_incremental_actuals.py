@@ -19,8 +19,8 @@ from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table
 from nyc_taxi.core.tables import ensure_tables
 from nyc_taxi.core.upserts import RowChanges
-from nyc_taxi.fixtures import tlc
-from nyc_taxi.fixtures.site import add_taxi_month
+from nyc_taxi_proving.fixtures import tlc
+from nyc_taxi_proving.fixtures.site import add_taxi_month
 
 # the system lane's: the suite's flows count their windows this way (test_training_flow.py's re-run commits nothing)
 pytestmark = [pytest.mark.spark, pytest.mark.system]

@@ -51,7 +51,7 @@ def test_clean_says_what_it_removes_and_without_a_terminal_refuses_without_yes(t
     """What `clean` removes, named first: the state directory, and a team deployment's PostgreSQL data
     (kept under its own user's home when run as root, outside the state directory) even when the state's
     own record of the deployment is gone. Without a terminal and without --yes: nothing removed."""
-    from nyc_taxi.deployment import services
+    from nyc_taxi_proving.deployment import services
 
     state = tmp_path / "state"
     env = {"STATE_DIR": str(state), "PROFILE": "local", "PATH": "/usr/bin:/bin"}
@@ -59,7 +59,7 @@ def test_clean_says_what_it_removes_and_without_a_terminal_refuses_without_yes(t
     lakehouse(settings).create()
     postgres = services.data_directories(settings)[0]
     (postgres / "base").mkdir(parents=True)  # a deployment's database, left behind
-    clean = [sys.executable, "-m", "nyc_taxi.cli.clean"]
+    clean = [sys.executable, "-m", "nyc_taxi_proving.cli.clean"]
     result = subprocess.run(clean, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     assert result.returncode == 2 and "pass --yes" in result.stderr, result.stderr
     assert f"{state}: the lake, the catalog" in result.stdout, result.stdout

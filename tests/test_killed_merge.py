@@ -17,7 +17,7 @@ import pytest
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.naming import table_location
-from nyc_taxi.fixtures.site import add_taxi_month
+from nyc_taxi_proving.fixtures.site import add_taxi_month
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults, pytest.mark.system]
 YEAR, MONTH = 2024, 11

@@ -587,8 +587,8 @@ def raw_before_march_and_april(demo) -> str:
     one process of DAG runs. A class-scoped fixture: the demo's state is restored after the class."""
     from nyc_taxi.airflow_adapter.environment import airflow_environment
     from nyc_taxi.core.catalog import current_snapshot_id
-    from nyc_taxi.fixtures.server import FixtureServer
-    from nyc_taxi.fixtures.site import add_taxi_month
+    from nyc_taxi_proving.fixtures.server import FixtureServer
+    from nyc_taxi_proving.fixtures.site import add_taxi_month
 
     settings = demo[0]
     raw_before = str(current_snapshot_id(registry.YELLOW_TAXI_RAW, settings))
@@ -792,8 +792,8 @@ def test_the_demo_ends_with_both_models_compared_at_its_origins_as_duckdb_scores
     per origin and model, the winner of each origin, and the wins."""
     from expected_loads import duckdb_scores
 
-    from nyc_taxi.cli.demo import MODELS, ORIGINS
     from nyc_taxi.core.catalog import load_table
+    from nyc_taxi_proving.cli.demo import MODELS, ORIGINS
 
     settings, stdout = demo[0], demo[1]
     kept = load_table(registry.YELLOW_RIDES_HOURLY_FORECAST, settings).scan(

@@ -13,8 +13,8 @@ from expected_loads import check_trip_keys, quality_counts, raw_rows_of, row_che
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id
 from nyc_taxi.core.tables import ensure_tables, pinned_rows
-from nyc_taxi.fixtures import tlc
-from nyc_taxi.fixtures.site import taxi_path
+from nyc_taxi_proving.fixtures import tlc
+from nyc_taxi_proving.fixtures.site import taxi_path
 
 pytestmark = pytest.mark.spark
 RAW, STAGING = registry.YELLOW_TAXI_RAW, registry.YELLOW_TAXI_STAGING

@@ -155,19 +155,25 @@ def test_a_taken_port_stops_airflow_standalone_with_its_name(tmp_path, taken_por
 @pytest.mark.team
 def test_a_taken_port_stops_team_up_with_its_name_before_anything_starts(tmp_path, taken_port):
     from nyc_taxi.core.settings import Settings
-    from nyc_taxi.deployment.supervisor import Supervisor
+    from nyc_taxi_proving.deployment.supervisor import Supervisor
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env |= {"PROFILE": "team", "STATE_DIR": str(tmp_path), "AIRFLOW_PORT": str(taken_port)}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "nyc_taxi.cli.team", "up"], env=env, capture_output=True, text=True, timeout=300
+            [sys.executable, "-m", "nyc_taxi_proving.cli.team", "up"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert done.returncode == 1, done.stdout + done.stderr
         assert f"127.0.0.1:{taken_port} is taken" in done.stderr and "AIRFLOW_PORT" in done.stderr
         assert not Supervisor(Settings(_env_file=None, profile="team", state_dir=tmp_path)).running()
     finally:
-        subprocess.run([sys.executable, "-m", "nyc_taxi.cli.team", "down", "--delete-data"], env=env, timeout=300)
+        subprocess.run(
+            [sys.executable, "-m", "nyc_taxi_proving.cli.team", "down", "--delete-data"], env=env, timeout=300
+        )
 
 
 @pytest.mark.guards

@@ -102,7 +102,7 @@ def test_team_up_waits_for_another_deployments_up_before_it_chooses_anything(tmp
     try:
         assert holder.stdout.readline().strip() == "held"
         up = subprocess.Popen(  # a group of its own: should it not wait, what it starts is stopped with it
-            [sys.executable, "-m", "nyc_taxi.cli.team", "up"],
+            [sys.executable, "-m", "nyc_taxi_proving.cli.team", "up"],
             env=env,
             stderr=subprocess.PIPE,
             text=True,
@@ -121,7 +121,7 @@ def test_team_up_waits_for_another_deployments_up_before_it_chooses_anything(tmp
         holder.kill()
         holder.wait()
         if (tmp_path / "state" / "team").exists():  # it did not wait: what it started goes too
-            down = [sys.executable, "-m", "nyc_taxi.cli.team", "down", "--delete-data"]
+            down = [sys.executable, "-m", "nyc_taxi_proving.cli.team", "down", "--delete-data"]
             subprocess.run(down, env=env, capture_output=True, timeout=300)
 
 

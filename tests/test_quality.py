@@ -298,8 +298,8 @@ def test_profiles_from_the_manifests_equal_duckdb_over_the_snapshots_data_files(
     from nyc_taxi.core.catalog import load_table
     from nyc_taxi.core.profiles import BOUNDED_TYPES
     from nyc_taxi.core.tables import ensure_tables
-    from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
     from nyc_taxi.ingest import taxi, weather
+    from nyc_taxi_proving.fixtures.site import add_taxi_month, add_weather_month
 
     ensure_tables([d.YELLOW_TAXI_STAGING, d.YELLOW_TAXI_RAW, d.WEATHER_STAGING, d.WEATHER_RAW])
     add_taxi_month(site, 2016, 5, rows=4_000, seed=51)

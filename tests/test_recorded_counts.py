@@ -14,7 +14,7 @@ from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import load_table
 from nyc_taxi.core.statistics import COUNTS_PROPERTY
 from nyc_taxi.core.tables import ensure_tables
-from nyc_taxi.fixtures.site import add_taxi_month
+from nyc_taxi_proving.fixtures.site import add_taxi_month
 
 # the merge path's variants: the system lane's (every merge of the suite reads the recorded counts)
 pytestmark = [pytest.mark.spark, pytest.mark.system]

@@ -26,8 +26,8 @@ from expected_loads import check_trip_keys, comparable, expected_taxi_rows, expe
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import load_table
 from nyc_taxi.core.tables import ensure_tables
-from nyc_taxi.fixtures import tlc
-from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month, weather_path
+from nyc_taxi_proving.fixtures import tlc
+from nyc_taxi_proving.fixtures.site import add_taxi_month, add_weather_month, weather_path
 
 # the merge path's variants: the system lane's (the demo and test_airflow_dags.py republish a month in the suite)
 pytestmark = [pytest.mark.spark, pytest.mark.system]

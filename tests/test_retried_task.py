@@ -15,8 +15,8 @@ import pytest
 from expected_loads import comparable, expected_taxi_rows
 
 from nyc_taxi.core import datasets as registry
-from nyc_taxi.fixtures.site import add_taxi_month
 from nyc_taxi.lineage.write.destinations import openlineage_events_dir
+from nyc_taxi_proving.fixtures.site import add_taxi_month
 
 pytestmark = [pytest.mark.airflow, pytest.mark.faults, pytest.mark.system]
 MONTH = "2023-09"

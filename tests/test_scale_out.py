@@ -19,7 +19,7 @@ from expected_loads import actuals_rows, comparable, expected_actuals, expected_
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.processes import free_port
-from nyc_taxi.fixtures.site import add_taxi_month
+from nyc_taxi_proving.fixtures.site import add_taxi_month
 
 pytestmark = [pytest.mark.spark, pytest.mark.scale_out]
 

@@ -90,7 +90,7 @@ def test_the_team_scheduler_queues_no_more_tasks_than_its_celery_workers_take_at
     import re
 
     from nyc_taxi.airflow_adapter.environment import airflow_environment
-    from nyc_taxi.deployment.supervisor import CONFIG, program_names
+    from nyc_taxi_proving.deployment.supervisor import CONFIG, program_names
 
     parser = configparser.RawConfigParser()
     parser.read(CONFIG)

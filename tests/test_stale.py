@@ -22,7 +22,7 @@ from expected_loads import expected_actuals
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table
-from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month, taxi_path
+from nyc_taxi_proving.fixtures.site import add_taxi_month, add_weather_month, taxi_path
 
 # the system lane's: the demo's republication, re-run and reproduction are the suite's (tests/test_lineage.py)
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.metaflow, pytest.mark.system]

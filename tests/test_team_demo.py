@@ -27,12 +27,12 @@ def test_the_team_demo_runs_through_the_scheduler_and_ends_as_the_local_one():
     env |= {"PROFILE": "team", "STATE_DIR": str(state), "AIRFLOW_PORT": str(free_port())}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "nyc_taxi.cli.demo"], env=env, capture_output=True, text=True, timeout=3600
+            [sys.executable, "-m", "nyc_taxi_proving.cli.demo"], env=env, capture_output=True, text=True, timeout=3600
         )
         assert_the_team_demo_ended_as_the_local_one(done)
     finally:
         down = subprocess.run(
-            [sys.executable, "-m", "nyc_taxi.cli.team", "down", "--delete-data"],
+            [sys.executable, "-m", "nyc_taxi_proving.cli.team", "down", "--delete-data"],
             env=env,
             capture_output=True,
             text=True,

@@ -77,7 +77,7 @@ def hosts(tmp_path_factory):
     """`team up --hosts` under a state directory of its own; after the module, `team down --delete-data`,
     which must leave no namespace, link, address or process behind: (settings, env, network, said)."""
     from nyc_taxi.core.settings import Settings
-    from nyc_taxi.deployment.hosts import Network
+    from nyc_taxi_proving.deployment.hosts import Network
 
     state = tmp_path_factory.mktemp("hosts-state")
     # the session's local-profile Airflow settings stay out, and so do the sources' URLs on this machine's
@@ -99,8 +99,8 @@ def hosts(tmp_path_factory):
     assert network.namespaces() == [] and _left_on_the_machine(network) == []
 
     assert processes_of(state) == []
-    from nyc_taxi.deployment import services
-    from nyc_taxi.deployment.across_hosts import host_settings
+    from nyc_taxi_proving.deployment import services
+    from nyc_taxi_proving.deployment.across_hosts import host_settings
 
     for host in network.layout.hosts:  # PostgreSQL's data, under its user's home when root, removed too
         assert not services.Postgres(host_settings(settings, network, host.name), {}).directory.exists()
@@ -114,7 +114,7 @@ def _status(env, *flags: str) -> dict[tuple[str, str], dict]:
 
 
 def test_every_program_runs_on_its_host_under_the_hosts_own_supervisord_and_answers(hosts):
-    from nyc_taxi.deployment.across_hosts import processes
+    from nyc_taxi_proving.deployment.across_hosts import processes
 
     _, env, network, _ = hosts
     status = _status(env, "--hosts")
@@ -244,8 +244,8 @@ def test_every_socket_any_host_listens_on_refuses_a_client_without_credentials_f
     port the probes do not know fails the test: a new listener is probed, or this test says why not."""
     from nyc_taxi.core import team
     from nyc_taxi.core.processes import read_record
-    from nyc_taxi.deployment.across_hosts import host_settings
-    from nyc_taxi.deployment.object_storage import ObjectStorage
+    from nyc_taxi_proving.deployment.across_hosts import host_settings
+    from nyc_taxi_proving.deployment.object_storage import ObjectStorage
 
     settings, _, network, _ = hosts
     record = read_record(team.services_record(settings))
@@ -498,11 +498,15 @@ def test_the_team_demo_runs_across_the_hosts_and_ends_as_on_one_machine(hosts):
     while the demo serves them."""
     from nyc_taxi.airflow_adapter.rest_api import RestApi
     from nyc_taxi.core.settings import state_settings_file
-    from nyc_taxi.deployment.across_hosts import host_settings
+    from nyc_taxi_proving.deployment.across_hosts import host_settings
 
     settings, env, network, _ = hosts
     done = subprocess.run(
-        [sys.executable, "-m", "nyc_taxi.cli.demo", "--hosts"], env=env, capture_output=True, text=True, timeout=3600
+        [sys.executable, "-m", "nyc_taxi_proving.cli.demo", "--hosts"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
     )
     assert_the_team_demo_ended_as_the_local_one(done)
     workers = {h.address for h in network.layout.hosts if h.name != "control"}
@@ -530,7 +534,7 @@ def test_a_lake_file_found_missing_is_told_from_the_filers_own_history_of_its_pa
     from team_deployment import missing_lake_file_story
 
     from nyc_taxi.core import team as services
-    from nyc_taxi.deployment.across_hosts import host_settings
+    from nyc_taxi_proving.deployment.across_hosts import host_settings
 
     settings, _, network, _ = hosts
     with network_of(network.namespace("control")):
@@ -567,10 +571,10 @@ def test_a_months_dags_and_its_training_run_on_the_worker_hosts_and_the_tables_e
 
     from nyc_taxi.airflow_adapter.environment import WORKER_LOG_SERVER_PORT
     from nyc_taxi.airflow_adapter.rest_api import RestApi
-    from nyc_taxi.chaos import mission
     from nyc_taxi.core.settings import state_settings_file
-    from nyc_taxi.deployment.across_hosts import host_settings
-    from nyc_taxi.fixtures.server import FixtureServer
+    from nyc_taxi_proving.chaos import mission
+    from nyc_taxi_proving.deployment.across_hosts import host_settings
+    from nyc_taxi_proving.fixtures.server import FixtureServer
 
     settings, env, network, _ = hosts
     control = host_settings(settings, network, "control")
@@ -660,10 +664,10 @@ def _lineage_arrived_on_control_once(settings, network) -> None:
     sends them to the receiver), and control's readers see the tasks that ran on the workers."""
     from team_deployment import wait_for
 
-    from nyc_taxi.deployment.across_hosts import host_settings
     from nyc_taxi.lineage.read.runs import Runs
     from nyc_taxi.lineage.write import delivery
     from nyc_taxi.lineage.write.receiver import stored_path
+    from nyc_taxi_proving.deployment.across_hosts import host_settings
 
     control = host_settings(settings, network, "control")
 

@@ -69,8 +69,8 @@ MONTH = "month 2024-07"
 def mission(team, lineage_server, site):
     """The mission on this module's deployment under four faults, each at its moment: (settings, env, the
     faults as they went, the mission's DAG runs, the taxi files, the runs the mission triggered)."""
-    from nyc_taxi.chaos import mission as chaos_mission
-    from nyc_taxi.chaos.run import Fault, with_faults
+    from nyc_taxi_proving.chaos import mission as chaos_mission
+    from nyc_taxi_proving.chaos.run import Fault, with_faults
 
     settings, env = team
     files = chaos_mission.publish(site, ROWS, MONTHS)
@@ -101,7 +101,7 @@ def mission(team, lineage_server, site):
 
 @pytest.mark.guards
 def test_every_fault_met_its_moment_and_what_it_killed_came_back_within_its_bound(mission):
-    from nyc_taxi.chaos.run import RECOVERY_BOUND, TASK_BOUND
+    from nyc_taxi_proving.chaos.run import RECOVERY_BOUND, TASK_BOUND
 
     for fault in mission.all:
         assert not fault.error and fault.at and fault.pids and fault.proven, vars(fault)
@@ -125,8 +125,8 @@ def test_the_dag_runs_are_those_triggered_and_one_training_per_merge_each_a_succ
 
 
 def test_the_tables_equal_an_independent_reading_of_the_files_and_every_file_and_manifest_reads(mission, site):
-    from nyc_taxi.chaos import check
     from nyc_taxi.core.catalog import load_table
+    from nyc_taxi_proving.chaos import check
 
     settings = mission.settings
     for taxi_file in mission.files:
@@ -146,7 +146,7 @@ def test_the_tables_equal_an_independent_reading_of_the_files_and_every_file_and
         assert forecasts_of(settings, as_of) == seasonal_naive(counted, as_of, 24), as_of
     assert check.unreadable_files(settings.state_dir) == []
     # the chaos command's own reading of the files agrees, and finds a difference where there is one
-    from nyc_taxi.chaos import expected as chaos_expected
+    from nyc_taxi_proving.chaos import expected as chaos_expected
 
     published = chaos_expected.expected(site, mission.files, MONTHS, backtest=None)
     assert check.unexpected(settings.state_dir, published) == {}
@@ -179,7 +179,7 @@ def test_both_workers_ran_tasks_no_writer_lost_a_race_every_spark_session_ran_on
     from nyc_taxi.core import team as services
     from nyc_taxi.core.catalog import load_table
     from nyc_taxi.core.naming import landed_folder
-    from nyc_taxi.deployment.supervisor import logs_dir
+    from nyc_taxi_proving.deployment.supervisor import logs_dir
 
     settings = mission.settings
     for worker in ("airflow-worker-1", "airflow-worker-2"):
@@ -227,7 +227,7 @@ def test_a_merge_lost_after_its_commit_is_committed_once_and_its_training_still_
 def test_postgres_killed_mid_commit_deleted_no_file_a_table_may_reference(mission):
     """PostgreSQL killed while the catalog's UPDATE of weather_raw's commit was in flight: the commit did not
     happen, the writer retried, and every table's current metadata, manifests and data files read."""
-    from nyc_taxi.chaos import check
+    from nyc_taxi_proving.chaos import check
 
     fault = mission.faults["PostgreSQL mid-commit"]
     assert "in flight" in fault.at and "merge_upsert_staging_into_raw_weather" in fault.at, fault.at
@@ -235,10 +235,10 @@ def test_postgres_killed_mid_commit_deleted_no_file_a_table_may_reference(missio
 
 
 def test_the_lineage_reached_the_server_once_and_nothing_is_left_running_or_queued(mission, lineage_server):
-    from nyc_taxi.chaos import check
-    from nyc_taxi.chaos.readings import datahub_missing, leftovers
-    from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH
     from nyc_taxi.lineage.write.delivery import OpenLineageServer
+    from nyc_taxi_proving.chaos import check
+    from nyc_taxi_proving.chaos.readings import datahub_missing, leftovers
+    from nyc_taxi_proving.fixtures.lineage_server import OPENLINEAGE_PATH
 
     local = OpenLineageServer(mission.settings)
     events = [e for path in local.files() for e in local.read(path)]
@@ -258,7 +258,7 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
     assert len(listeners) >= 14 and {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
 
     record = read_record(services.services_record(settings))
-    from nyc_taxi.deployment.object_storage import JWT_KEYS
+    from nyc_taxi_proving.deployment.object_storage import JWT_KEYS
 
     secrets = [record["postgres"]["password"], record["redis"]["password"], record["seaweedfs"]["secret_key"]]
     secrets += list(record["postgres"]["roles"].values())  # the roles that own Airflow's database and the catalog's
@@ -299,7 +299,7 @@ def test_nothing_listens_beyond_127_0_0_1_and_no_password_or_key_is_in_a_log(tea
     for path in Path(settings.state_dir).rglob("*"):
         if path.is_file() and path not in secret_files and path.stat().st_size < 50_000_000:
             places[str(path)] = path.read_bytes().decode(errors="replace")
-    from nyc_taxi.deployment.postgres import Postgres
+    from nyc_taxi_proving.deployment.postgres import Postgres
 
     for path in Postgres(settings, record).directory.glob("*.log"):
         places[str(path)] = path.read_text(errors="replace")
@@ -343,7 +343,7 @@ def test_a_client_without_the_deployments_credentials_is_refused_and_one_with_th
 
     from nyc_taxi.core import team as services
     from nyc_taxi.core.processes import read_record
-    from nyc_taxi.deployment.object_storage import SEAWEEDFS_CERTIFICATE, ObjectStorage
+    from nyc_taxi_proving.deployment.object_storage import SEAWEEDFS_CERTIFICATE, ObjectStorage
 
     settings, _ = team
     record = read_record(services.services_record(settings))
@@ -434,7 +434,7 @@ def test_up_again_changes_nothing_and_status_says_which_program_answers(team):
     status says it does not answer (the volume server's HTTP port, the Spark master's cluster state, a
     Celery worker's ping through the broker; the scheduler, DAG processor and triggerer once their last
     heartbeat is older than three beats, though Airflow calls them healthy for 30 s), until it runs on."""
-    from nyc_taxi.deployment.services import one_machine_programs
+    from nyc_taxi_proving.deployment.services import one_machine_programs
 
     settings, env = team
     before = component_pids(settings)
@@ -447,7 +447,7 @@ def test_up_again_changes_nothing_and_status_says_which_program_answers(team):
     assert {name: (now[name]["state"], now[name]["answers"], now[name]["pid"]) for name in names} == {
         name: ("RUNNING", "yes", before[name]) for name in names
     }
-    from nyc_taxi.deployment.services import HEARTBEAT_FRESH
+    from nyc_taxi_proving.deployment.services import HEARTBEAT_FRESH
 
     frozen = ("seaweedfs-volume", "spark-master", "airflow-worker-1")
     frozen += ("airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
@@ -472,7 +472,7 @@ def test_a_killed_scheduler_answers_again_only_once_its_new_process_has_sent_a_h
 
     from nyc_taxi.airflow_adapter.rest_api import base_url, health
     from nyc_taxi.core.processes import alive
-    from nyc_taxi.deployment.services import answering
+    from nyc_taxi_proving.deployment.services import answering
 
     settings, _ = team
     old = programs(settings)["airflow-scheduler"]["pid"]
@@ -505,8 +505,8 @@ def test_postgres_data_left_by_a_removed_state_directory_is_named_with_its_remed
     from nyc_taxi.core import team as services
     from nyc_taxi.core.processes import ServiceError
     from nyc_taxi.core.settings import Settings
-    from nyc_taxi.deployment import services as deployment
-    from nyc_taxi.deployment.supervisor import Supervisor
+    from nyc_taxi_proving.deployment import services as deployment
+    from nyc_taxi_proving.deployment.supervisor import Supervisor
 
     settings = Settings(profile="team", state_dir=tmp_path / "state")
     record = deployment._record(settings, Supervisor(settings).running())

@@ -54,7 +54,7 @@ from team_deployment import (
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core import jobs
-from nyc_taxi.fixtures.site import taxi_path
+from nyc_taxi_proving.fixtures.site import taxi_path
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team, pytest.mark.system]
 
@@ -71,8 +71,8 @@ def _freeze_the_flow_between_its_read_and_its_write(settings, seconds: float = 9
     suspended (SIGSTOP; checked stopped): the flow is held there, not met there by chance."""
     import psutil
 
-    from nyc_taxi.chaos.components import flow_steps
     from nyc_taxi.core.team import team_dir
+    from nyc_taxi_proving.chaos.components import flow_steps
 
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -96,9 +96,9 @@ def test_a_backtest_holds_its_read_of_raw_while_a_merge_commits_raw_on_the_other
     Spark application on half the cluster's cores); then August's weather. All succeed, raw and weather
     hold both months as published, and the backtest's actuals and weather-adjusted forecasts equal an
     independent count of what it read."""
-    from nyc_taxi.chaos import mission
     from nyc_taxi.core.catalog import load_table
     from nyc_taxi.core.snapshots import MONTH
+    from nyc_taxi_proving.chaos import mission
 
     settings, _ = team
     months = ((2024, 7), (2024, 8))
@@ -151,8 +151,8 @@ def chaos(team, lineage_server, site):
     so it is met every time) and seven faults inside tasks, two of them in one task, four of them in the
     object storage and a Celery worker: (settings, the faults as they went, the mission's DAG runs, the taxi
     files)."""
-    from nyc_taxi.chaos import mission
-    from nyc_taxi.chaos.run import Fault, with_faults
+    from nyc_taxi_proving.chaos import mission
+    from nyc_taxi_proving.chaos.run import Fault, with_faults
 
     settings, env = team
     files = mission.publish(site, CHAOS_ROWS, CHAOS_MONTHS)
@@ -185,7 +185,7 @@ def chaos(team, lineage_server, site):
 
 @pytest.mark.guards
 def test_chaos_every_fault_met_its_moment_and_what_it_killed_came_back_within_its_bound(chaos):
-    from nyc_taxi.chaos.run import RECOVERY_BOUND, TASK_BOUND
+    from nyc_taxi_proving.chaos.run import RECOVERY_BOUND, TASK_BOUND
 
     for fault in chaos.all:
         assert not fault.error and fault.at and fault.pids and fault.proven, vars(fault)
@@ -197,7 +197,7 @@ def test_chaos_every_fault_met_its_moment_and_what_it_killed_came_back_within_it
 def test_chaos_the_dag_runs_are_those_the_mission_triggered_and_one_training_per_merge(chaos):
     """A run triggered twice, or a training started twice by one merge's event, writes the rows a clean run
     writes: the tables cannot tell, the runs can."""
-    from nyc_taxi.chaos import check, mission
+    from nyc_taxi_proving.chaos import check, mission
 
     triggered = [(dag, conf) for step in mission.steps(CHAOS_MONTHS) for dag, conf in step.runs]
     assert check.runs_as_triggered(chaos.runs, triggered, len(CHAOS_MONTHS), TRAINING) == []
@@ -213,8 +213,8 @@ def test_chaos_every_program_killed_was_restarted_by_supervisord_and_team_status
 
 
 def test_chaos_tables_equal_an_independent_reading_and_every_file_and_manifest_reads(chaos, site):
-    from nyc_taxi.chaos import check
     from nyc_taxi.core.catalog import load_table
+    from nyc_taxi_proving.chaos import check
 
     settings = chaos.settings
     for taxi_file in chaos.files:
@@ -238,8 +238,8 @@ def test_chaos_tables_equal_an_independent_reading_and_every_file_and_manifest_r
     assert all(abs(predicted[k] - expected[k]) < 1e-9 for k in expected)
     assert check.unreadable_files(settings.state_dir) == []
     # the chaos command's own reading of the files agrees, and finds a difference where there is one
-    from nyc_taxi.chaos import expected as chaos_expected
-    from nyc_taxi.chaos import mission
+    from nyc_taxi_proving.chaos import expected as chaos_expected
+    from nyc_taxi_proving.chaos import mission
 
     backtest = mission.backtest_origin(CHAOS_MONTHS)
     published = chaos_expected.expected(site, chaos.files, CHAOS_MONTHS, backtest)
@@ -256,10 +256,10 @@ def test_chaos_tables_equal_an_independent_reading_and_every_file_and_manifest_r
 
 
 def test_chaos_lineage_reached_the_server_once_and_nothing_is_left_running_or_queued(chaos, lineage_server):
-    from nyc_taxi.chaos import check
-    from nyc_taxi.chaos.readings import datahub_missing, leftovers
-    from nyc_taxi.fixtures.lineage_server import OPENLINEAGE_PATH
     from nyc_taxi.lineage.write.delivery import OpenLineageServer
+    from nyc_taxi_proving.chaos import check
+    from nyc_taxi_proving.chaos.readings import datahub_missing, leftovers
+    from nyc_taxi_proving.fixtures.lineage_server import OPENLINEAGE_PATH
 
     local = OpenLineageServer(chaos.settings)
     events = [e for path in local.files() for e in local.read(path)]
@@ -308,7 +308,7 @@ def test_chaos_a_merge_lost_after_its_commit_is_committed_once_and_its_training_
 def test_chaos_each_named_moment_was_met_and_its_component_came_back(chaos, moment, said):
     """Each moment the systems underneath get wrong, met where it says (what was running then is in its
     description), its component back under supervisord within the bound; the tests above check the data."""
-    from nyc_taxi.chaos.run import RECOVERY_BOUND
+    from nyc_taxi_proving.chaos.run import RECOVERY_BOUND
 
     fault = chaos.faults[moment]
     assert said in fault.at and not fault.error, vars(fault)
@@ -322,7 +322,7 @@ def test_chaos_each_named_moment_was_met_and_its_component_came_back(chaos, mome
 def test_chaos_postgres_killed_mid_commit_deleted_no_file_a_table_may_reference(chaos):
     """PostgreSQL killed while the catalog's UPDATE of raw's commit was in flight: the commit did not
     happen, the writer retried, and every table's current metadata, manifests and data files read."""
-    from nyc_taxi.chaos import check
+    from nyc_taxi_proving.chaos import check
 
     fault = chaos.faults["PostgreSQL mid-commit"]
     assert "in flight" in fault.at and "merge_upsert_staging_into_raw_yellow" in fault.at, fault.at
@@ -379,9 +379,9 @@ def test_a_broken_month_is_refused_before_raw_through_the_scheduler_once_and_the
 
     from nyc_taxi.core.catalog import current_snapshot_id, load_table
     from nyc_taxi.core.naming import landed_folder
-    from nyc_taxi.fixtures import tlc
-    from nyc_taxi.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH
     from nyc_taxi.lineage.write.datahub_quality import assertion_urn
+    from nyc_taxi_proving.fixtures import tlc
+    from nyc_taxi_proving.fixtures.lineage_server import DATAHUB_INGEST_PATH, OPENLINEAGE_PATH
 
     settings = team[0]
     path = tlc.write_yellow_month(tlc.generate_yellow_month(2023, 12, rows=2_000, seed=12), taxi_path(site, 2024, 12))
@@ -439,7 +439,7 @@ def test_down_in_the_middle_of_a_training_run_leaves_no_process_and_up_finds_eve
     the deployment is down after it until its `up`."""
     import psutil
 
-    from nyc_taxi.deployment.supervisor import MARKER
+    from nyc_taxi_proving.deployment.supervisor import MARKER
 
     settings, env = team
     rest = api(settings)

@@ -33,11 +33,11 @@ from nyc_taxi.core.catalog import current_snapshot_id, load_table
 from nyc_taxi.core.jobs import TRAINING_FLOW
 from nyc_taxi.core.naming import identity
 from nyc_taxi.core.settings import REPO_ROOT
-from nyc_taxi.fixtures.site import add_taxi_month, add_weather_month
 from nyc_taxi.lineage.spec import validation_errors
 from nyc_taxi.lineage.write.destinations import openlineage_file
 from nyc_taxi.lineage.write.outbox import datahub_files, read_datahub_records
 from nyc_taxi.metaflow_adapter.environment import metaflow_environment
+from nyc_taxi_proving.fixtures.site import add_taxi_month, add_weather_month
 
 pytestmark = [pytest.mark.spark, pytest.mark.metaflow]
 AS_OF, LOOKBACK, HORIZON = dt.datetime(2024, 10, 8), 14, 24

@@ -416,7 +416,7 @@ def test_the_api_server_is_started_without_any_datahub_connection_by_its_supervi
     import re
     import shlex
 
-    from nyc_taxi.deployment.inherited import not_the_api_servers
+    from nyc_taxi_proving.deployment.inherited import not_the_api_servers
 
     monkeypatch.setenv("AIRFLOW__DATAHUB__CONN_ID", "their-datahub")
     datahubs = {
@@ -439,7 +439,9 @@ def test_the_api_server_is_started_without_any_datahub_connection_by_its_supervi
     arguments = not_the_api_servers(_settings(tmp_path), environment)
     command = next(
         line.split("=", 1)[1]
-        for line in (REPO_ROOT / "shared/nyc_taxi/deployment/supervisord.conf").read_text().splitlines()
+        for line in (REPO_ROOT / "shared/nyc_taxi_proving/nyc_taxi_proving/deployment/supervisord.conf")
+        .read_text()
+        .splitlines()
         if line.startswith("command=") and line.endswith("-m airflow api-server")
     )
     expanded = re.sub(r"%\(ENV_(\w+)\)s", lambda m: {"NOT_THE_API_SERVERS": arguments, "PYTHON": "PY"}[m[1]], command)

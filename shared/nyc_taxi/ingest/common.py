@@ -1,13 +1,20 @@
-"""What the ingestion steps share: a month's bounds and label, the report of a merge into raw."""
+"""What the ingestion steps share: a month's bounds and label, an earlier try's commit, the report of a
+merge into raw."""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
+from nyc_taxi.core.catalog import load_table
 from nyc_taxi.core.datasets import Table
 from nyc_taxi.core.quality import CheckResult
+from nyc_taxi.core.settings import Settings
+from nyc_taxi.core.snapshots import own_commit
 from nyc_taxi.core.upserts import RowChanges
 from nyc_taxi.lineage.write.report import ColumnLineage, DatasetUse, StepReport
+
+log = logging.getLogger(__name__)
 
 
 def month_bounds(year: int, month: int) -> tuple[dt.date, dt.date]:
@@ -17,6 +24,18 @@ def month_bounds(year: int, month: int) -> tuple[dt.date, dt.date]:
 
 def month_label(year: int, month: int) -> str:
     return f"{year:04d}-{month:02d}"
+
+
+def earlier_try_commit(raw: Table, settings: Settings, label: str):
+    """The snapshot of month ``label`` that an earlier try of this task run committed to ``raw``, when one
+    did and was lost before it could say so (killed after the catalog's commit). That commit is this
+    run's output (its asset event, its lineage): nothing is committed again. None otherwise."""
+    own = own_commit(load_table(raw, settings), settings.task_run, label)
+    if own is not None:
+        log.info(
+            "%s: the commit of an earlier try of this task run, snapshot %s, is this run's", raw.name, own.snapshot_id
+        )
+    return own
 
 
 def merge_report(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,14 +26,13 @@ from nyc_taxi.core.snapshots import (
     commit_properties,
     held_version,
     month_of,
-    own_commit,
 )
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.tables import pinned
 from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.audit import audit_staged, check_published
-from nyc_taxi.ingest.common import merge_report, month_bounds, month_label
+from nyc_taxi.ingest.common import earlier_try_commit, merge_report, month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
@@ -219,30 +219,92 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     """Make raw hold exactly the staged version of the month's file: a new month joins as its staged
     files; for a month raw holds, one commit writes its new and changed trips and removes the trips the
     file no longer has. An unchanged month commits nothing. A batch that fails an error check of its
-    staging table is refused before raw changes (ChecksFailed); warnings are kept as published."""
+    staging table is refused before raw changes (ChecksFailed); warnings are kept as published.
+
+    Two paths stand apart from that, because a merge is repeated: each try of the write decides on raw as
+    it is then (``_write_batch``), so a try that lost the race to another writer's commit decides afresh;
+    and a task whose earlier try committed this batch but was lost before it could say so takes that
+    commit as its own (``earlier_try_commit``) rather than commit again.
+    """
     from nyc_taxi.core.spark import get_spark, start_spark
 
     settings = settings or get_settings()
     start_spark(settings)  # the JVM starts while the batch is found in the catalog's metadata
-    staged_snapshot = current_snapshot(STAGING, settings)
-    staging, raw = pinned(STAGING, staged_snapshot, settings), spark_table(RAW, settings)
-    # The batch, from staging's metadata (no scan): its rows, the files they came from and their version.
-    # Every read of raw is limited to those files' rows (pruned by raw's source_file bounds).
-    row_count = int(staged_snapshot.summary.get("total-records", 0)) if staged_snapshot else 0
-    source_files = ", ".join("'" + name.replace("'", "''") + "'" for name in staged_files(staged_snapshot)) or "NULL"
-    version = staged_snapshot.summary.get(LANDED_VERSION) if staged_snapshot else None
-    label = month_label(year, month)
-    hashes = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
+    batch = _StagedBatch.of(year, month, settings)
     before = current_snapshot(RAW, settings)
     spark = get_spark(settings)
+    checked = _audit(batch, year, month, before, spark, settings)
+    written = retry_on_conflict(f"loading {RAW.name}", lambda: _write_batch(batch, spark, settings))
+    after = current_snapshot(RAW, settings)
+    committed = _id(after) != _id(before)
+    if not committed and (own := earlier_try_commit(RAW, settings, batch.label)) is not None:
+        after, committed = own, True
+        written = _Written(RowChanges.from_summary(own.summary) or written.changes, own.summary.get(REPLACED_VERSION))
+    report = _report(batch, checked, after, committed, written, settings)
+    if committed or (
+        after is not None and verdicts.unjudged(load_table(RAW, settings), after.snapshot_id, batch.label, month_of)
+    ):  # raw's own checks and profile, on the snapshot this run holds as its commit
+        (raw_use,) = report.outputs
+        values = {"staged_rows": batch.rows, "source_files": batch.source_files}
+        check_published(raw_use, RAW, spark, values, report, settings, batch=batch.label)
+    return report
 
-    # Audit before publish: the staged batch's checks, as the stage counted them while it wrote the
-    # snapshot (table metadata, no scan), else counted here. An error stops the merge before raw changes.
-    landed_rows = staged_snapshot.summary.get(LANDED_ROWS) if staged_snapshot else None
-    checked = audit_staged(
+
+_HASHES = {"content_hash": _content_hash("t"), "staged_content_hash": _content_hash("s")}
+
+
+@dataclass
+class _StagedBatch:
+    """The month staging holds, from its snapshot's metadata (no scan): its rows, the files they came
+    from and their landed version. Every read of raw is limited to those files' rows (pruned by raw's
+    source_file bounds)."""
+
+    label: str
+    snapshot: object  # staging's pyiceberg snapshot (None: staging is empty)
+    staging: str  # staging for Spark SQL, pinned at that snapshot
+    rows: int
+    source_files: str  # the files' names as a SQL list
+    version: str | None
+    _fingerprint: dict | None = None
+
+    @classmethod
+    def of(cls, year: int, month: int, settings: Settings) -> _StagedBatch:
+        snapshot = current_snapshot(STAGING, settings)
+        return cls(
+            label=month_label(year, month),
+            snapshot=snapshot,
+            staging=pinned(STAGING, snapshot, settings),
+            rows=int(snapshot.summary.get("total-records", 0)) if snapshot else 0,
+            source_files=", ".join("'" + name.replace("'", "''") + "'" for name in staged_files(snapshot)) or "NULL",
+            version=snapshot.summary.get(LANDED_VERSION) if snapshot else None,
+        )
+
+    def fingerprint(self, spark) -> dict:
+        """The batch's rows and the exact sum of their content hashes: one scan of staging, made once and
+        only when raw holds rows of the batch (a new month is not hashed)."""
+        if self._fingerprint is None:
+            self._fingerprint = (
+                SQL.run(spark, "yellow_taxi_fingerprint", staging=self.staging, **_HASHES).first().asDict()
+            )
+        return self._fingerprint
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What one try of the write did to raw, and the landed version of the month it replaced."""
+
+    changes: RowChanges
+    replaced: str | None = None
+
+
+def _audit(batch: _StagedBatch, year: int, month: int, before, spark, settings: Settings) -> list:
+    """Audit before publish: the batch's checks as the stage counted them while it wrote the snapshot
+    (table metadata, no scan), else counted here. An error stops the merge before raw changes."""
+    landed_rows = batch.snapshot.summary.get(LANDED_ROWS) if batch.snapshot else None
+    return audit_staged(
         STAGING,
         RAW,
-        staged_snapshot,
+        batch.snapshot,
         _check_values(
             year,
             month,
@@ -251,80 +313,69 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         before,
         spark,
         settings,
-        label,
+        batch.label,
         publisher="the TLC",
         shown=ROW_KEY,
     )
-    fingerprint: list[dict] = []
 
-    def staged_fingerprint() -> dict:
-        """The staged batch's rows and the exact sum of their content hashes (one scan of staging; only
-        when raw holds rows of the batch: a new month is not hashed)."""
-        if not fingerprint:
-            fingerprint.append(SQL.run(spark, "yellow_taxi_fingerprint", staging=staging, **hashes).first().asDict())
-        return fingerprint[0]
 
-    replaced: list[str | None] = [None]  # the landed version raw held of the month, when this load replaces it
+def _write_batch(batch: _StagedBatch, spark, settings: Settings) -> _Written:
+    """One try of the write, decided on raw as it is now: the batch appended when raw holds none of its
+    files' rows, nothing when raw holds exactly the batch, else its changes MERGEd."""
+    if batch.rows == 0:
+        return _Written(RowChanges())
+    base = current_snapshot(RAW, settings)
+    summary = {MONTH: batch.label, **({LANDED_VERSION: batch.version} if batch.version else {})}
+    if settings.task_run:
+        summary[COMMITTED_BY] = settings.task_run
+    held = SQL.run(
+        spark, "yellow_taxi_held", raw=pinned(RAW, base, settings), source_files=batch.source_files, **_HASHES
+    ).first()
+    if held.row_count == 0:
+        return _Written(_append_new_month(batch, base, spark, settings, summary))
+    staged = batch.fingerprint(spark)
+    if (staged["row_count"], staged["content"]) == (held.row_count, held.content):
+        return _Written(RowChanges())  # raw already holds exactly this batch: commit nothing
+    replaced = held_version(load_table(RAW, settings), batch.label)
+    changes = merge_changes(
+        spark,
+        SQL,
+        "yellow_taxi_changes",
+        "merge_yellow_taxi",
+        summary={**summary, **({REPLACED_VERSION: replaced} if replaced else {})},
+        staging=batch.staging,
+        raw=spark_table(RAW, settings),
+        source_files=batch.source_files,
+        **_HASHES,
+    )
+    return _Written(changes, replaced)
 
-    def write() -> RowChanges:
-        """Decided on raw as it is now, so a retry after another writer's commit decides afresh."""
-        replaced[0] = None
-        if row_count == 0:
-            return RowChanges()
-        base = current_snapshot(RAW, settings)
-        summary = {MONTH: label, **({LANDED_VERSION: version} if version else {})}
-        if settings.task_run:
-            summary[COMMITTED_BY] = settings.task_run
-        held = SQL.run(
-            spark, "yellow_taxi_held", raw=pinned(RAW, base, settings), source_files=source_files, **hashes
-        ).first()
-        if held.row_count == 0:  # a new month: staging's files join raw as they are
-            added = RowChanges(added=row_count)
-            summary |= added.as_summary()
-            appended = append_staged_files(
-                spark, STAGING, staged_snapshot.snapshot_id, RAW, base and base.snapshot_id, settings, summary
-            )
-            if appended is None:
-                log.warning(
-                    "%s is not in %s's shape (created by an older version?): the month's rows are written again; "
-                    "drop the staging table to have the next load create it in raw's shape",
-                    STAGING.name,
-                    RAW.name,
-                )
-                with commit_properties(spark, summary):
-                    SQL.run(spark, "append_yellow_taxi", raw=raw, staging=staging)
-            elif appended != row_count:
-                raise RuntimeError(f"appended {appended} rows of a staged batch of {row_count}")
-            return added
-        staged = staged_fingerprint()
-        if (staged["row_count"], staged["content"]) == (held.row_count, held.content):
-            return RowChanges()  # raw already holds exactly this batch: commit nothing
-        replaced[0] = held_version(load_table(RAW, settings), label)
-        return merge_changes(
-            spark,
-            SQL,
-            "yellow_taxi_changes",
-            "merge_yellow_taxi",
-            summary={**summary, **({REPLACED_VERSION: replaced[0]} if replaced[0] else {})},
-            staging=staging,
-            raw=raw,
-            source_files=source_files,
-            **hashes,
+
+def _append_new_month(batch: _StagedBatch, base, spark, settings: Settings, summary: dict) -> RowChanges:
+    """A new month: staging's data files join raw as they are (no rows rewritten)."""
+    added = RowChanges(added=batch.rows)
+    summary = summary | added.as_summary()
+    appended = append_staged_files(
+        spark, STAGING, batch.snapshot.snapshot_id, RAW, base and base.snapshot_id, settings, summary
+    )
+    if appended is None:
+        log.warning(
+            "%s is not in %s's shape (created by an older version?): the month's rows are written again; "
+            "drop the staging table to have the next load create it in raw's shape",
+            STAGING.name,
+            RAW.name,
         )
+        with commit_properties(spark, summary):
+            SQL.run(spark, "append_yellow_taxi", raw=spark_table(RAW, settings), staging=batch.staging)
+    elif appended != batch.rows:
+        raise RuntimeError(f"appended {appended} rows of a staged batch of {batch.rows}")
+    return added
 
-    changes = retry_on_conflict(f"loading {RAW.name}", write)
-    after = current_snapshot(RAW, settings)
-    committed = _id(after) != _id(before)
-    if not committed and (own := own_commit(load_table(RAW, settings), settings.task_run, label)) is not None:
-        # an earlier try of this task run committed this batch and was lost before it could say so: that
-        # commit is this run's output (its asset event, its lineage); nothing is committed again
-        after, committed = own, True
-        changes = RowChanges.from_summary(own.summary) or changes
-        replaced[0] = own.summary.get(REPLACED_VERSION)
-        log.info(
-            "%s: the commit of an earlier try of this task run, snapshot %s, is this run's", RAW.name, own.snapshot_id
-        )
-    # a new month is appended, a changed one MERGEd: either way every column is staging's (the MERGE's lineage)
+
+def _report(batch: _StagedBatch, checked: list, after, committed: bool, written: _Written, settings) -> StepReport:
+    """The merge's report: the batch read, raw as the merge left it, and where raw's columns come from (a
+    new month is appended, a changed one MERGEd: either way every column is staging's, the MERGE's
+    lineage)."""
     columns = column_lineage(
         RAW,
         [
@@ -333,7 +384,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
                 "yellow_taxi_changes",
                 reads={"staging": "staging", "raw": "target"},
                 makes="changes",
-                values={"source_files": "NULL", **hashes},
+                values={"source_files": "NULL", **_HASHES},
             ),
             Statement(
                 SQL, "merge_yellow_taxi", reads={"raw": "target", "changes": "changes"}, values={"source_files": "NULL"}
@@ -342,34 +393,28 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         {"staging": STAGING},
         settings,
     )
+    changes, replaced = written.changes, written.replaced
     log.info(
         "%s: %d trips added, %d changed, %d removed of %d staged%s",
         RAW.name,
         changes.added,
         changes.changed,
         changes.removed,
-        row_count,
-        f" ({version} replaces {replaced[0]})" if replaced[0] else "",
+        batch.rows,
+        f" ({batch.version} replaces {replaced})" if replaced else "",
     )
-    report = merge_report(
+    return merge_report(
         STAGING,
-        (_id(staged_snapshot), row_count, checked),
+        (_id(batch.snapshot), batch.rows, checked),
         RAW,
         _id(after),
         committed,
         changes,
         columns,
-        label,
-        version,
-        replaced[0],
+        batch.label,
+        batch.version,
+        replaced,
     )
-    (written,) = report.outputs
-    values = {"staged_rows": row_count, "source_files": source_files}
-    if committed or (
-        after is not None and verdicts.unjudged(load_table(RAW, settings), after.snapshot_id, label, month_of)
-    ):  # raw's own checks and profile, on the snapshot this run holds as its commit
-        check_published(written, RAW, spark, values, report, settings, batch=label)
-    return report
 
 
 def _id(snapshot) -> str | None:

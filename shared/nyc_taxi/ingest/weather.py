@@ -10,13 +10,13 @@ from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
-from nyc_taxi.core.snapshots import COMMITTED_BY, LANDED_VERSION, MONTH, REPLACED_VERSION, held_version, own_commit
+from nyc_taxi.core.snapshots import COMMITTED_BY, LANDED_VERSION, MONTH, REPLACED_VERSION, held_version
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.tables import pinned
 from nyc_taxi.core.upserts import RowChanges, upsert_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.audit import audit_staged, check_published
-from nyc_taxi.ingest.common import merge_report, month_bounds, month_label
+from nyc_taxi.ingest.common import earlier_try_commit, merge_report, month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
@@ -243,7 +243,12 @@ def published_version(year: int, month: int, settings: Settings | None = None) -
 def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> StepReport:
     """Make raw hold the staged month: in one commit, new and changed county-days written and the month's
     county-days the staged files no longer have removed (a final value is never replaced, nor removed,
-    by a preliminary file). An unchanged month commits nothing."""
+    by a preliminary file). An unchanged month commits nothing.
+
+    The write is one upsert that decides on raw as it is when it commits (a try that lost the race to
+    another writer decides afresh); a task whose earlier try committed this batch but was lost before it
+    could say so takes that commit as its own (``earlier_try_commit``) rather than commit again.
+    """
     from nyc_taxi.core.spark import get_spark, start_spark
 
     settings = settings or get_settings()
@@ -283,8 +288,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     )
     after = current_snapshot(RAW, settings)
     committed = snapshot_id(after) != snapshot_id(before)
-    if not committed and (own := own_commit(load_table(RAW, settings), settings.task_run, label)) is not None:
-        # an earlier try of this task run committed this batch and was lost before it could say so
+    if not committed and (own := earlier_try_commit(RAW, settings, label)) is not None:
         after, committed = own, True
         changes = RowChanges.from_summary(own.summary) or changes
         summary = {**summary, **own.summary.additional_properties}

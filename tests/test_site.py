@@ -186,6 +186,33 @@ def test_the_graph_picture_is_the_same_bytes_on_a_rebuild_and_names_no_machine_p
         assert str(path).encode() not in picture
 
 
+def test_a_datasets_name_and_description_are_shown_as_text_not_markup(synthetic, tmp_path):
+    """The pages' templates escape what the records and the registry say: a name or description holding
+    markup and quotes reads as itself on the dataset's page and in the catalog, and runs nothing."""
+    import html
+
+    from nyc_taxi.lineage.read.site.build import write_site
+    from nyc_taxi.lineage.read.site.collect import DatasetFacts, collect
+    from nyc_taxi.lineage.read.site.markup import dataset_path
+
+    settings, _ = synthetic
+    hostile = '<script>alert("x")</script> "quoted"'
+    data = collect(settings)
+    raw = next(f for f in data.datasets.values() if f.node.name == "yellow_taxi_raw")
+    raw.declared = replace(raw.declared, description=hostile)
+    odd = replace(raw.node, urn="urn:li:dataset:(urn:li:dataPlatform:file,odd,PROD)", name=f"odd {hostile}")
+    data.datasets[odd.urn] = DatasetFacts(odd)  # a name only the records know
+    site = write_site(data, tmp_path / "site").parent
+    for path, shown in (
+        ("datasets/yellow_taxi_raw.html", r'<p class="lead">(.*?)</p>'),
+        (dataset_path(odd.name), r"<h1>(.*?) <span"),
+        ("catalog.html", r"<td>(&lt;script.*?)</td>"),
+    ):
+        page = (site / path).read_text()
+        assert "<script>alert" not in page, path
+        assert html.unescape(re.search(shown, page).group(1)) in (hostile, odd.name), path
+
+
 def test_tool_colours_come_from_the_one_place(synthetic):
     from nyc_taxi.lineage.read.site.drawing import STYLE
 

@@ -10,7 +10,8 @@
     graph.svg             the whole graph, alone: byte-identical from the same records, no machine path
     data.js               what the pages' script needs (a global: no fetch, so ``file://`` works)
 
-Pictures are laid out by Graphviz in one ``dot`` run (``drawing.render``).
+Pictures are laid out by Graphviz in one ``dot`` run (``drawing.render``); the pages are rendered from the
+Jinja templates in ``templates/`` (``markup.render``), with the facts ``pages`` arranges for each.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from string import Template
 
 from nyc_taxi.core.jobs import PIPELINES
 from nyc_taxi.core.settings import Settings
@@ -29,18 +29,18 @@ from nyc_taxi.lineage.read.site.markup import (
     card_path,
     column_anchor,
     dataset_path,
-    esc,
     job_path,
     kind_class,
+    node_path,
+    render,
     run_path,
 )
 from nyc_taxi.lineage.read.site.pages import Pages
-from nyc_taxi.lineage.read.site.parts import Page, node_path
+from nyc_taxi.lineage.read.site.parts import Page
 from nyc_taxi.lineage.read.stale import StaleReport
 
 HERE = Path(__file__).parent
 ASSETS = HERE / "assets"
-TEMPLATE = HERE / "templates" / "page.html"
 OWNED = (
     "index.html",
     "evolution.html",
@@ -68,13 +68,9 @@ def write_site(data: SiteData, out_dir: Path) -> Path:
     """Write the site for already collected facts (the tests hand in synthetic ones)."""
     svgs = draw(data)
     _clear(out_dir)
-    template = Template(TEMPLATE.read_text())
-    footer = (
-        f"Built by <code>bash run lineage --site</code> from DataHub Lite ({len(data.graph.nodes)} nodes, "
-        f"{len(data.graph.edges)} edges) and the OpenLineage events ({len(data.runs.by_id)} runs)."
-    )
+    built_from = {"nodes": len(data.graph.nodes), "edges": len(data.graph.edges), "runs": len(data.runs.by_id)}
     for page in Pages(data, svgs).all():
-        _write(out_dir / page.path, _html(template, page, footer))
+        _write(out_dir / page.path, _html(page, built_from))
     _write(out_dir / "graph.svg", XML_PROLOGUE + svgs["graph"] + "\n")
     _write(out_dir / "data.js", "window.LINEAGE = " + json.dumps(site_data(data), sort_keys=True) + ";\n")
     shutil.copytree(ASSETS, out_dir / "assets")
@@ -98,8 +94,9 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def _html(template: Template, page: Page, footer: str) -> str:
-    return template.substitute(title=esc(page.title), root=page.root, kind=page.kind, body=page.body, footer=footer)
+def _html(page: Page, built_from: dict) -> str:
+    """A page from its template, in the layout every page shares (``templates/layout.html``)."""
+    return render(page.template, title=page.title, root=page.root, kind=page.kind, built_from=built_from, **page.facts)
 
 
 # ---- pictures ----------------------------------------------------------------------------------------

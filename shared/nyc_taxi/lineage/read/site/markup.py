@@ -1,20 +1,22 @@
-"""Small HTML pieces the pages are made of, and where each page lives in the site.
+"""Where each page of the site lives, how its texts read (times, durations), and the Jinja environment that
+renders the pages from ``templates/``.
 
-Every text that comes from the records goes through ``esc``; every link is relative to the site's
-root (``href``), so the site works from ``file://`` and from any folder of any static host.
+Every link is relative to the site's root (``href``), so the site works from ``file://`` and from any folder
+of any static host. The templates escape every value (autoescape); only the pictures drawn by code
+(``drawing``, ``plot``) come in as ``Markup``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import html
 import re
-from collections.abc import Iterable
+from functools import cache
 
+from jinja2 import Environment, PackageLoader, StrictUndefined
 
-def esc(value) -> str:
-    return html.escape("" if value is None else str(value))
+from nyc_taxi.lineage.read.graph import Node
+from nyc_taxi.lineage.read.runs import JobRun
 
 
 def _digest(text: str, length: int = 10) -> str:
@@ -47,6 +49,10 @@ def card_path(run_id: str) -> str:
     return f"cards/{safe_name(run_id)}.html"
 
 
+def node_path(node: Node) -> str:
+    return job_path(node.name) if node.kind == "job" else dataset_path(node.name)
+
+
 def version_anchor(version: str) -> str:
     """Versions hold quotes, commas and @ (file versions): an anchor from their hash."""
     return "v-" + _digest(version, 12)
@@ -65,56 +71,17 @@ def href(path: str, root: str) -> str:
     return root + path
 
 
-# ---- pieces ----------------------------------------------------------------------------------------
-
-
-def link(target: str, text, cls: str | None = None, title: str | None = None) -> str:
-    extra = (f' class="{cls}"' if cls else "") + (f' title="{esc(title)}"' if title else "")
-    return f'<a href="{esc(target)}"{extra}>{esc(text)}</a>'
-
-
-def badge(text: str, kind: str) -> str:
-    """A coloured label: a tool (its colour), a run state, a node kind."""
-    return f'<span class="badge {esc(kind_class(kind))}">{esc(text)}</span>'
-
-
 def kind_class(text: str) -> str:
+    """The CSS class of a badge: a tool (its colour), a run state, a node kind."""
     return "k-" + re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def table(
-    headers: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "", row_ids: list[str] | None = None
-) -> str:
-    """A table; the cells are HTML already (escape the texts before)."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = []
-    for i, row in enumerate(rows):
-        row_id = f' id="{row_ids[i]}"' if row_ids and row_ids[i] else ""
-        body.append(f"<tr{row_id}>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>")
-    if not body:
-        return '<p class="empty">nothing recorded</p>'
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+# ---- how texts read --------------------------------------------------------------------------------
 
 
-def pairs(items: Iterable[tuple[str, str]]) -> str:
-    """A definition list; the values are HTML already."""
-    return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in items if v) + "</dl>"
-
-
-def section(title: str, body: str, anchor: str | None = None) -> str:
-    return f"<section{f' id={chr(34)}{anchor}{chr(34)}' if anchor else ''}><h2>{esc(title)}</h2>{body}</section>"
-
-
-def code(text) -> str:
-    return f"<code>{esc(text)}</code>"
-
-
-def short(version: str | None, keep: int = 24) -> str:
-    """A long version (file names with hashes) shortened for a table; the whole one on hover."""
-    if not version:
-        return "?"
-    text = version if len(version) <= keep else version[: keep - 1] + "…"
-    return f'<code title="{esc(version)}">{esc(text)}</code>'
+def run_name(run: JobRun) -> str:
+    """What a user calls a run: the tool's run id (Airflow's run id, Metaflow's pathspec)."""
+    return run.label or run.run_id
 
 
 def moment(iso: str | None) -> str:
@@ -124,11 +91,10 @@ def moment(iso: str | None) -> str:
     try:
         parsed = dt.datetime.fromisoformat(iso)
     except ValueError:
-        return esc(iso)
+        return iso
     if parsed.tzinfo:
-        parsed = parsed.astimezone(dt.UTC)
-        return esc(parsed.strftime("%Y-%m-%d %H:%M:%S UTC"))
-    return esc(parsed.strftime("%Y-%m-%d %H:%M"))
+        return parsed.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return parsed.strftime("%Y-%m-%d %H:%M")
 
 
 def millis(value: int | None) -> str:
@@ -137,3 +103,55 @@ def millis(value: int | None) -> str:
 
 def seconds(value: float | None) -> str:
     return "" if value is None else f"{value:.1f} s"
+
+
+def formatted(value, spec: str) -> str:
+    """``format(value, spec)``: Jinja's own ``format`` filter is printf-style, without ``,`` or ``%``."""
+    return format(value, spec)
+
+
+def by_dataset_and_version(pairs) -> list[tuple[str, str | None]]:
+    """(dataset, version) pairs in reading order (a version may be unknown: None)."""
+    return sorted(pairs, key=lambda pair: (pair[0], pair[1] or ""))
+
+
+# ---- the templates -----------------------------------------------------------------------------------
+
+
+@cache
+def environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("nyc_taxi.lineage.read.site", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        # the records leave many values unset: an unset one reads as nothing, never as "None"
+        finalize=lambda value: "" if value is None else value,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.globals.update(
+        dataset_path=dataset_path,
+        job_path=job_path,
+        run_path=run_path,
+        card_path=card_path,
+        node_path=node_path,
+        version_anchor=version_anchor,
+        check_anchor=check_anchor,
+        column_anchor=column_anchor,
+        href=href,
+        kind_class=kind_class,
+        run_name=run_name,
+    )
+    env.filters.update(
+        moment=moment,
+        millis=millis,
+        seconds=seconds,
+        formatted=formatted,
+        by_dataset_and_version=by_dataset_and_version,
+    )
+    return env
+
+
+def render(template: str, **facts) -> str:
+    return environment().get_template(template).render(**facts)

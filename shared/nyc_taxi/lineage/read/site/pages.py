@@ -1,11 +1,14 @@
-"""The site's pages as HTML bodies: the graph, the evolution, the catalog, what is stale and the re-run plan,
-a page per dataset, per job (task, step, DAG, flow) and per run. Layout and behaviour are in ``assets/`` (one stylesheet, one
-script); the pictures come in already drawn (``drawing``), so this module only arranges facts.
+"""The site's pages: the facts each shows, arranged for its template (``templates/pages/``): the graph, the
+evolution, the catalog, what is stale and the re-run plan, the backtests, a page per dataset, per job (task,
+step, DAG, flow) and per run. The markup is in the templates, layout and behaviour in ``assets/``; the pictures
+come in already drawn (``drawing``, ``plot``).
 """
 
 from __future__ import annotations
 
 import json
+
+from markupsafe import Markup
 
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.comparison import TIE
@@ -14,25 +17,7 @@ from nyc_taxi.lineage.read.graph import LineageGraph
 from nyc_taxi.lineage.read.site.collect import SiteData
 from nyc_taxi.lineage.read.site.dataset_page import DatasetPage
 from nyc_taxi.lineage.read.site.drawing import STATE_COLOURS, STYLE
-from nyc_taxi.lineage.read.site.markup import (
-    badge,
-    dataset_path,
-    esc,
-    job_path,
-    link,
-    millis,
-    moment,
-    seconds,
-    section,
-    table,
-)
-from nyc_taxi.lineage.read.site.parts import (
-    Page,
-    run_link,
-    run_name,
-    state_badge,
-    tool_badge,
-)
+from nyc_taxi.lineage.read.site.parts import Page, stale_entries
 from nyc_taxi.lineage.read.site.plot import versions_chart
 from nyc_taxi.lineage.read.site.run_pages import JobAndRunPages
 
@@ -42,7 +27,9 @@ class Pages(DatasetPage, JobAndRunPages):
     keys them: ``graph``, ``evolution``, ``mini:<name>``, ``column:<dataset>.<column>``)."""
 
     def __init__(self, data: SiteData, svgs: dict[str, str]):
-        self.data, self.svgs = data, svgs
+        self.data = data
+        # drawn by code that escapes every text it writes: the templates show them as they are
+        self.svgs = {key: Markup(svg) for key, svg in svgs.items()}
         self.graph: LineageGraph = data.graph
         self.node_by_name = {n.name: n for n in self.graph.nodes.values()}
 
@@ -54,127 +41,37 @@ class Pages(DatasetPage, JobAndRunPages):
         pages += [self.run_page(run) for run in self.data.runs]
         return pages
 
-    # ---- the graph -------------------------------------------------------------------------------
     def graph_page(self) -> Page:
-        controls = """
-<div class="controls" id="graph-controls">
-  <label>depth <select id="depth"><option value="1">1</option><option value="2">2</option>
-    <option value="3">3</option><option value="0" selected>all</option></select></label>
-  <label>select <input id="select" type="text" size="28" placeholder="+yellow_taxi_raw+  2+evaluate  tool:Airflow"
-    title="dbt-style: NAME, +NAME (and its upstream), NAME+ (and its downstream), 2+NAME+1 (to a depth), tool:TOOL, kind:KIND; several separated by spaces"></label>
-  <button type="button" id="clear">clear</button>
-  <span class="zoom"><button type="button" id="zoom-out" aria-label="zoom out">−</button><button type="button" id="zoom-fit">fit</button><button type="button" id="zoom-in" aria-label="zoom in">+</button></span>
-</div>"""
-        legend = self._legend()
-        panel = """
-<aside id="panel" class="panel" hidden>
-  <h2 id="panel-title"></h2><p id="panel-label"></p><p><a id="panel-open" href="#">open its page</a></p>
-  <div class="filters">show <label><input type="checkbox" value="dataset" checked> datasets</label>
-    <label><input type="checkbox" value="job" checked> jobs</label><label><input type="checkbox" value="model" checked> models</label></div>
-  <h3>upstream</h3><ol id="panel-up" class="degrees"></ol>
-  <h3>downstream</h3><ol id="panel-down" class="degrees"></ol>
-</aside>"""
-        summary = (
-            f"<p class='lead'>{len(self.graph.nodes)} nodes and {len(self.graph.edges)} edges, read from the records "
-            "Airflow and Metaflow wrote (DataHub Lite); each job shows its last run. Click a node to highlight "
-            "what it depends on (upstream) and what depends on it (downstream); double-click to open its page.</p>"
-        )
-        body = (
-            f"<h1>Cross-tool lineage</h1>{summary}{controls}{legend}"
-            f'<div class="graph-wrap"><div id="graph" class="graph">{self.svgs["graph"]}</div>{panel}</div>'
-        )
-        return Page("index.html", "Cross-tool lineage", body, "graph")
-
-    def _legend(self) -> str:
-        names = {
-            "Airflow": "Airflow task",
-            "Metaflow": "Metaflow step, model",
-            "Iceberg": "Iceberg table",
-            "files": "landed files",
-            "source": "source (published) files",
+        facts = {
+            "nodes": len(self.graph.nodes),
+            "edges": len(self.graph.edges),
+            "picture": self.svgs["graph"],
+            "tool_colours": STYLE,
+            "state_colours": STATE_COLOURS,
         }
-        tools = "".join(
-            f'<span class="swatch" style="background:{STYLE[t]}"></span>{esc(n)} ' for t, n in names.items()
-        )
-        states = "".join(
-            f'<span class="ring" style="border-color:{c}"></span>{esc(s)} ' for s, c in STATE_COLOURS.items()
-        )
-        return (
-            f'<p class="legend">{tools}· last run: {states}· <span class="dash"></span> task/step order '
-            '· <span class="dash starts"></span> starts another tool</p>'
-        )
+        return Page("index.html", "Cross-tool lineage", "graph", "pages/graph.html", facts)
 
-    # ---- what is stale ---------------------------------------------------------------------------
     def stale_page(self) -> Page:
         report = self.data.stale
-        root = ""
-        if not report.items:
-            body = (
-                "<h1>Stale</h1><p class='lead'>Nothing is stale: every output was computed from what its inputs "
-                "hold now.</p>"
-            )
-        else:
-            rows = [
-                [badge("stale", "stale") + " " + esc(i.kind), self._stale_what(i, root), esc(i.reason)]
-                for i in report.items
-            ]
-            plan = "".join(
-                f"<li><code>{esc(p.dag)}</code> <code>{esc(json.dumps(p.conf, sort_keys=True))}</code> for {esc(p.because)}"
-                + (f" — <b>cannot run</b>: {esc(p.blocked)}" if p.blocked else "")
-                + "</li>"
-                for p in report.plan
-            )
-            body = (
-                "<h1>Stale</h1><p class='lead'>Outputs computed from versions that have since been superseded in "
-                "what they read, transitively, from the records both tools wrote and the tables' own metadata "
-                "(<code>bash run lineage --stale</code>).</p>"
-                + table(["", "what", "why"], rows, "stale")
-                + section(
-                    "The re-run plan, in order",
-                    f"<ol>{plan}</ol><p>Carried out by <code>bash run lineage --stale --rerun</code>: the same DAGs and "
-                    "flow, through Airflow and Metaflow, with lineage as usual.</p>",
-                    "plan",
-                )
-            )
-        if not report.checked_sources:
-            body += "<p class='warning'>The sources were not asked (or not reachable): only what was recorded was compared.</p>"
-        return Page("stale.html", "Stale", body, "stale")
+        facts = {
+            "entries": stale_entries(report.items, self.data.runs),
+            "plan": [(planned, json.dumps(planned.conf, sort_keys=True)) for planned in report.plan],
+            "checked_sources": report.checked_sources,
+        }
+        return Page("stale.html", "Stale", "stale", "pages/stale.html", facts)
 
-    def _stale_what(self, item, root: str) -> str:
-        if item.run_id and item.run_id in self.data.runs.by_id:
-            what = run_link(self.data.runs.by_id[item.run_id], root, item.name)
-        elif item.dataset:
-            what = link(root + dataset_path(item.dataset), item.name)
-        else:
-            what = esc(item.name)
-        if item.outputs:
-            what += "<br>wrote " + ", ".join(link(root + dataset_path(n), n) for n in sorted(item.outputs))
-        if item.score:
-            what += f"<br>its forecast's score is stale: {esc(item.score)}"
-        return what
+    def _stale(self, items) -> list:
+        return stale_entries(items, self.data.runs)
 
-    def _stale_section(self, items, root: str) -> str:
-        if not items:
-            return ""
-        rows = "".join(
-            f"<li>{badge('stale', 'stale')} {self._stale_what(i, root)}: {esc(i.reason)}</li>" for i in items
-        )
-        return section("Stale", f"<ul>{rows}</ul><p>{link(root + 'stale.html', 'the re-run plan')}</p>", "stale")
-
-    # ---- the models compared ---------------------------------------------------------------------
     def backtests_page(self) -> Page:
         compared = self.data.backtests
-        scores = d.YELLOW_RIDES_FORECAST_SCORES.name
-        lead = (
-            "<h1>Backtests</h1><p class='lead'>Every kept forecast, scored once its hours have happened "
-            f"({link(dataset_path(scores), scores)}: each flow run's last step scores them all). Models are compared "
-            "at the origins where each has a score over its whole horizon; the lower WAPE wins "
-            "(<code>bash run backtest</code> runs both models over weekly origins and prints this table).</p>"
-        )
-        if compared is None or not compared.scores:
-            return Page(
-                "backtests.html", "Backtests", lead + "<p class='empty'>No forecast scored yet.</p>", "backtests"
-            )
+        facts = {"scores": d.YELLOW_RIDES_FORECAST_SCORES.name, "scored": bool(compared and compared.scores)}
+        if facts["scored"]:
+            facts.update(self._backtests(compared))
+        return Page("backtests.html", "Backtests", "backtests", "pages/backtests.html", facts)
+
+    @staticmethod
+    def _backtests(compared) -> dict:
         labels = [f"{o:%Y-%m-%d %H:%M}" for o in compared.origins]
         series = {
             m: [
@@ -191,120 +88,57 @@ class Pages(DatasetPage, JobAndRunPages):
             x_label="forecast origin (oldest left)",
             short=lambda o: o[5:10],
         )
-        rows = []
-        for origin, label in zip(compared.origins, labels, strict=True):
-            cells = [esc(label)]
-            for model in compared.models:
-                score = compared.score(model, origin)
-                if score is None:
-                    cells.append('<span class="empty">not scored</span>')
-                    continue
-                wape = "—" if score["wape"] is None else f"{score['wape']:.1%}"
-                cells.append(
-                    f"<b>{wape}</b> · MAE {score['mae']:.2f} · bias {score['bias']:+.2f}"
-                    + (f" · {score['coverage']:.0%} of its hours" if score["coverage"] < 1 else "")
-                    + (" · <b>stale</b>" if (model, origin) in compared.stale else "")
-                    + (" · staleness not known" if (model, origin) in compared.unjudged else "")
-                )
-            cells.append(esc(compared.winner(origin) or f"not comparable: {compared.why_not(origin)}"))
-            rows.append(cells)
+        rows = [
+            {
+                "origin": label,
+                "cells": [
+                    {
+                        "score": compared.score(model, origin),
+                        "stale": (model, origin) in compared.stale,
+                        "unjudged": (model, origin) in compared.unjudged,
+                    }
+                    for model in compared.models
+                ],
+                "winner": compared.winner(origin),
+                "why_not": compared.why_not(origin),
+            }
+            for origin, label in zip(compared.origins, labels, strict=True)
+        ]
         wins = compared.wins()
-        counted = len(compared.compared)
-        summary = ", ".join(f"<b>{esc(m)}</b> {wins[m]} of {counted}" for m in compared.models)
-        means = ", ".join(f"{esc(m)} {w:.1%}" for m in compared.models if (w := compared.mean_wape(m)) is not None)
-        caveats = "".join(
-            f"<p class='caveat'><b>{esc(m)}</b>: {esc(UPPER_BOUND[m])}.</p>"
+        models = [
+            {
+                "name": m,
+                "header": f"{m}*" if m in UPPER_BOUND else m,
+                "caveat": UPPER_BOUND.get(m),
+                "wins": wins[m],
+                "mean_wape": compared.mean_wape(m),
+            }
             for m in compared.models
-            if m in UPPER_BOUND
-        )
-        body = (
-            lead
-            + caveats
-            + section("WAPE by origin", chart, "chart")
-            + section(
-                "By origin and model",
-                table(
-                    ["origin", *(f"{m}*" if m in UPPER_BOUND else m for m in compared.models), "best"],
-                    rows,
-                    "backtests",
-                )
-                + f"<p>Wins: {summary}"
-                + (f", ties {wins[TIE]}" if wins[TIE] else "")
-                + "."
-                + (f" WAPE over the compared origins' hours together: {means}." if means else "")
-                + "</p>",
-                "table",
-            )
-        )
-        return Page("backtests.html", "Backtests", body, "backtests")
+        ]
+        return {
+            "chart": Markup(chart),  # drawn by ``plot``, which escapes its texts
+            "rows": rows,
+            "models": models,
+            "compared": len(compared.compared),
+            "ties": wins[TIE],
+        }
 
-    # ---- evolution -------------------------------------------------------------------------------
     def evolution_page(self) -> Page:
-        evolution = self.data.evolution
-        options = []
-        for run in evolution.pipeline_runs:
-            model = f" ({run.parameters['model']})" if "model" in run.parameters else ""
-            month = f" (month {run.parameters['month']})" if "month" in run.parameters else ""
-            options.append(
-                f'<option value="{esc(run.run_id)}">{esc(run.job)} · {esc(run_name(run))}{esc(model or month)} · '
-                f"{moment(run.ended or run.started)}</option>"
-            )
-        choose = "".join(options)
-        body = f"""<h1>Evolution</h1>
-<p class="lead">The graph as the runs up to a moment recorded it (each job's last run up to then), two moments
-side by side: edges only in the second are <span class="added">added</span>, edges only in the first
-<span class="removed">removed</span>. Pick two runs — a run's moment is its end — or two times (UTC).</p>
-<div class="controls" id="evolution-controls">
-  <label>from <select id="from-run">{choose}</select></label> <label>or time <input id="from-time" type="datetime-local" step="1"></label>
-  <label>to <select id="to-run">{choose}</select></label> <label>or time <input id="to-time" type="datetime-local" step="1"></label>
-</div>
-<div id="evolution-summary" class="summary"></div>
-<div id="evolution-graph" class="graph">{self.svgs["evolution"]}</div>"""
-        return Page("evolution.html", "Evolution", body, "evolution")
+        facts = {"runs": self.data.evolution.pipeline_runs, "picture": self.svgs["evolution"]}
+        return Page("evolution.html", "Evolution", "evolution", "pages/evolution.html", facts)
 
-    # ---- catalog ---------------------------------------------------------------------------------
     def catalog_page(self) -> Page:
-        datasets = table(
-            ["dataset", "kind", "description", "last write"],
-            (
-                [
-                    link(dataset_path(f.node.name), f.node.name),
-                    tool_badge(f.node),
-                    esc(getattr(f.declared, "description", "")),
-                    millis(f.node.freshness.at) if f.node.freshness else "",
-                ]
-                for f in self.data.datasets.values()
-            ),
-        )
-        jobs = table(
-            ["job", "kind", "description", "last run"],
-            (
-                [
-                    link(job_path(j.name), j.name),
-                    esc(self._job_kind(j)),
-                    esc(getattr(j.declared, "description", "")),
-                    state_badge(j.runs[-1].state) + " " + moment(j.runs[-1].started) if j.runs else "",
-                ]
-                for j in self.data.jobs.values()
-            ),
-        )
-        runs = table(
-            ["run", "job", "state", "started", "took"],
-            (
-                [
-                    run_link(r, ""),
-                    link(job_path(r.job), r.job),
-                    state_badge(r.state),
-                    moment(r.started),
-                    seconds(r.seconds),
-                ]
-                for r in reversed(list(self.data.runs))
-            ),
-        )
-        body = (
-            "<h1>Datasets, jobs and runs</h1>"
-            + section("Datasets", datasets, "datasets")
-            + section("Jobs: DAGs, tasks, flows, steps", jobs, "jobs")
-            + section("Runs, newest first", runs, "runs")
-        )
-        return Page("catalog.html", "Datasets, jobs and runs", body, "catalog")
+        datasets = [
+            {"node": f.node, "description": getattr(f.declared, "description", "")} for f in self.data.datasets.values()
+        ]
+        jobs = [
+            {
+                "name": j.name,
+                "kind": self._job_kind(j),
+                "description": getattr(j.declared, "description", ""),
+                "last": j.runs[-1] if j.runs else None,
+            }
+            for j in self.data.jobs.values()
+        ]
+        facts = {"datasets": datasets, "jobs": jobs, "runs": list(reversed(list(self.data.runs)))}
+        return Page("catalog.html", "Datasets, jobs and runs", "catalog", "pages/catalog.html", facts)

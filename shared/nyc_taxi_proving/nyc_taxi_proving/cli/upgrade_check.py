@@ -61,18 +61,30 @@ def _lifted(text: str, packages: dict[str, str]) -> str:
     return head + ("\n[tool." + tools if tools else "")
 
 
+# the workspace's members beside the root (pyproject.toml's [tool.uv.workspace]): each a pyproject and its code
+MEMBERS = {
+    "shared": ("nyc_taxi", "metaflow_extensions"),
+    "shared/metaflow_lineage": ("metaflow_lineage", "README.md"),
+    "shared/nyc_taxi_proving": ("nyc_taxi_proving",),
+}
+
+
 def throwaway_project(work: Path, only: str | None = None) -> Path:
-    """Copies of the project's files with the named packages' bounds lifted (``only``: that one), the
-    package's code linked, not copied: the tests run the checkout's code on the new versions."""
+    """Copies of the project's files with the named packages' bounds lifted (``only``: that one), every
+    workspace member's code linked, not copied: the tests run the checkout's code on the new versions."""
     project = work / "project"
-    (project / "shared").mkdir(parents=True)
+    project.mkdir(parents=True)
     for part in ("pyproject.toml", "uv.lock"):
         shutil.copy(REPO_ROOT / part, project / part)
-    shutil.copy(REPO_ROOT / "shared" / "pyproject.toml", project / "shared" / "pyproject.toml")
-    for package in ("nyc_taxi", "metaflow_extensions"):
-        (project / "shared" / package).symlink_to(REPO_ROOT / "shared" / package)
     lifted = PACKAGES if only is None else {only: PACKAGES[only]}
-    for path in (project / "pyproject.toml", project / "shared" / "pyproject.toml"):
+    pyprojects = [project / "pyproject.toml"]
+    for member, parts in MEMBERS.items():
+        (project / member).mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / member / "pyproject.toml", project / member / "pyproject.toml")
+        pyprojects.append(project / member / "pyproject.toml")
+        for part in parts:
+            (project / member / part).symlink_to(REPO_ROOT / member / part)
+    for path in pyprojects:
         path.write_text(_lifted(path.read_text(), lifted))
     return project
 

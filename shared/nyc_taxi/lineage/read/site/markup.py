@@ -149,6 +149,9 @@ def environment() -> Environment:
         seconds=seconds,
         formatted=formatted,
         by_dataset_and_version=by_dataset_and_version,
+        # a value as Python writes it, None as "None": a failing row's NULL, a parameter, told from ""
+        text=str,
+        integer=int,  # Python's: a count that is not a whole number is an error, not Jinja's quiet 0
     )
     return env
 

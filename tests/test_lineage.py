@@ -2,7 +2,8 @@
 DataHub Lite. One node per registry dataset, the exact expected graph, valid record files, a picture
 that renders, run history that names the real Iceberg snapshots.
 
-The demo runs once, as the user runs it (`python -m nyc_taxi.demo`), in its own state directory.
+The demo runs once, as `bash run demo` runs it (`python -m nyc_taxi_proving.cli.demo`), in its own state
+directory.
 """
 
 from __future__ import annotations

@@ -364,5 +364,5 @@ async def log_lines(path: str, ended: Callable[[], bool], poll_seconds: float = 
 def run_said(earlier: str | None, run: str, parameters: dict) -> str:
     """What the training task logs of the flow run it runs: "started <run>: …", or, resuming an earlier
     try's, "resumed <earlier> as <run>: …" (Metaflow's resume is a run of its own, cloning what the earlier
-    one finished). A chaos run across hosts reads it back (chaos.host_faults.run_logged)."""
+    one finished). A chaos run across hosts reads it back."""
     return f"started {run}: {parameters}" if earlier is None else f"resumed {earlier} as {run}: {parameters}"

@@ -1,7 +1,7 @@
 """Where the team profile's services are, for the code that uses them (the lakehouse, Airflow's and
 Metaflow's configuration): PostgreSQL, Redis, the object storage's S3 gateway and the Spark master.
 
-They are the ones `bash run team up` runs on this machine (``nyc_taxi_proving.deployment``), found through the
+They are the ones `bash run team up` runs on this machine (the proving tools' deployment), found through the
 record it keeps, ``<state>/team/services.json`` (mode 0600: it holds the generated passwords and the S3
 key pair, which are never printed or logged) — or the ones a team gives instead: ``POSTGRES_URL``,
 ``REDIS_URL``, ``S3_ENDPOINT_URL`` (credentials from the AWS credential chain), ``SPARK_MASTER``.

@@ -185,7 +185,12 @@ def staged_rows(spark, locations: list[str], settings: Settings):
 
 def batch_filter(locations: list[str]) -> str:
     """Raw's rows of the landed files' batch."""
-    return "source_file IN (" + ", ".join("'" + Path(loc).name.replace("'", "''") + "'" for loc in locations) + ")"
+    return f"source_file IN ({_sql_strings(Path(loc).name for loc in locations)})"
+
+
+def _sql_strings(names) -> str:
+    """File names as a SQL list of string literals (quotes doubled)."""
+    return ", ".join("'" + name.replace("'", "''") + "'" for name in names)
 
 
 def published_version(year: int, month: int, settings: Settings | None = None) -> str | None:
@@ -275,7 +280,7 @@ class _StagedBatch:
             snapshot=snapshot,
             staging=pinned(STAGING, snapshot, settings),
             rows=int(snapshot.summary.get("total-records", 0)) if snapshot else 0,
-            source_files=", ".join("'" + name.replace("'", "''") + "'" for name in staged_files(snapshot)) or "NULL",
+            source_files=_sql_strings(staged_files(snapshot)) or "NULL",
             version=snapshot.summary.get(LANDED_VERSION) if snapshot else None,
         )
 

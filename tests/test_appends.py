@@ -171,3 +171,46 @@ def test_a_staging_table_of_another_shape_still_loads_by_writing_the_rows(spark,
     finally:  # staging is replaced on every load: the registry's shape again for the tests after this one
         catalog.drop_table(iceberg_identifier(STAGING, settings))
         ensure_tables([STAGING])
+
+
+def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(spark, site, monkeypatch):
+    """A merge's output is the snapshot its own write committed (ingest/common.py: this_merges_snapshot):
+    another month's load that commits between this merge's write and its report is not this run's. An
+    unchanged month says it committed nothing and names raw as its write found it; a republished month
+    names its own snapshot, not the newer one."""
+    from nyc_taxi.core.snapshots import MONTH
+    from nyc_taxi.ingest import taxi
+
+    ensure_tables([STAGING, RAW])
+    add_taxi_month(site, 2023, 1, rows=3_000, seed=41)
+    _load(2023, 1)
+    for other in (2, 3):
+        add_taxi_month(site, 2023, other, rows=2_000, seed=40 + other)
+    real_write, others = taxi._write_batch, [2, 3]
+
+    def then_another_month(batch, spark, settings):
+        written = real_write(batch, spark, settings)
+        if batch.label == "2023-01" and others:
+            _load(2023, others.pop(0))  # another writer commits raw right after this write
+        return written
+
+    monkeypatch.setattr(taxi, "_write_batch", then_another_month)
+    held = load_table(RAW).current_snapshot()  # raw holding January as the file has it
+    unchanged = taxi.merge_into_raw(2023, 1)
+    (raw_use,) = unchanged.outputs
+    newest = load_table(RAW).current_snapshot()
+    assert newest.summary.get(MONTH) == "2023-02" and newest.parent_snapshot_id == held.snapshot_id  # meanwhile
+    assert unchanged.summary["merged_rows"] == 0 and raw_use.committed is False and raw_use.changes is None
+    assert raw_use.version == str(held.snapshot_id)  # raw as the merge found it, not February's commit
+
+    republished = add_taxi_month(site, 2023, 1, rows=3_100, seed=49)
+    _load(2023, 1, steps=2)
+    changed = taxi.merge_into_raw(2023, 1)
+    (raw_use,) = changed.outputs
+    history = {s.snapshot_id: s for s in load_table(RAW).snapshots()}
+    newest = load_table(RAW).current_snapshot()
+    assert newest.summary.get(MONTH) == "2023-03" and others == []
+    own = history[int(raw_use.version)]
+    assert raw_use.committed and own.summary.get(MONTH) == "2023-01" and own.snapshot_id != newest.snapshot_id
+    assert changed.summary["merged_rows"] > 0
+    assert comparable(raw_rows_of(republished)).equals(comparable(expected_taxi_rows(republished)))

@@ -1,16 +1,16 @@
-"""What the ingestion steps share: a month's bounds and label, an earlier try's commit, the report of a
-merge into raw."""
+"""What the ingestion steps share: a month's bounds and label, the snapshot a merge committed (or an earlier
+try of its task run did), the report of a merge into raw."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 
-from nyc_taxi.core.catalog import load_table
+from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.datasets import Table
 from nyc_taxi.core.quality import CheckResult
 from nyc_taxi.core.settings import Settings
-from nyc_taxi.core.snapshots import own_commit
+from nyc_taxi.core.snapshots import COMMITTED_BY, MONTH, ancestors, own_commit
 from nyc_taxi.core.upserts import RowChanges
 from nyc_taxi.lineage.write.report import ColumnLineage, DatasetUse, StepReport
 
@@ -24,6 +24,26 @@ def month_bounds(year: int, month: int) -> tuple[dt.date, dt.date]:
 
 def month_label(year: int, month: int) -> str:
     return f"{year:04d}-{month:02d}"
+
+
+def this_merges_snapshot(raw: Table, settings: Settings, label: str, before, changes: RowChanges):
+    """The snapshot this merge committed to ``raw``, or None when it committed nothing.
+
+    Raw's newest snapshot is not necessarily it: another writer (another month's load) may have committed
+    since, and that commit is not this run's output. It is the newest snapshot since ``before`` that loaded
+    month ``label`` (in a task run, that this task run committed). That is also how a try whose commit
+    landed but was answered as a lost race is found, when the try after it has nothing left to change."""
+    for snapshot in ancestors(load_table(raw, settings)):
+        if before is not None and snapshot.snapshot_id == before.snapshot_id:
+            break
+        summary = snapshot.summary
+        ours = summary is not None and summary.get(MONTH) == label
+        if ours and (not settings.task_run or summary.get(COMMITTED_BY) == settings.task_run):
+            return snapshot
+    if changes.total:  # a commit without the properties it was given: raw's newest, said
+        log.warning("%s: no snapshot since the merge began names %s; its output is raw's newest", raw.name, label)
+        return current_snapshot(raw, settings)
+    return None
 
 
 def earlier_try_commit(raw: Table, settings: Settings, label: str):

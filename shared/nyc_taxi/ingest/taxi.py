@@ -32,7 +32,7 @@ from nyc_taxi.core.tables import pinned
 from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.audit import audit_staged, check_published
-from nyc_taxi.ingest.common import earlier_try_commit, merge_report, month_bounds, month_label
+from nyc_taxi.ingest.common import earlier_try_commit, merge_report, month_bounds, month_label, this_merges_snapshot
 from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
@@ -226,8 +226,10 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     file no longer has. An unchanged month commits nothing. A batch that fails an error check of its
     staging table is refused before raw changes (ChecksFailed); warnings are kept as published.
 
-    Two paths stand apart from that, because a merge is repeated: each try of the write decides on raw as
-    it is then (``_write_batch``), so a try that lost the race to another writer's commit decides afresh;
+    Three paths stand apart from that, because merges repeat and run beside each other: each try of the
+    write decides on raw as it is then (``_write_batch``), so a try that lost the race to another
+    writer's commit decides afresh; the merge's output is the snapshot its own write committed
+    (``this_merges_snapshot``), not raw's newest, which another month's load may have committed since;
     and a task whose earlier try committed this batch but was lost before it could say so takes that
     commit as its own (``earlier_try_commit``) rather than commit again.
     """
@@ -240,8 +242,9 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     spark = get_spark(settings)
     checked = _audit(batch, year, month, before, spark, settings)
     written = retry_on_conflict(f"loading {RAW.name}", lambda: _write_batch(batch, spark, settings))
-    after = current_snapshot(RAW, settings)
-    committed = _id(after) != _id(before)
+    own = this_merges_snapshot(RAW, settings, batch.label, before, written.changes)
+    # committing nothing, the merge's output is raw as its write found it (another writer may have committed since)
+    after, committed = own or written.base or current_snapshot(RAW, settings), own is not None
     if not committed and (own := earlier_try_commit(RAW, settings, batch.label)) is not None:
         after, committed = own, True
         written = _Written(RowChanges.from_summary(own.summary) or written.changes, own.summary.get(REPLACED_VERSION))
@@ -296,10 +299,12 @@ class _StagedBatch:
 
 @dataclass(frozen=True)
 class _Written:
-    """What one try of the write did to raw, and the landed version of the month it replaced."""
+    """What one try of the write did to raw, the landed version of the month it replaced, and raw's snapshot
+    it decided on."""
 
     changes: RowChanges
     replaced: str | None = None
+    base: object = None
 
 
 def _audit(batch: _StagedBatch, year: int, month: int, before, spark, settings: Settings) -> list:
@@ -337,10 +342,10 @@ def _write_batch(batch: _StagedBatch, spark, settings: Settings) -> _Written:
         spark, "yellow_taxi_held", raw=pinned(RAW, base, settings), source_files=batch.source_files, **_HASHES
     ).first()
     if held.row_count == 0:
-        return _Written(_append_new_month(batch, base, spark, settings, summary))
+        return _Written(_append_new_month(batch, base, spark, settings, summary), base=base)
     staged = batch.fingerprint(spark)
     if (staged["row_count"], staged["content"]) == (held.row_count, held.content):
-        return _Written(RowChanges())  # raw already holds exactly this batch: commit nothing
+        return _Written(RowChanges(), base=base)  # raw already holds exactly this batch: commit nothing
     replaced = held_version(load_table(RAW, settings), batch.label)
     changes = merge_changes(
         spark,
@@ -353,7 +358,7 @@ def _write_batch(batch: _StagedBatch, spark, settings: Settings) -> _Written:
         source_files=batch.source_files,
         **_HASHES,
     )
-    return _Written(changes, replaced)
+    return _Written(changes, replaced, base)
 
 
 def _append_new_month(batch: _StagedBatch, base, spark, settings: Settings, summary: dict) -> RowChanges:

@@ -16,7 +16,7 @@ from nyc_taxi.core.tables import pinned
 from nyc_taxi.core.upserts import RowChanges, upsert_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.audit import audit_staged, check_published
-from nyc_taxi.ingest.common import earlier_try_commit, merge_report, month_bounds, month_label
+from nyc_taxi.ingest.common import earlier_try_commit, merge_report, month_bounds, month_label, this_merges_snapshot
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
@@ -246,8 +246,10 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     by a preliminary file). An unchanged month commits nothing.
 
     The write is one upsert that decides on raw as it is when it commits (a try that lost the race to
-    another writer decides afresh); a task whose earlier try committed this batch but was lost before it
-    could say so takes that commit as its own (``earlier_try_commit``) rather than commit again.
+    another writer decides afresh); its output is the snapshot it committed (``this_merges_snapshot``),
+    not raw's newest, which another month's load may have committed since; a task whose earlier try
+    committed this batch but was lost before it could say so takes that commit as its own
+    (``earlier_try_commit``) rather than commit again.
     """
     from nyc_taxi.core.spark import get_spark, start_spark
 
@@ -279,6 +281,7 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         summary[COMMITTED_BY] = settings.task_run
     if replaced and replaced != version:
         summary[REPLACED_VERSION] = replaced
+    base = current_snapshot(RAW, settings)  # raw as the upsert finds it: its output when it changes nothing
     changes = (
         upsert_changes(
             spark, SQL, "weather_changes", "merge_weather", summary=summary, staging=staging, raw=raw, **values
@@ -286,8 +289,8 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         if staged
         else RowChanges()
     )
-    after = current_snapshot(RAW, settings)
-    committed = snapshot_id(after) != snapshot_id(before)
+    own = this_merges_snapshot(RAW, settings, label, before, changes)
+    after, committed = own or base, own is not None
     if not committed and (own := earlier_try_commit(RAW, settings, label)) is not None:
         after, committed = own, True
         changes = RowChanges.from_summary(own.summary) or changes

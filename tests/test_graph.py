@@ -3,7 +3,9 @@ graph, walking it, the text tree and the picture, each against a hand-written ex
 
 from __future__ import annotations
 
+import json
 import re
+import sqlite3
 
 import pytest
 
@@ -152,3 +154,61 @@ def test_the_picture_has_every_node_and_edge_and_no_machine_path(graph, tmp_path
     assert all(f"<title>{urn}" in text or urn in text for urn in graph.nodes)
     assert text.count('class="edge"') == len(graph.edges)
     assert str(tmp_path) not in text and str(tmp_path) not in page.read_text()
+
+
+def test_the_store_loads_every_files_new_records_once_as_loading_each_file_alone_would(tmp_path):
+    """LineageStore.load() sends the new records of every record file through one run of DataHub's pipeline,
+    in the files' order: DataHub Lite then holds what loading each file through a run of its own holds (the
+    same aspects, the same versions: the newer file's value is the latest), and a load after another file
+    arrives adds that file's records only."""
+    from datahub.emitter.mcp import MetadataChangeProposalWrapper
+    from datahub.metadata import schema_classes as dhs
+
+    from nyc_taxi.lineage.read.store import LineageStore
+    from nyc_taxi.lineage.write.datahub_pipeline import run_file_pipeline
+    from nyc_taxi.lineage.write.outbox import Outbox, datahub_files, read_datahub_file
+
+    settings = Settings(_env_file=None, state_dir=tmp_path / "state")
+    raw, staging = (identity(t, settings).datahub_urn for t in (d.YELLOW_TAXI_RAW, d.YELLOW_TAXI_STAGING))
+
+    def operation(urn: str, snapshot: str) -> MetadataChangeProposalWrapper:
+        at = 1_700_000_000_000 + int(snapshot)
+        return MetadataChangeProposalWrapper(
+            entityUrn=urn,
+            aspect=dhs.OperationClass(
+                timestampMillis=at,
+                lastUpdatedTimestamp=at,
+                operationType="UPDATE",
+                customProperties={"snapshot_id": snapshot},
+            ),
+        )
+
+    outbox, store = Outbox(settings, "synthetic"), LineageStore(settings)
+    outbox.add_records([operation(raw, "1"), operation(staging, "1")])
+    outbox.add_records([operation(raw, "2")])
+    assert store.load().new_records == 3
+    outbox.add_records([operation(raw, "3"), operation(staging, "2")])
+    assert store.load().new_records == 2
+    assert store.load().new_records == 0
+
+    alone = tmp_path / "alone.db"
+    for path in datahub_files(settings):
+        sink = {"type": "datahub-lite", "config": {"type": "sqlite", "config": {"file": str(alone)}}}
+        run_file_pipeline(read_datahub_file(path), sink, path.stem)
+
+    def aspects(database) -> list[tuple]:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+            return connection.execute(
+                "SELECT urn, aspect_name, version, metadata FROM metadata_aspect_v2 ORDER BY 1, 2, 3"
+            ).fetchall()
+
+    loaded = aspects(store.database)
+    assert loaded == aspects(alone)
+    latest = {
+        urn: json.loads(value)["customProperties"]["snapshot_id"] for urn, _, version, value in loaded if version == 0
+    }
+    assert latest == {raw: "3", staging: "2"}
+    history = sorted(
+        json.loads(value)["customProperties"]["snapshot_id"] for urn, _, v, value in loaded if urn == raw and v
+    )
+    assert history == ["1", "2", "3"]  # every value it had, each once (version 0 is the latest's copy)

@@ -127,3 +127,55 @@ def test_the_demo_benchs_typical_run_is_the_median_of_each_months_first_run():
     runs = [{"conf": {"month": m}, "seconds": s} for m, s in (("01", 9.0), ("02", 12.5), ("03", 30.0), ("01", 5.0))]
     assert typical(runs) == {"conf": {"month": "02"}, "seconds": 12.5}
     assert typical(runs[:2] + runs[3:]) == {"conf": {"month": "01"}, "seconds": 9.0}  # the first of January's
+
+
+def test_the_demo_benchs_training_breakdown_adds_up_to_the_run_from_its_lineages_times():
+    """`bash run bench demo` splits a training DAG run by its lineage's start and end times: each step's code,
+    Metaflow between the steps and around the flow, Airflow around the task; the first successful flow run of
+    the run's parameters is the one (a re-run's and another origin's aside), and the parts add up to the run."""
+    from nyc_taxi.lineage.read.runs import JobRun, Runs
+    from nyc_taxi_proving.bench.demo import training_breakdown
+
+    def at(second: float) -> str:
+        return (dt.datetime(2024, 3, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=second)).isoformat()
+
+    def flow_run(name: str, as_of: str, start: float, steps: list[tuple[str, float, float]], state="success"):
+        task = JobRun(
+            "train_forecast_model.run_training_flow",
+            f"task-{name}",
+            state=state,
+            started=at(start),
+            ended=at(start + 20),
+        )
+        parameters = {"as_of_datetime": as_of, "model": "seasonal_naive", "lookback_days": "28"}
+        flow = JobRun(
+            "TrainForecastModelFlow", f"flow-{name}", state=state, started=at(start + 2), ended=at(start + 18)
+        )
+        flow.parameters, flow.parent = parameters, (task.job, task.run_id)
+        runs = [task, flow]
+        for step, begin, end in steps:
+            runs.append(
+                JobRun(
+                    f"TrainForecastModelFlow.{step}",
+                    f"{name}-{step}",
+                    state=state,
+                    started=at(start + begin),
+                    ended=at(start + end),
+                )
+            )
+            runs[-1].parent = (flow.job, flow.run_id)
+        return runs
+
+    steps = [("start", 2.0, 2.5), ("compute_actuals", 4.0, 7.0), ("end", 16.0, 18.0)]
+    runs = [
+        *flow_run("failed", "2024-02-15T00:00", 0, [("start", 2.0, 12.0)], state="failed"),
+        *flow_run("first", "2024-02-15T00:00", 100, steps),
+        *flow_run("other", "2024-02-08T00:00", 200, [("start", 2.0, 10.0)]),
+        *flow_run("rerun", "2024-02-15T00:00", 300, [("start", 2.0, 17.0)]),
+    ]
+    conf = {"as_of_datetime": "2024-02-15T00:00", "model": "seasonal_naive", "lookback_days": 28}
+    rows = dict(training_breakdown(Runs({r.run_id: r for r in runs}), conf, 21.5))
+    assert [rows[f"step {s}: its code"] for s, _, _ in steps] == [0.5, 3.0, 2.0]
+    between, around, airflow = (v for k, v in rows.items() if not k.startswith("step "))
+    assert (between, around, airflow) == (16 - 5.5, 20 - 16, 1.5)
+    assert sum(rows.values()) == 21.5

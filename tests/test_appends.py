@@ -177,9 +177,16 @@ def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(s
     """A merge's output is the snapshot its own write committed (ingest/common.py: this_merges_snapshot):
     another month's load that commits between this merge's write and its report is not this run's. An
     unchanged month says it committed nothing and names raw as its write found it; a republished month
-    names its own snapshot, not the newer one."""
-    from nyc_taxi.core.snapshots import MONTH
+    names its own snapshot, not the newer one; and a try whose commit landed but was answered as a lost
+    race is found by the try after it, which has nothing left to change: the run reports that commit with
+    the changes it made. The merges run as an Airflow task run does (its commits name it)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    from nyc_taxi.core.settings import get_settings
+    from nyc_taxi.core.snapshots import COMMITTED_BY, MONTH
     from nyc_taxi.ingest import taxi
+
+    task = get_settings().model_copy(update={"task_run": "ingest_yellow_taxi_data/merge/manual__2023-01"})
 
     ensure_tables([STAGING, RAW])
     add_taxi_month(site, 2023, 1, rows=3_000, seed=41)
@@ -196,7 +203,7 @@ def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(s
 
     monkeypatch.setattr(taxi, "_write_batch", then_another_month)
     held = load_table(RAW).current_snapshot()  # raw holding January as the file has it
-    unchanged = taxi.merge_into_raw(2023, 1)
+    unchanged = taxi.merge_into_raw(2023, 1, task)
     (raw_use,) = unchanged.outputs
     newest = load_table(RAW).current_snapshot()
     assert newest.summary.get(MONTH) == "2023-02" and newest.parent_snapshot_id == held.snapshot_id  # meanwhile
@@ -205,12 +212,35 @@ def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(s
 
     republished = add_taxi_month(site, 2023, 1, rows=3_100, seed=49)
     _load(2023, 1, steps=2)
-    changed = taxi.merge_into_raw(2023, 1)
+    existed = {s.snapshot_id for s in load_table(RAW).snapshots()}
+    changed = taxi.merge_into_raw(2023, 1, task)
     (raw_use,) = changed.outputs
     history = {s.snapshot_id: s for s in load_table(RAW).snapshots()}
     newest = load_table(RAW).current_snapshot()
     assert newest.summary.get(MONTH) == "2023-03" and others == []
     own = history[int(raw_use.version)]
-    assert raw_use.committed and own.summary.get(MONTH) == "2023-01" and own.snapshot_id != newest.snapshot_id
+    assert raw_use.committed and own.snapshot_id not in existed and own.snapshot_id != newest.snapshot_id
+    assert own.summary.get(MONTH) == "2023-01" and own.summary.get(COMMITTED_BY) == task.task_run
     assert changed.summary["merged_rows"] > 0
     assert comparable(raw_rows_of(republished)).equals(comparable(expected_taxi_rows(republished)))
+
+    again, landed = add_taxi_month(site, 2023, 1, rows=3_050, seed=50), []
+    _load(2023, 1, steps=2)
+
+    def answered_as_lost(batch, spark, settings):
+        written = real_write(batch, spark, settings)
+        if not landed:  # the commit is in; the try is told it lost (a catalog that answered too late)
+            landed.append(written.changes)
+            raise CommitFailedException("the commit's answer was lost")
+        return written
+
+    monkeypatch.setattr(taxi, "_write_batch", answered_as_lost)
+    existed = {s.snapshot_id for s in load_table(RAW).snapshots()}
+    told = taxi.merge_into_raw(2023, 1, task)
+    (raw_use,) = told.outputs
+    own = load_table(RAW).snapshot_by_id(int(raw_use.version))
+    assert landed and landed[0].total and raw_use.committed and own.snapshot_id not in existed
+    assert own.summary.get(COMMITTED_BY) == task.task_run and own == load_table(RAW).current_snapshot()
+    said = (raw_use.changes.added, raw_use.changes.changed, raw_use.changes.removed)
+    assert said == (landed[0].added, landed[0].changed, landed[0].removed)  # not the second try's nothing
+    assert comparable(raw_rows_of(again)).equals(comparable(expected_taxi_rows(again)))

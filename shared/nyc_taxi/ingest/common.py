@@ -32,7 +32,9 @@ def this_merges_snapshot(raw: Table, settings: Settings, label: str, before, cha
     Raw's newest snapshot is not necessarily it: another writer (another month's load) may have committed
     since, and that commit is not this run's output. It is the newest snapshot since ``before`` that loaded
     month ``label`` (in a task run, that this task run committed). That is also how a try whose commit
-    landed but was answered as a lost race is found, when the try after it has nothing left to change."""
+    landed but was answered as a lost race is found, when the try after it has nothing left to change.
+    Outside a task run no property names the writer: a load of the same month committed beside this one
+    would be taken for it (the ingestion DAGs load one month at a time, ``max_active_runs=1``)."""
     for snapshot in ancestors(load_table(raw, settings)):
         if before is not None and snapshot.snapshot_id == before.snapshot_id:
             break

@@ -243,11 +243,12 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     checked = _audit(batch, year, month, before, spark, settings)
     written = retry_on_conflict(f"loading {RAW.name}", lambda: _write_batch(batch, spark, settings))
     own = this_merges_snapshot(RAW, settings, batch.label, before, written.changes)
+    own = own or earlier_try_commit(RAW, settings, batch.label)
     # committing nothing, the merge's output is raw as its write found it (another writer may have committed since)
-    after, committed = own or written.base or current_snapshot(RAW, settings), own is not None
-    if not committed and (own := earlier_try_commit(RAW, settings, batch.label)) is not None:
-        after, committed = own, True
-        written = _Written(RowChanges.from_summary(own.summary) or written.changes, own.summary.get(REPLACED_VERSION))
+    after, committed = own or written.base, own is not None
+    if own is not None and not written.changes.total:  # a commit of this run's that its try was not told of
+        changes = RowChanges.from_summary(own.summary) or written.changes  # (lost, or answered as a lost race)
+        written = _Written(changes, own.summary.get(REPLACED_VERSION), written.base)
     report = _report(batch, checked, after, committed, written, settings)
     if committed or (
         after is not None and verdicts.unjudged(load_table(RAW, settings), after.snapshot_id, batch.label, month_of)
@@ -332,9 +333,9 @@ def _audit(batch: _StagedBatch, year: int, month: int, before, spark, settings: 
 def _write_batch(batch: _StagedBatch, spark, settings: Settings) -> _Written:
     """One try of the write, decided on raw as it is now: the batch appended when raw holds none of its
     files' rows, nothing when raw holds exactly the batch, else its changes MERGEd."""
-    if batch.rows == 0:
-        return _Written(RowChanges())
     base = current_snapshot(RAW, settings)
+    if batch.rows == 0:
+        return _Written(RowChanges(), base=base)
     summary = {MONTH: batch.label, **({LANDED_VERSION: batch.version} if batch.version else {})}
     if settings.task_run:
         summary[COMMITTED_BY] = settings.task_run

@@ -156,7 +156,7 @@ def test_the_picture_has_every_node_and_edge_and_no_machine_path(graph, tmp_path
     assert str(tmp_path) not in text and str(tmp_path) not in page.read_text()
 
 
-def test_the_store_loads_every_files_new_records_once_as_loading_each_file_alone_would(tmp_path):
+def test_the_store_loads_every_files_new_records_once_as_loading_each_file_alone_would(tmp_path, monkeypatch):
     """LineageStore.load() sends the new records of every record file through one run of DataHub's pipeline,
     in the files' order: DataHub Lite then holds what loading each file through a run of its own holds (the
     same aspects, the same versions: the newer file's value is the latest), and a load after another file
@@ -164,6 +164,7 @@ def test_the_store_loads_every_files_new_records_once_as_loading_each_file_alone
     from datahub.emitter.mcp import MetadataChangeProposalWrapper
     from datahub.metadata import schema_classes as dhs
 
+    from nyc_taxi.lineage.read import store as stores
     from nyc_taxi.lineage.read.store import LineageStore
     from nyc_taxi.lineage.write.datahub_pipeline import run_file_pipeline
     from nyc_taxi.lineage.write.outbox import Outbox, datahub_files, read_datahub_file
@@ -183,6 +184,13 @@ def test_the_store_loads_every_files_new_records_once_as_loading_each_file_alone
             ),
         )
 
+    runs: list[list[str]] = []  # each run of the pipeline: its records' snapshot ids, in order
+
+    def counted(records, sink, name):
+        runs.append([r["aspect"]["json"]["customProperties"]["snapshot_id"] for r in records])
+        return run_file_pipeline(records, sink, name)
+
+    monkeypatch.setattr(stores, "run_file_pipeline", counted)
     outbox, store = Outbox(settings, "synthetic"), LineageStore(settings)
     outbox.add_records([operation(raw, "1"), operation(staging, "1")])
     outbox.add_records([operation(raw, "2")])
@@ -190,6 +198,7 @@ def test_the_store_loads_every_files_new_records_once_as_loading_each_file_alone
     outbox.add_records([operation(raw, "3"), operation(staging, "2")])
     assert store.load().new_records == 2
     assert store.load().new_records == 0
+    assert runs == [["1", "1", "2"], ["3", "2"]]  # one run per load that had new records, in the files' order
 
     alone = tmp_path / "alone.db"
     for path in datahub_files(settings):

@@ -168,7 +168,7 @@ def test_the_demo_benchs_training_breakdown_adds_up_to_the_run_from_its_lineages
 
     steps = [("start", 2.0, 2.5), ("compute_actuals", 4.0, 7.0), ("end", 16.0, 18.0)]
     runs = [
-        *flow_run("failed", "2024-02-15T00:00", 0, [("start", 2.0, 12.0)], state="failed"),
+        *flow_run("failed", "2024-02-15T00:00", 0, [("start", 2.0, 12.0)], state="failure"),
         *flow_run("first", "2024-02-15T00:00", 100, steps),
         *flow_run("other", "2024-02-08T00:00", 200, [("start", 2.0, 10.0)]),
         *flow_run("rerun", "2024-02-15T00:00", 300, [("start", 2.0, 17.0)]),
@@ -179,3 +179,7 @@ def test_the_demo_benchs_training_breakdown_adds_up_to_the_run_from_its_lineages
     between, around, airflow = (v for k, v in rows.items() if not k.startswith("step "))
     assert (between, around, airflow) == (16 - 5.5, 20 - 16, 1.5)
     assert sum(rows.values()) == 21.5
+    with pytest.raises(SystemExit, match="do not fit inside its run: Airflow"):  # a run shorter than its task
+        training_breakdown(Runs({r.run_id: r for r in runs}), conf, 19.0)
+    with pytest.raises(SystemExit, match="does not time the training run"):  # no run of these parameters
+        training_breakdown(Runs({r.run_id: r for r in runs}), conf | {"model": "weather_adjusted"}, 21.5)

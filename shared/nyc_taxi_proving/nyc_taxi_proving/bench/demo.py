@@ -85,21 +85,28 @@ def training_reference(site: Path, as_of: dt.datetime, lookback_days: int, horiz
 
 
 def training_breakdown(runs, conf: dict, dag_run_s: float) -> list[tuple[str, float]]:
-    """Where a training DAG run's seconds went, from the first flow run of its parameters in ``runs`` (the
-    runs' own lineage, lineage/read/runs.py): each step's code (from the step's start to its end, as the step
-    recorded them), Metaflow between the steps, Metaflow's runtime around the flow, and Airflow around the
-    task; the parts add up to ``dag_run_s``, the run's seconds as the demo printed them."""
+    """Where a training DAG run's seconds went, from the first successful flow run of its parameters in
+    ``runs`` (the runs' own lineage, lineage/read/runs.py): each step's code (from the step's start to its
+    end, as the step recorded them), Metaflow between the steps, Metaflow's runtime around the flow, and
+    Airflow around the task; the parts add up to ``dag_run_s``, the run's seconds as the demo printed them.
+    SystemExit when the lineage lacks a part, or a part comes out negative (then it is not this run's)."""
     from nyc_taxi.core.jobs import TRAINING_FLOW
 
     flow = next(
-        run
-        for run in runs.of_job(TRAINING_FLOW.name)
-        if run.state == "success" and all(run.parameters.get(key) == str(value) for key, value in conf.items())
+        (
+            run
+            for run in runs.of_job(TRAINING_FLOW.name)
+            if run.state == "success" and all(run.parameters.get(key) == str(value) for key, value in conf.items())
+        ),
+        None,
     )
-    task = runs.by_id[flow.parent[1]]
-    steps = runs.steps(flow)
+    task = runs.by_id.get(flow.parent[1]) if flow is not None and flow.parent else None
+    steps = runs.steps(flow) if flow is not None else []
+    timed = [flow, task, *steps]
+    if task is None or not steps or any(run.seconds is None for run in timed):
+        raise SystemExit(f"the lineage does not time the training run {json.dumps(conf)}: its flow run, task or steps")
     rows = [(f"step {step.job.split('.', 1)[1]}: its code", step.seconds) for step in steps]
-    return rows + [
+    rows += [
         (
             "Metaflow between the steps: a process per step (Python's start, the imports, the artifacts), the card",
             flow.seconds - sum(step.seconds for step in steps),
@@ -110,6 +117,9 @@ def training_breakdown(runs, conf: dict, dag_run_s: float) -> list[tuple[str, fl
         ),
         ("Airflow around the task (dag.test)", dag_run_s - task.seconds),
     ]
+    if negative := [name for name, seconds in rows if seconds < 0]:
+        raise SystemExit(f"the lineage's times of {json.dumps(conf)} do not fit inside its run: {'; '.join(negative)}")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -183,7 +183,7 @@ def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(s
     from pyiceberg.exceptions import CommitFailedException
 
     from nyc_taxi.core.settings import get_settings
-    from nyc_taxi.core.snapshots import COMMITTED_BY, MONTH
+    from nyc_taxi.core.snapshots import COMMITTED_BY, MONTH, REPLACED_VERSION
     from nyc_taxi.ingest import taxi
 
     task = get_settings().model_copy(update={"task_run": "ingest_yellow_taxi_data/merge/manual__2023-01"})
@@ -241,6 +241,7 @@ def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(s
     own = load_table(RAW).snapshot_by_id(int(raw_use.version))
     assert landed and landed[0].total and raw_use.committed and own.snapshot_id not in existed
     assert own.summary.get(COMMITTED_BY) == task.task_run and own == load_table(RAW).current_snapshot()
+    assert raw_use.replaced_version == own.summary.get(REPLACED_VERSION) is not None  # the version it replaced
     said = (raw_use.changes.added, raw_use.changes.changed, raw_use.changes.removed)
     assert said == (landed[0].added, landed[0].changed, landed[0].removed)  # not the second try's nothing
     assert comparable(raw_rows_of(again)).equals(comparable(expected_taxi_rows(again)))

@@ -7,14 +7,13 @@ from pathlib import Path
 
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.catalog import current_snapshot, load_table
-from nyc_taxi.core.commits import retry_on_conflict
 from nyc_taxi.core.lakehouse import lakehouse
 from nyc_taxi.core.naming import landed_location, published_url, spark_table
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.snapshots import COMMITTED_BY, LANDED_VERSION, MONTH, REPLACED_VERSION, held_version
 from nyc_taxi.core.sql import SqlFolder
 from nyc_taxi.core.tables import pinned
-from nyc_taxi.core.upserts import RowChanges, merge_changes
+from nyc_taxi.core.upserts import RowChanges, upsert_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.audit import audit_staged, check_published
 from nyc_taxi.ingest.common import earlier_try_commit, merge_report, month_bounds, month_label, this_merges_snapshot
@@ -283,17 +282,15 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     if replaced and replaced != version:
         summary[REPLACED_VERSION] = replaced
 
-    def write() -> tuple[object, RowChanges]:  # one try, decided on raw as it is now (a lost race: the next)
-        base = current_snapshot(RAW, settings)  # raw as this try finds it: the output when it changes nothing
-        changes = merge_changes(
-            spark, SQL, "weather_changes", "merge_weather", summary, staging=staging, raw=raw, **values
+    # raw as the upsert finds it (its output when it changes nothing): read before it, so a retry after a lost
+    # race may decide on a later one (taxi's write pins what each try reads; weather's changes read raw as is)
+    base = current_snapshot(RAW, settings)
+    changes = (
+        upsert_changes(
+            spark, SQL, "weather_changes", "merge_weather", summary=summary, staging=staging, raw=raw, **values
         )
-        return base, changes
-
-    base, changes = (
-        retry_on_conflict(f"MERGE into {RAW.name}", write)
         if staged
-        else (current_snapshot(RAW, settings), RowChanges())
+        else RowChanges()
     )
     own = this_merges_snapshot(RAW, settings, label, before, changes) or earlier_try_commit(RAW, settings, label)
     after, committed = own or base, own is not None

@@ -64,27 +64,29 @@ def ancestors(table) -> Iterator:
     return ancestors_of(table.current_snapshot(), table.metadata)
 
 
+def month_commits(table, month: str, since=None) -> Iterator:
+    """The snapshots that loaded ``month`` into a pyiceberg table, newest first; only those after snapshot
+    ``since`` when it is given."""
+    for snapshot in ancestors(table):
+        if since is not None and snapshot.snapshot_id == since.snapshot_id:
+            return
+        if snapshot.summary is not None and snapshot.summary.get(MONTH) == month:
+            yield snapshot
+
+
 def own_commit(table, task_run: str | None, month: str):
     """The snapshot of ``month`` that ``task_run`` committed to a pyiceberg table, if one did: an earlier
     try of the same task run whose commit landed and which was lost before it could say so. None
     without a task run (a step run outside an orchestrator) or such a commit."""
     if not task_run:
         return None
-    for snapshot in ancestors(table):
-        summary = snapshot.summary
-        if summary is not None and summary.get(COMMITTED_BY) == task_run and summary.get(MONTH) == month:
-            return snapshot
-    return None
+    return next((s for s in month_commits(table, month) if s.summary.get(COMMITTED_BY) == task_run), None)
 
 
 def held_version(table, month: str) -> str | None:
     """The landed version of ``month`` the table holds now: the newest commit that loaded that month
     (None: it was never loaded, or loaded by a version of the project that did not record it)."""
-    for snapshot in ancestors(table):
-        summary = snapshot.summary
-        if summary is not None and summary.get(MONTH) == month and summary.get(LANDED_VERSION):
-            return summary.get(LANDED_VERSION)
-    return None
+    return next((s.summary[LANDED_VERSION] for s in month_commits(table, month) if s.summary.get(LANDED_VERSION)), None)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from nyc_taxi.core.catalog import current_snapshot, load_table
 from nyc_taxi.core.datasets import Table
 from nyc_taxi.core.quality import CheckResult
 from nyc_taxi.core.settings import Settings
-from nyc_taxi.core.snapshots import COMMITTED_BY, MONTH, ancestors, own_commit
+from nyc_taxi.core.snapshots import COMMITTED_BY, month_commits, own_commit
 from nyc_taxi.core.upserts import RowChanges
 from nyc_taxi.lineage.write.report import ColumnLineage, DatasetUse, StepReport
 
@@ -35,17 +35,32 @@ def this_merges_snapshot(raw: Table, settings: Settings, label: str, before, cha
     landed but was answered as a lost race is found, when the try after it has nothing left to change.
     Outside a task run no property names the writer: a load of the same month committed beside this one
     would be taken for it (the ingestion DAGs load one month at a time, ``max_active_runs=1``)."""
-    for snapshot in ancestors(load_table(raw, settings)):
-        if before is not None and snapshot.snapshot_id == before.snapshot_id:
-            break
-        summary = snapshot.summary
-        ours = summary is not None and summary.get(MONTH) == label
-        if ours and (not settings.task_run or summary.get(COMMITTED_BY) == settings.task_run):
-            return snapshot
+    writer = settings.task_run
+    commits = month_commits(load_table(raw, settings), label, since=before)
+    found = next((s for s in commits if not writer or s.summary.get(COMMITTED_BY) == writer), None)
+    if found is not None:
+        return found
     if changes.total:  # a commit without the properties it was given: raw's newest, said
         log.warning("%s: no snapshot since the merge began names %s; its output is raw's newest", raw.name, label)
         return current_snapshot(raw, settings)
     return None
+
+
+def merge_output(raw: Table, settings: Settings, label: str, before, base, changes: RowChanges):
+    """What a merge into ``raw`` left, for its report: (the snapshot it names, whether this run committed
+    it, the changes it made, and the commit's summary when the changes come from it, else None).
+
+    The snapshot is this merge's own commit (``this_merges_snapshot``) or an earlier try's of its task run
+    (``earlier_try_commit``); committing nothing, raw as its write found it (``base``), not raw's newest,
+    which another writer may have committed since. A commit that its try was not told of (the try was lost,
+    or answered as a lost race, and the try after it had nothing left to change) says in its summary what
+    it changed."""
+    own = this_merges_snapshot(raw, settings, label, before, changes) or earlier_try_commit(raw, settings, label)
+    if own is None:
+        return base, False, changes, None
+    if changes.total:
+        return own, True, changes, None
+    return own, True, RowChanges.from_summary(own.summary) or changes, own.summary
 
 
 def earlier_try_commit(raw: Table, settings: Settings, label: str):

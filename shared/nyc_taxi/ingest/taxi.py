@@ -32,7 +32,7 @@ from nyc_taxi.core.tables import pinned
 from nyc_taxi.core.upserts import RowChanges, merge_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.audit import audit_staged, check_published
-from nyc_taxi.ingest.common import earlier_try_commit, merge_report, month_bounds, month_label, this_merges_snapshot
+from nyc_taxi.ingest.common import merge_output, merge_report, month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile
 from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
@@ -242,13 +242,9 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
     spark = get_spark(settings)
     checked = _audit(batch, year, month, before, spark, settings)
     written = retry_on_conflict(f"loading {RAW.name}", lambda: _write_batch(batch, spark, settings))
-    own = this_merges_snapshot(RAW, settings, batch.label, before, written.changes)
-    own = own or earlier_try_commit(RAW, settings, batch.label)
-    # committing nothing, the merge's output is raw as its write found it (another writer may have committed since)
-    after, committed = own or written.base, own is not None
-    if own is not None and not written.changes.total:  # a commit of this run's that its try was not told of
-        changes = RowChanges.from_summary(own.summary) or written.changes  # (lost, or answered as a lost race)
-        written = _Written(changes, own.summary.get(REPLACED_VERSION), written.base)
+    after, committed, changes, told = merge_output(RAW, settings, batch.label, before, written.base, written.changes)
+    if told is not None:  # the commit's own summary says what it did
+        written = _Written(changes, told.get(REPLACED_VERSION), written.base)
     report = _report(batch, checked, after, committed, written, settings)
     if committed or (
         after is not None and verdicts.unjudged(load_table(RAW, settings), after.snapshot_id, batch.label, month_of)

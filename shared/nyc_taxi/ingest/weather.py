@@ -16,7 +16,7 @@ from nyc_taxi.core.tables import pinned
 from nyc_taxi.core.upserts import RowChanges, upsert_changes
 from nyc_taxi.ingest import download
 from nyc_taxi.ingest.audit import audit_staged, check_published
-from nyc_taxi.ingest.common import earlier_try_commit, merge_report, month_bounds, month_label, this_merges_snapshot
+from nyc_taxi.ingest.common import merge_output, merge_report, month_bounds, month_label
 from nyc_taxi.ingest.errors import BadSourceFile, NotPublishedYet
 from nyc_taxi.ingest.staging import landed_file_version, stage, staged_files
 from nyc_taxi.lineage.write.columns import Statement, column_lineage
@@ -292,11 +292,9 @@ def merge_into_raw(year: int, month: int, settings: Settings | None = None) -> S
         if staged
         else RowChanges()
     )
-    own = this_merges_snapshot(RAW, settings, label, before, changes) or earlier_try_commit(RAW, settings, label)
-    after, committed = own or base, own is not None
-    if own is not None and not changes.total:  # a commit of this run's that its try was not told of: its summary says
-        changes = RowChanges.from_summary(own.summary) or changes
-        summary = {**summary, **own.summary.additional_properties}
+    after, committed, changes, told = merge_output(RAW, settings, label, before, base, changes)
+    if told is not None:  # the commit's own summary says what it did
+        summary = {**summary, **told.additional_properties}
     log.info(
         "%s: %d county-days added, %d changed, %d removed of %d staged",
         RAW.name,

@@ -183,7 +183,7 @@ def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(s
     from pyiceberg.exceptions import CommitFailedException
 
     from nyc_taxi.core.settings import get_settings
-    from nyc_taxi.core.snapshots import COMMITTED_BY, MONTH, REPLACED_VERSION
+    from nyc_taxi.core.snapshots import COMMITTED_BY, MONTH
     from nyc_taxi.ingest import taxi
 
     task = get_settings().model_copy(update={"task_run": "ingest_yellow_taxi_data/merge/manual__2023-01"})
@@ -223,6 +223,7 @@ def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(s
     assert own.summary.get(MONTH) == "2023-01" and own.summary.get(COMMITTED_BY) == task.task_run
     assert changed.summary["merged_rows"] > 0
     assert comparable(raw_rows_of(republished)).equals(comparable(expected_taxi_rows(republished)))
+    republished_rows, republished_version = expected_taxi_rows(republished).num_rows, raw_use.source_version
 
     again, landed = add_taxi_month(site, 2023, 1, rows=3_050, seed=50), []
     _load(2023, 1, steps=2)
@@ -239,9 +240,12 @@ def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(s
     told = taxi.merge_into_raw(2023, 1, task)
     (raw_use,) = told.outputs
     own = load_table(RAW).snapshot_by_id(int(raw_use.version))
-    assert landed and landed[0].total and raw_use.committed and own.snapshot_id not in existed
-    assert own.summary.get(COMMITTED_BY) == task.task_run and own == load_table(RAW).current_snapshot()
-    assert raw_use.replaced_version == own.summary.get(REPLACED_VERSION) is not None  # the version it replaced
+    assert landed and landed[0].total and raw_use.committed
+    assert {s.snapshot_id for s in load_table(RAW).snapshots()} - existed == {own.snapshot_id}  # one commit
+    assert own.summary.get(COMMITTED_BY) == task.task_run
+    assert republished_version and raw_use.replaced_version == republished_version  # the version it replaced
     said = (raw_use.changes.added, raw_use.changes.changed, raw_use.changes.removed)
     assert said == (landed[0].added, landed[0].changed, landed[0].removed)  # not the second try's nothing
+    # every trip of the new file added and every trip of the one before removed (no trip is in both)
+    assert said == (expected_taxi_rows(again).num_rows, 0, republished_rows)
     assert comparable(raw_rows_of(again)).equals(comparable(expected_taxi_rows(again)))

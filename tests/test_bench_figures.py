@@ -129,10 +129,11 @@ def test_the_demo_benchs_typical_run_is_the_median_of_each_months_first_run():
     assert typical(runs[:2] + runs[3:]) == {"conf": {"month": "01"}, "seconds": 9.0}  # the first of January's
 
 
-def test_the_demo_benchs_training_breakdown_adds_up_to_the_run_from_its_lineages_times():
+def test_the_demo_benchs_training_breakdown_names_each_part_from_its_lineages_times():
     """`bash run bench demo` splits a training DAG run by its lineage's start and end times: each step's code,
     Metaflow between the steps and around the flow, Airflow around the task; the first successful flow run of
-    the run's parameters is the one (a re-run's and another origin's aside), and the parts add up to the run."""
+    the run's parameters is the one (a re-run's and another origin's aside); a part that comes out negative
+    is refused."""
     from nyc_taxi.lineage.read.runs import JobRun, Runs
     from nyc_taxi_proving.bench.demo import training_breakdown
 
@@ -178,7 +179,6 @@ def test_the_demo_benchs_training_breakdown_adds_up_to_the_run_from_its_lineages
     assert [rows[f"step {s}: its code"] for s, _, _ in steps] == [0.5, 3.0, 2.0]
     between, around, airflow = (v for k, v in rows.items() if not k.startswith("step "))
     assert (between, around, airflow) == (16 - 5.5, 20 - 16, 1.5)
-    assert sum(rows.values()) == 21.5
     with pytest.raises(SystemExit, match="do not fit inside its run: Airflow"):  # a run shorter than its task
         training_breakdown(Runs({r.run_id: r for r in runs}), conf, 19.0)
     with pytest.raises(SystemExit, match="does not time the training run"):  # no run of these parameters

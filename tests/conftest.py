@@ -243,12 +243,10 @@ def aws_settings(moto_endpoint, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def airflow_db(settings):
-    """An initialised Airflow metadata database in the test state (what dag.test() needs)."""
-    import subprocess
-    import sys
-
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+def airflow_db(settings, airflow_state):
+    """An initialised Airflow metadata database in the test state (what dag.test() needs): the session's
+    migrated one, copied."""
+    airflow_state(settings)
     return settings.airflow_home
 
 

@@ -159,6 +159,8 @@ def test_a_taken_port_stops_team_up_with_its_name_before_anything_starts(tmp_pat
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env |= {"PROFILE": "team", "STATE_DIR": str(tmp_path), "AIRFLOW_PORT": str(taken_port)}
+    # a machine lock of its own (per temporary directory): it does not wait on another test's `team up`
+    env["TMPDIR"] = str(tmp_path)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "nyc_taxi_proving.cli.team", "up"],

@@ -75,6 +75,21 @@ def run_id_of(result: subprocess.CompletedProcess) -> str:
     )
 
 
+@pytest.fixture(scope="module", autouse=True)
+def warm_spark(spark, settings):
+    """The module's flows attach their steps to one warm Spark server, as the demo's do: a step's own JVM is
+    not what these tests show (the user's path below starts its own, as the README's does). This process
+    keeps its own session (``spark``, started first), and the server stops at the module's end, so no later
+    module attaches to it."""
+    from nyc_taxi.core import spark_server
+
+    ours = spark_server.running(settings) is None
+    spark_server.start(settings)
+    yield
+    if ours:
+        spark_server.stop(settings)
+
+
 @pytest.fixture(scope="module")
 def loaded(spark, site):
     """Two taxi months and their weather in raw, through the ingestion code."""
@@ -404,7 +419,7 @@ def test_the_users_path_trains_at_the_latest_origin_with_the_users_metaflow_prof
     user = {"METAFLOW_HOME": str(home), "METAFLOW_PROFILE": "theirs", "AIRFLOW_CONFIG": str(airflow_cfg)}
     user |= {"AIRFLOW_CONN_DATAHUB_REST_DEFAULT": connection, "DATAHUB_GMS_TOKEN": token}
     env = {k: v for k, v in os.environ.items() if not k.startswith("METAFLOW_") and k != "NYC_TAXI_METAFLOW_SET"}
-    env |= user
+    env |= user | {"SPARK_SERVER": "false"}  # as the README's path runs it: no warm server, a JVM per step
     events, records = len(ol_events()), len(read_datahub_records(settings, "metaflow"))
     result = subprocess.run(
         ["bash", "run", "training-flow", "run"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900

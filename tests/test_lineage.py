@@ -370,7 +370,7 @@ def test_the_broken_month_is_refused_by_its_check_before_raw_and_the_lineage_say
     assert results["rows_as_landed"].status == "pass"
     history = next(h for h in quality.of("yellow_taxi_staging").checks if h.check == "pickup_in_month")
     assert [e.status for e in history.evaluations] == ["fail", "warn", "warn", "warn"]  # newest first
-    cli = _lineage_cli(demo, "--quality", "yellow_taxi_staging")
+    cli = _lineage_program(demo, "--quality", "yellow_taxi_staging")  # the program: its text through a real stdout
     assert (
         cli.returncode == 0 and "pickup_in_month                error  ✗ fail 50,000 of 50,000 rows fail" in cli.stdout
     )
@@ -565,8 +565,8 @@ def test_the_flow_runs_are_children_of_the_airflow_task_that_started_them(demo):
         assert relations[flow_run["parentInstance"]]["parentTemplate"] == task_urn  # the plugin's own record
 
 
-def _trace(demo, target: str) -> dict:
-    result = _lineage_cli(demo, "--trace", target, "--json")
+def _trace(demo, target: str, program: bool = False) -> dict:
+    result = (_lineage_program if program else _lineage_cli)(demo, "--trace", target, "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -598,7 +598,8 @@ def test_trace_of_the_forecast_names_the_exact_versions(demo):
     from nyc_taxi.lineage.read.runs import Runs
 
     settings = demo[0]
-    raw = _raw_read_by_the_forecast(_trace(demo, "yellow_rides_hourly_forecast"))
+    # the program: a fresh interpreter imports the trace's modules, and its JSON is all of its stdout
+    raw = _raw_read_by_the_forecast(_trace(demo, "yellow_rides_hourly_forecast", program=True))
     compute_actuals = [r for r in Runs.read(settings) if r.job == f"{F}.compute_actuals"][-1]
     assert raw["version"] == str(current_snapshot_id(registry.YELLOW_TAXI_RAW, settings))
     assert raw["version"] == compute_actuals.inputs["yellow_taxi_raw"]

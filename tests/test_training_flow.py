@@ -85,6 +85,16 @@ def warm_spark(spark, settings):
 
     ours = spark_server.running(settings) is None
     spark_server.start(settings)
+    # the flows' steps attach (what attach() checks): a server for other Spark settings would be ignored
+    # silently, each step starting its own JVM beside it
+    probe = (
+        "from nyc_taxi.core import spark_server\nfrom nyc_taxi.core.settings import get_settings\n"
+        "record = spark_server.running(get_settings())\n"
+        "print(record is not None and record['fingerprint'] == spark_server.fingerprint(get_settings()))"
+    )
+    env = {**os.environ, **metaflow_environment()}
+    answer = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert answer.stdout.strip() == "True", answer.stdout + answer.stderr[-2000:]
     yield
     if ours:
         spark_server.stop(settings)
@@ -483,7 +493,8 @@ def test_bash_run_sql_answers_what_pyiceberg_reads_from_the_tables_files(loaded)
 
     def sql(*args: str, typed: str | None = None) -> subprocess.CompletedProcess:
         command = ["bash", "run", "sql", *args]
-        return subprocess.run(command, cwd=REPO_ROOT, input=typed, capture_output=True, text=True, timeout=300)
+        env = {**os.environ, "SPARK_SERVER": "false"}  # a JVM of its own, as the README's `bash run sql` starts
+        return subprocess.run(command, cwd=REPO_ROOT, env=env, input=typed, capture_output=True, text=True, timeout=300)
 
     answer = sql("SELECT count(*) FROM nyc_taxi.yellow_taxi_raw")
     assert answer.returncode == 0, answer.stderr[-3000:]
@@ -509,7 +520,12 @@ def test_the_weather_model_is_refused_a_day_without_observed_weather_naming_it(l
 
     november = dt.datetime(2024, 11, 1)
     mark = len(ol_events())
-    result = run_flow("--as_of_datetime", "2024-11-01T00:00", "--lookback_days", "28", "--model", "weather_adjusted")
+    # its steps with JVMs of their own, as a user without a Spark server runs them: a step that refuses while
+    # its JVM starts in the background ends cleanly
+    own = {"SPARK_SERVER": "false"}
+    result = run_flow(
+        "--as_of_datetime", "2024-11-01T00:00", "--lookback_days", "28", "--model", "weather_adjusted", env=own
+    )
     said = result.stdout + result.stderr
     assert result.returncode != 0 and "holds none for the horizon days 2024-11-01:" in said, said[-3000:]
     assert 'ingest_weather_data DAG first ({"month": "2024-11"})' in said and "upper bound" in said, said[-3000:]
@@ -527,7 +543,7 @@ def test_the_weather_model_is_refused_a_day_without_observed_weather_naming_it(l
 def test_as_of_without_data_fails_clearly_and_lineage_shows_the_failure(loaded):
     """A forecast origin whose window raw holds no trips of: refused, naming the days and the months to load."""
     mark = len(ol_events())
-    result = run_flow("--as_of_datetime", "2019-03-01T00:00", "--lookback_days", "14")
+    result = run_flow("--as_of_datetime", "2019-03-01T00:00", "--lookback_days", "14", env={"SPARK_SERVER": "false"})
     assert result.returncode != 0
     said = result.stdout + result.stderr
     assert "no trips on 2019-02-15 – 2019-02-28" in said and "training_days_have_rides (error)" in said, said[-3000:]

@@ -96,51 +96,16 @@ def graph(demo):
     return load_graph(demo[0])
 
 
-def _demo_environment(demo) -> dict[str, str]:
-    return {
+def _lineage_cli(demo, *args) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
         "STATE_DIR": str(demo[0].state_dir),
         "TLC_BASE_URL": demo[0].tlc_base_url,
         "NOAA_BASE_URL": demo[0].noaa_base_url,
     }
-
-
-def _lineage_program(demo, *args) -> subprocess.CompletedProcess:
-    """`bash run lineage ARGS` on the demo's state, as a program of its own (what `bash run lineage` starts)."""
-    env = {**os.environ, **_demo_environment(demo)}
     return subprocess.run(
         [sys.executable, "-m", "nyc_taxi.cli.lineage", *args], env=env, capture_output=True, text=True
     )
-
-
-def _lineage_cli(demo, *args) -> subprocess.CompletedProcess:
-    """`bash run lineage ARGS` on the demo's state: the command's own ``main`` (its parsing, its reading of
-    the state's lineage and its printing) in this process, with the demo's settings, its output and exit
-    status as the program's (a program each would start Python and DataHub's imports about 35 times;
-    `_lineage_program` runs it as one)."""
-    import io
-
-    from nyc_taxi.cli import lineage
-    from nyc_taxi.core.settings import get_settings
-
-    saved = {name: os.environ.get(name) for name in _demo_environment(demo)}
-    out, err, status = io.StringIO(), io.StringIO(), 0
-    os.environ.update(_demo_environment(demo))
-    get_settings.cache_clear()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            status = lineage.main(list(args))
-    except SystemExit as exit_:  # argparse's errors and sys.exit(), as the program exits with them
-        if exit_.code is not None and not isinstance(exit_.code, int):
-            err.write(f"{exit_.code}\n")
-        status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        get_settings.cache_clear()
-    return subprocess.CompletedProcess(["bash", "run", "lineage", *args], status, out.getvalue(), err.getvalue())
 
 
 def test_every_node_is_a_registry_dataset_or_a_job_of_the_two_tools(graph, demo):
@@ -215,7 +180,7 @@ def test_names_resolve_as_users_type_them_and_unknown_names_fail_with_suggestion
     by_urn = json.loads(_lineage_cli(demo, urn, "--json").stdout)
     assert by_step["subject"]["name"] == f"{F}.compute_actuals" and by_urn["subject"]["name"] == "yellow_taxi_raw"
     assert [e for e in by_step["upstream"] if e[1] == by_step["subject"]["urn"] and e[0] == urn]
-    unknown = _lineage_program(demo, "yellow_taxi")  # the program, its exit status and what it says
+    unknown = _lineage_cli(demo, "yellow_taxi")
     assert unknown.returncode == 2 and "no dataset or job named 'yellow_taxi'" in unknown.stderr
     suggestions = unknown.stderr.split("did you mean: ")[1].strip().split(", ")
     assert {"yellow_taxi_raw", "yellow_taxi_staging", f"{Y}.merge_upsert_staging_into_raw_yellow"} <= set(suggestions)
@@ -370,7 +335,7 @@ def test_the_broken_month_is_refused_by_its_check_before_raw_and_the_lineage_say
     assert results["rows_as_landed"].status == "pass"
     history = next(h for h in quality.of("yellow_taxi_staging").checks if h.check == "pickup_in_month")
     assert [e.status for e in history.evaluations] == ["fail", "warn", "warn", "warn"]  # newest first
-    cli = _lineage_program(demo, "--quality", "yellow_taxi_staging")  # the program: its text through a real stdout
+    cli = _lineage_cli(demo, "--quality", "yellow_taxi_staging")
     assert (
         cli.returncode == 0 and "pickup_in_month                error  ✗ fail 50,000 of 50,000 rows fail" in cli.stdout
     )
@@ -565,8 +530,8 @@ def test_the_flow_runs_are_children_of_the_airflow_task_that_started_them(demo):
         assert relations[flow_run["parentInstance"]]["parentTemplate"] == task_urn  # the plugin's own record
 
 
-def _trace(demo, target: str, program: bool = False) -> dict:
-    result = (_lineage_program if program else _lineage_cli)(demo, "--trace", target, "--json")
+def _trace(demo, target: str) -> dict:
+    result = _lineage_cli(demo, "--trace", target, "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -598,8 +563,7 @@ def test_trace_of_the_forecast_names_the_exact_versions(demo):
     from nyc_taxi.lineage.read.runs import Runs
 
     settings = demo[0]
-    # the program: a fresh interpreter imports the trace's modules, and its JSON is all of its stdout
-    raw = _raw_read_by_the_forecast(_trace(demo, "yellow_rides_hourly_forecast", program=True))
+    raw = _raw_read_by_the_forecast(_trace(demo, "yellow_rides_hourly_forecast"))
     compute_actuals = [r for r in Runs.read(settings) if r.job == f"{F}.compute_actuals"][-1]
     assert raw["version"] == str(current_snapshot_id(registry.YELLOW_TAXI_RAW, settings))
     assert raw["version"] == compute_actuals.inputs["yellow_taxi_raw"]

@@ -134,12 +134,6 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    from nyc_taxi.core import spark_server
-    from nyc_taxi.core.settings import Settings
-
-    # a warm Spark server a module started and did not stop (its teardown never ran) goes with its state: its
-    # record is in the state directory, and nothing could find it after
-    spark_server.stop(Settings(_env_file=None, state_dir=_STATE))
     shutil.rmtree(_STATE, ignore_errors=True)
 
 

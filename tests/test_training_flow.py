@@ -75,31 +75,6 @@ def run_id_of(result: subprocess.CompletedProcess) -> str:
     )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def warm_spark(spark, settings):
-    """The module's flows attach their steps to one warm Spark server, as the demo's do: a step's own JVM is
-    not what these tests show (the user's path below starts its own, as the README's does). This process
-    keeps its own session (``spark``, started first), and the server stops at the module's end, so no later
-    module attaches to it."""
-    from nyc_taxi.core import spark_server
-
-    ours = spark_server.running(settings) is None
-    spark_server.start(settings)
-    # the flows' steps attach (what attach() checks): a server for other Spark settings would be ignored
-    # silently, each step starting its own JVM beside it
-    probe = (
-        "from nyc_taxi.core import spark_server\nfrom nyc_taxi.core.settings import get_settings\n"
-        "record = spark_server.running(get_settings())\n"
-        "print(record is not None and record['fingerprint'] == spark_server.fingerprint(get_settings()))"
-    )
-    env = {**os.environ, **metaflow_environment()}
-    answer = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
-    assert answer.stdout.strip() == "True", answer.stdout + answer.stderr[-2000:]
-    yield
-    if ours:
-        spark_server.stop(settings)
-
-
 @pytest.fixture(scope="module")
 def loaded(spark, site):
     """Two taxi months and their weather in raw, through the ingestion code."""
@@ -429,7 +404,7 @@ def test_the_users_path_trains_at_the_latest_origin_with_the_users_metaflow_prof
     user = {"METAFLOW_HOME": str(home), "METAFLOW_PROFILE": "theirs", "AIRFLOW_CONFIG": str(airflow_cfg)}
     user |= {"AIRFLOW_CONN_DATAHUB_REST_DEFAULT": connection, "DATAHUB_GMS_TOKEN": token}
     env = {k: v for k, v in os.environ.items() if not k.startswith("METAFLOW_") and k != "NYC_TAXI_METAFLOW_SET"}
-    env |= user | {"SPARK_SERVER": "false"}  # as the README's path runs it: no warm server, a JVM per step
+    env |= user
     events, records = len(ol_events()), len(read_datahub_records(settings, "metaflow"))
     result = subprocess.run(
         ["bash", "run", "training-flow", "run"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900
@@ -493,8 +468,7 @@ def test_bash_run_sql_answers_what_pyiceberg_reads_from_the_tables_files(loaded)
 
     def sql(*args: str, typed: str | None = None) -> subprocess.CompletedProcess:
         command = ["bash", "run", "sql", *args]
-        env = {**os.environ, "SPARK_SERVER": "false"}  # a JVM of its own, as the README's `bash run sql` starts
-        return subprocess.run(command, cwd=REPO_ROOT, env=env, input=typed, capture_output=True, text=True, timeout=300)
+        return subprocess.run(command, cwd=REPO_ROOT, input=typed, capture_output=True, text=True, timeout=300)
 
     answer = sql("SELECT count(*) FROM nyc_taxi.yellow_taxi_raw")
     assert answer.returncode == 0, answer.stderr[-3000:]
@@ -520,12 +494,7 @@ def test_the_weather_model_is_refused_a_day_without_observed_weather_naming_it(l
 
     november = dt.datetime(2024, 11, 1)
     mark = len(ol_events())
-    # its steps with JVMs of their own, as a user without a Spark server runs them: a step that refuses while
-    # its JVM starts in the background ends cleanly
-    own = {"SPARK_SERVER": "false"}
-    result = run_flow(
-        "--as_of_datetime", "2024-11-01T00:00", "--lookback_days", "28", "--model", "weather_adjusted", env=own
-    )
+    result = run_flow("--as_of_datetime", "2024-11-01T00:00", "--lookback_days", "28", "--model", "weather_adjusted")
     said = result.stdout + result.stderr
     assert result.returncode != 0 and "holds none for the horizon days 2024-11-01:" in said, said[-3000:]
     assert 'ingest_weather_data DAG first ({"month": "2024-11"})' in said and "upper bound" in said, said[-3000:]
@@ -543,7 +512,7 @@ def test_the_weather_model_is_refused_a_day_without_observed_weather_naming_it(l
 def test_as_of_without_data_fails_clearly_and_lineage_shows_the_failure(loaded):
     """A forecast origin whose window raw holds no trips of: refused, naming the days and the months to load."""
     mark = len(ol_events())
-    result = run_flow("--as_of_datetime", "2019-03-01T00:00", "--lookback_days", "14", env={"SPARK_SERVER": "false"})
+    result = run_flow("--as_of_datetime", "2019-03-01T00:00", "--lookback_days", "14")
     assert result.returncode != 0
     said = result.stdout + result.stderr
     assert "no trips on 2019-02-15 – 2019-02-28" in said and "training_days_have_rides (error)" in said, said[-3000:]

@@ -70,7 +70,7 @@ def month_commits(table, month: str, since=None) -> Iterator:
     for snapshot in ancestors(table):
         if since is not None and snapshot.snapshot_id == since.snapshot_id:
             return
-        if snapshot.summary is not None and snapshot.summary.get(MONTH) == month:
+        if month_of(snapshot) == month:
             yield snapshot
 
 

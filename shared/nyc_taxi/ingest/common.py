@@ -52,7 +52,8 @@ def merge_output(raw: Table, settings: Settings, label: str, before, base, chang
 
     The snapshot is this merge's own commit (``this_merges_snapshot``) or an earlier try's of its task run
     (``earlier_try_commit``); committing nothing, raw as its write found it (``base``), not raw's newest,
-    which another writer may have committed since. A commit that its try was not told of (the try was lost,
+    which another writer may have committed since. (A commit that lost the properties it was given is named
+    by raw's newest, with a warning: ``this_merges_snapshot``.) A commit that its try was not told of (the try was lost,
     or answered as a lost race, and the try after it had nothing left to change) says in its summary what
     it changed."""
     own = this_merges_snapshot(raw, settings, label, before, changes) or earlier_try_commit(raw, settings, label)

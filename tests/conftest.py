@@ -54,13 +54,25 @@ def pytest_addoption(parser):
     )
 
 
-# The modules that take longest, in the order they start (their times: docs/testing.md): on two workers
-# the team deployment's module runs beside everything else, so it starts first; the rest follow in file order.
+# The test modules that bring a team deployment up, in two groups, a worker each, one deployment at a time
+# in each group: two `team up`s take turns anyway (a lock in `team up`, per user and temporary directory).
+# The one-machine deployment's modules and the chaos run across hosts share a worker: the two chaos missions
+# judge recovery bounds, and never meet. The hosts layout's modules share the other: `test_hosts.py` counts
+# the machine's namespaces, so no other layout is made beside it. `PROFILE=team bash run demo`'s test
+# brings its own deployment up on whichever worker is free first (after the README's path: LONGEST_FIRST).
+ONE_MACHINE_DEPLOYMENT = ("tests/test_team_profile.py", "tests/test_team_system.py")
+ONE_MACHINE_DEPLOYMENT += ("tests/test_chaos_across_hosts.py",)  # its recovery bounds: no other chaos beside it
+HOSTS_LAYOUTS = ("tests/test_team_hosts.py", "tests/test_hosts.py")
+TEAM_DEPLOYMENTS = ONE_MACHINE_DEPLOYMENT + HOSTS_LAYOUTS
+
+# The modules that take longest, in the order they start (their times: docs/testing.md): the team deployments
+# run beside everything else, so they start first (the system lane: a group on each worker; CI's lane: the
+# one-machine deployment beside the demo's readers, the hosts layouts next); the rest follow in file order.
 LONGEST_FIRST = (
-    "tests/test_team_profile.py",
-    "tests/test_team_system.py",
+    *ONE_MACHINE_DEPLOYMENT,
     "tests/test_lineage.py",
     "tests/test_site.py",
+    *HOSTS_LAYOUTS,
     "tests/test_readme_path.py",
     "tests/test_team_demo.py",
     "tests/test_stale.py",
@@ -139,31 +151,30 @@ def pytest_unconfigure(config):
 
 # Test modules that read the session's one demo run (the `demo` fixture): on one worker, so it runs once.
 DEMO_READERS = ("tests/test_lineage.py", "tests/test_site.py")
-# The test modules that bring the team deployment up (two under a chaos mission, one across hosts): on one
-# worker, one deployment at a time (the lanes run one of them each; --all-lanes both). `PROFILE=team bash run demo`'s
-# test brings its own deployment up on the other worker (after the README's path: LONGEST_FIRST), so it
-# runs beside the mission, not after it; two `team up`s take turns (a lock in `team up`, per user and temporary directory).
-TEAM_DEPLOYMENTS = ("tests/test_team_profile.py", "tests/test_team_system.py", "tests/test_team_hosts.py")
-TEAM_DEPLOYMENTS += ("tests/test_hosts.py",)  # it counts the machine's namespaces: none made beside it
-TEAM_DEPLOYMENTS += ("tests/test_chaos_across_hosts.py",)  # its recovery bounds: no other layout's chaos beside it
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """`bash run test`'s workers take a test file at a time (--dist loadfile), its module fixtures run
-    once; the demo's readers go to one worker together, and so do the team deployments."""
+    once; the demo's readers go to one worker together, and so does each group of team deployments."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     config.option.loadscopereorder = False  # modules in collection order (LONGEST_FIRST), not by test count
 
+    all_lanes = config.getoption("all_lanes")  # the chaos run across hosts meets `test_hosts.py`: one group
+
     class ModulesSharingAWorker(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = super()._split_scope(nodeid)
             if module in DEMO_READERS:
                 return "the demo's readers"
-            return "the team deployments" if module in TEAM_DEPLOYMENTS else module
+            if all_lanes and module in TEAM_DEPLOYMENTS:
+                return "the team deployments"
+            if module in ONE_MACHINE_DEPLOYMENT:
+                return "the one-machine deployment"
+            return "the hosts layouts" if module in HOSTS_LAYOUTS else module
 
     return ModulesSharingAWorker(config, log)
 

@@ -17,7 +17,6 @@ import datetime as dt
 import os
 import signal
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -439,30 +438,24 @@ def test_down_in_the_middle_of_a_training_run_leaves_no_process_and_up_finds_eve
     the deployment is down after it until its `up`."""
     import psutil
 
+    from nyc_taxi.core.team import team_dir
+    from nyc_taxi_proving.chaos.components import flow_steps, spark_drivers
     from nyc_taxi_proving.deployment.supervisor import MARKER
 
     settings, env = team
     rest = api(settings)
     run_id = rest.trigger(TRAINING, {"as_of_datetime": "2019-04-29T00:00"})  # the chaos mission's April: loaded
-
-    def flow_running():
-        return [
-            p for p in psutil.process_iter(["cmdline"]) if "train_model_flow.py" in " ".join(p.info["cmdline"] or [])
-        ]
-
-    assert wait_for(flow_running, bool, 600), task(
+    # this deployment's own flow steps and Spark drivers (its marker in their environment): another
+    # deployment's flows on the machine (the system lane's other worker) are not this one's
+    mine, state = str(team_dir(settings)), str(settings.state_dir)
+    assert wait_for(lambda: flow_steps(mine), bool, 600), task(
         rest, TRAINING, run_id, jobs.TRAIN_FORECAST_MODEL.run_training_flow.name
     )
-
-    def spark_driver():  # a step's own Spark JVM (spark-submit's pyspark-shell)
-        return [p for p in psutil.process_iter(["cmdline"]) if "pyspark-shell" in " ".join(p.info["cmdline"] or [])]
-
-    assert wait_for(spark_driver, bool, 300)
+    assert wait_for(lambda: spark_drivers(mine), bool, 300)  # a step's own Spark JVM (spark-submit's pyspark-shell)
     before = bucket(settings)
     down = team_cli(env, "down")
     assert down.returncode == 0, down.stdout + down.stderr
 
-    mine, state = str(Path(settings.state_dir) / "team"), str(settings.state_dir)
     left = []
     for process in psutil.process_iter(["cmdline", "environ"]):
         environ, cmdline = process.info["environ"] or {}, " ".join(process.info["cmdline"] or [])

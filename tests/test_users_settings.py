@@ -480,11 +480,30 @@ def test_metaflow_takes_the_users_configuration_and_profile_and_the_project_fill
     # a variable wins over both, as Metaflow reads it
     env = metaflow_environment(settings, {"METAFLOW_HOME": str(home), "METAFLOW_DEFAULT_DATASTORE": "local"})
     assert "METAFLOW_DEFAULT_DATASTORE" not in env
+    env = metaflow_environment(settings, {"METAFLOW_HOME": str(home), "METAFLOW_TEMPDIR": str(tmp_path)})
+    assert "METAFLOW_TEMPDIR" not in env
     with pytest.raises(RuntimeError, match="METAFLOW_PROFILE=nope"):
         metaflow_environment(settings, {"METAFLOW_HOME": str(home), "METAFLOW_PROFILE": "nope"})
     # read again in an environment the project's settings were applied to: the project's are not a user's
     again = metaflow_environment(_settings(tmp_path / "b"), {"METAFLOW_HOME": str(home), **bare})
     assert again["METAFLOW_DATASTORE_SYSROOT_LOCAL"] == str(tmp_path / "b" / "state" / "metaflow")
+
+
+def test_metaflows_s3_client_downloads_into_the_state_directory_not_the_working_directory(tmp_path):
+    """Metaflow's S3 client keeps its downloads in METAFLOW_TEMPDIR, the working directory by default: a step
+    killed mid-transfer would leave them in the clone. Metaflow itself reads the project's directory."""
+    settings = _settings(tmp_path)
+    home = tmp_path / "metaflowconfig"
+    home.mkdir()
+    env = metaflow_environment(settings, {"METAFLOW_HOME": str(home)})
+    assert Path(env["METAFLOW_TEMPDIR"]).is_dir() and Path(env["METAFLOW_TEMPDIR"]).is_relative_to(settings.state_dir)
+    read = "from metaflow.plugins.datatools.s3.s3 import TEMPDIR; print(TEMPDIR)"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("METAFLOW_")}
+    printed = subprocess.run(
+        [sys.executable, "-c", read], env={**clean, **env, "METAFLOW_HOME": str(home)}, capture_output=True, text=True
+    )
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.strip() == env["METAFLOW_TEMPDIR"]
 
 
 def test_a_users_own_datastore_gets_none_of_the_projects_bucket_settings(tmp_path, monkeypatch):

@@ -480,8 +480,8 @@ def test_metaflow_takes_the_users_configuration_and_profile_and_the_project_fill
     # a variable wins over both, as Metaflow reads it
     env = metaflow_environment(settings, {"METAFLOW_HOME": str(home), "METAFLOW_DEFAULT_DATASTORE": "local"})
     assert "METAFLOW_DEFAULT_DATASTORE" not in env
-    env = metaflow_environment(settings, {"METAFLOW_HOME": str(home), "METAFLOW_TEMPDIR": str(tmp_path)})
-    assert "METAFLOW_TEMPDIR" not in env
+    env = metaflow_environment(settings, {"METAFLOW_HOME": str(home), "METAFLOW_ARTIFACT_LOCALROOT": str(tmp_path)})
+    assert "METAFLOW_ARTIFACT_LOCALROOT" not in env
     with pytest.raises(RuntimeError, match="METAFLOW_PROFILE=nope"):
         metaflow_environment(settings, {"METAFLOW_HOME": str(home), "METAFLOW_PROFILE": "nope"})
     # read again in an environment the project's settings were applied to: the project's are not a user's
@@ -489,21 +489,41 @@ def test_metaflow_takes_the_users_configuration_and_profile_and_the_project_fill
     assert again["METAFLOW_DATASTORE_SYSROOT_LOCAL"] == str(tmp_path / "b" / "state" / "metaflow")
 
 
-def test_metaflows_s3_client_downloads_into_the_state_directory_not_the_working_directory(tmp_path):
-    """Metaflow's S3 client keeps its downloads in METAFLOW_TEMPDIR, the working directory by default: a step
-    killed mid-transfer would leave them in the clone. Metaflow itself reads the project's directory."""
+def test_metaflows_s3_datastore_downloads_into_the_state_directory_not_the_working_directory(tmp_path, moto_endpoint):
+    """Metaflow's S3 datastore downloads an artifact into a temporary directory under
+    METAFLOW_ARTIFACT_LOCALROOT, the working directory by default: a step killed mid-transfer would leave
+    `metaflow.s3.*` in the clone. With the project's settings (and a user's own S3 datastore) Metaflow
+    itself downloads into the state directory."""
+    import boto3
+
     settings = _settings(tmp_path)
-    home = tmp_path / "metaflowconfig"
-    home.mkdir()
-    env = metaflow_environment(settings, {"METAFLOW_HOME": str(home)})
-    assert Path(env["METAFLOW_TEMPDIR"]).is_dir() and Path(env["METAFLOW_TEMPDIR"]).is_relative_to(settings.state_dir)
-    read = "from metaflow.plugins.datatools.s3.s3 import TEMPDIR; print(TEMPDIR)"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("METAFLOW_")}
-    printed = subprocess.run(
-        [sys.executable, "-c", read], env={**clean, **env, "METAFLOW_HOME": str(home)}, capture_output=True, text=True
+    home, work = tmp_path / "metaflowconfig", tmp_path / "work"
+    home.mkdir(), work.mkdir()
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="theirs")
+    theirs = {"METAFLOW_DEFAULT_DATASTORE": "s3", "METAFLOW_DATASTORE_SYSROOT_S3": "s3://theirs/metaflow"}
+    env = metaflow_environment(settings, {"METAFLOW_HOME": str(home), **theirs})
+    transfer = (  # a save and a load through Metaflow's own S3 datastore; the load's local file, while open
+        "from metaflow.plugins.datastores.s3_storage import S3Storage\n"
+        "storage = S3Storage('s3://theirs/metaflow')\n"
+        "storage.save_bytes(iter([('a/b', b'x')]), overwrite=True)\n"
+        "with storage.load_bytes(['a/b']) as loaded:\n"
+        "    print(*[path for _, path, _ in loaded])\n"
     )
-    assert printed.returncode == 0, printed.stderr
-    assert printed.stdout.strip() == env["METAFLOW_TEMPDIR"]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("METAFLOW_")}
+    ran = subprocess.run(
+        [sys.executable, "-c", transfer],
+        cwd=work,
+        env={**clean, **env, **theirs, "METAFLOW_HOME": str(home), "METAFLOW_S3_ENDPOINT_URL": moto_endpoint},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    downloaded = Path(ran.stdout.strip())
+    assert downloaded.parent.name.startswith("metaflow.s3.") and downloaded.parent.parent == Path(
+        env["METAFLOW_ARTIFACT_LOCALROOT"]
+    ), downloaded
+    assert downloaded.is_relative_to(settings.state_dir) and not list(work.iterdir())
 
 
 def test_a_users_own_datastore_gets_none_of_the_projects_bucket_settings(tmp_path, monkeypatch):

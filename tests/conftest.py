@@ -56,20 +56,20 @@ def pytest_addoption(parser):
 
 # The test modules that bring a team deployment up, in two groups, a worker each, one deployment at a time
 # in each group: two `team up`s take turns anyway (a lock in `team up`, per user and temporary directory).
-# The one-machine deployment's modules and the chaos run across hosts share a worker: the two chaos missions
-# judge recovery bounds, and never meet. The hosts layout's modules share the other: `test_hosts.py` counts
-# the machine's namespaces, so no other layout is made beside it. `PROFILE=team bash run demo`'s test
-# brings its own deployment up on whichever worker is free first (after the README's path: LONGEST_FIRST).
-ONE_MACHINE_DEPLOYMENT = ("tests/test_team_profile.py", "tests/test_team_system.py")
-ONE_MACHINE_DEPLOYMENT += ("tests/test_chaos_across_hosts.py",)  # its recovery bounds: no other chaos beside it
+# The modules of a chaos mission share a worker (the one-machine deployment's and the run across hosts):
+# their missions judge recovery bounds, and never meet. The hosts layout's modules share the other:
+# `test_hosts.py` counts the machine's namespaces, so no other layout is made beside it.
+# `PROFILE=team bash run demo`'s test brings its own deployment up on a worker after the README's path.
+CHAOS_MISSIONS = ("tests/test_team_profile.py", "tests/test_team_system.py", "tests/test_chaos_across_hosts.py")
 HOSTS_LAYOUTS = ("tests/test_team_hosts.py", "tests/test_hosts.py")
-TEAM_DEPLOYMENTS = ONE_MACHINE_DEPLOYMENT + HOSTS_LAYOUTS
+TEAM_DEPLOYMENTS = CHAOS_MISSIONS + HOSTS_LAYOUTS
 
 # The modules that take longest, in the order they start (their times: docs/testing.md): the team deployments
 # run beside everything else, so they start first (the system lane: a group on each worker; CI's lane: the
-# one-machine deployment beside the demo's readers, the hosts layouts next); the rest follow in file order.
+# chaos missions' beside the demo's readers, the hosts layouts next); the rest follow in file order, a worker
+# taking the next module once two tests or fewer of its own are left (xdist's loadfile scheduling).
 LONGEST_FIRST = (
-    *ONE_MACHINE_DEPLOYMENT,
+    *CHAOS_MISSIONS,
     "tests/test_lineage.py",
     "tests/test_site.py",
     *HOSTS_LAYOUTS,
@@ -172,8 +172,8 @@ def pytest_xdist_make_scheduler(config, log):
                 return "the demo's readers"
             if all_lanes and module in TEAM_DEPLOYMENTS:
                 return "the team deployments"
-            if module in ONE_MACHINE_DEPLOYMENT:
-                return "the one-machine deployment"
+            if module in CHAOS_MISSIONS:
+                return "the chaos missions' deployments"
             return "the hosts layouts" if module in HOSTS_LAYOUTS else module
 
     return ModulesSharingAWorker(config, log)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -211,6 +212,7 @@ def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(s
     assert raw_use.version == str(held.snapshot_id)  # raw as the merge found it, not February's commit
 
     republished = add_taxi_month(site, 2023, 1, rows=3_100, seed=49)
+    republished_version = f"{republished.name}@sha256:{hashlib.sha256(republished.read_bytes()).hexdigest()}"
     _load(2023, 1, steps=2)
     existed = {s.snapshot_id for s in load_table(RAW).snapshots()}
     changed = taxi.merge_into_raw(2023, 1, task)
@@ -223,7 +225,8 @@ def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(s
     assert own.summary.get(MONTH) == "2023-01" and own.summary.get(COMMITTED_BY) == task.task_run
     assert changed.summary["merged_rows"] > 0
     assert comparable(raw_rows_of(republished)).equals(comparable(expected_taxi_rows(republished)))
-    republished_rows, republished_version = expected_taxi_rows(republished).num_rows, raw_use.source_version
+    assert raw_use.source_version == republished_version  # the file's own bytes, hashed here
+    republished_rows = expected_taxi_rows(republished).num_rows
 
     again, landed = add_taxi_month(site, 2023, 1, rows=3_050, seed=50), []
     _load(2023, 1, steps=2)
@@ -243,7 +246,7 @@ def test_a_merge_reports_its_own_commit_not_another_months_committed_meanwhile(s
     assert landed and landed[0].total and raw_use.committed
     assert {s.snapshot_id for s in load_table(RAW).snapshots()} - existed == {own.snapshot_id}  # one commit
     assert own.summary.get(COMMITTED_BY) == task.task_run
-    assert republished_version and raw_use.replaced_version == republished_version  # the version it replaced
+    assert raw_use.replaced_version == republished_version  # the version it replaced, as the file was
     said = (raw_use.changes.added, raw_use.changes.changed, raw_use.changes.removed)
     assert said == (landed[0].added, landed[0].changed, landed[0].removed)  # not the second try's nothing
     # every trip of the new file added and every trip of the one before removed (no trip is in both)

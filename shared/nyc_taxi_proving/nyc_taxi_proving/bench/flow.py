@@ -131,15 +131,15 @@ class Lake:
         self.work, self.rows, self.files = work, rows, []
         self.server = FixtureServer(work / "site")
         self.logs = work / "spark-events"
-        conf = work / "spark-conf"
-        from nyc_taxi_proving.bench.queries import spark_conf_dir
+        from nyc_taxi_proving.bench.queries import event_log_submit_args
 
         os.environ.update(
             {
                 "STATE_DIR": str(work / "state"),
                 "PROFILE": "local",
                 "TLC_BASE_URL": self.server.start(),
-                "SPARK_CONF_DIR": str(spark_conf_dir(conf, self.logs)),  # Spark's event log, for the query table
+                # Spark's event log, for the query table
+                "PYSPARK_SUBMIT_ARGS": event_log_submit_args(self.logs, os.environ.get("PYSPARK_SUBMIT_ARGS")),
             }
         )
         from nyc_taxi.core.lakehouse import lakehouse

@@ -1,7 +1,8 @@
 """Where a Spark step's time goes, query by query, from Spark's own event log.
 
-The benchmarks run the flow with Spark's event log on (a ``spark-defaults.conf`` in a directory of their
-own, ``SPARK_CONF_DIR``: the product's settings are untouched) and read it back here: each SQL execution
+The benchmarks run the flow with Spark's event log on (``--conf`` in ``PYSPARK_SUBMIT_ARGS``: the product's
+settings are untouched, and so is the JVM's class path, which a ``SPARK_CONF_DIR`` of their own would
+change, so that the class-data-sharing archive would not map) and read it back here: each SQL execution
 with its duration, the SQL file it came from (``SqlFolder.run`` names the queries after their file), what
 its Iceberg scans read after pruning (data files read and skipped, bytes, rows) and what its writes wrote.
 """
@@ -9,6 +10,7 @@ its Iceberg scans read after pruning (data files read and skipped, bytes, rows) 
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,14 +23,12 @@ SCAN_METRICS = {  # Iceberg's scan metrics, as Spark's event log names them
 WRITE_METRICS = {"number of written files": "files_written", "written output": "bytes_written"}
 
 
-def spark_conf_dir(directory: Path, event_logs: Path) -> Path:
-    """A Spark configuration directory that turns the event log on, writing to ``event_logs``."""
-    directory.mkdir(parents=True, exist_ok=True)
+def event_log_submit_args(event_logs: Path, before: str | None = None) -> str:
+    """``PYSPARK_SUBMIT_ARGS`` that turn Spark's event log on, writing to ``event_logs``, with ``before``'s
+    arguments (PySpark's default ``pyspark-shell`` when none)."""
     event_logs.mkdir(parents=True, exist_ok=True)
-    (directory / "spark-defaults.conf").write_text(
-        f"spark.eventLog.enabled true\nspark.eventLog.dir file://{event_logs}\n"
-    )
-    return directory
+    conf = ["--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir=file://{event_logs}"]
+    return shlex.join([*conf, *shlex.split(before or "pyspark-shell")])
 
 
 @dataclass

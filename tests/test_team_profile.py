@@ -465,6 +465,39 @@ def test_up_again_changes_nothing_and_status_says_which_program_answers(team):
     assert all(p["answers"] == "yes" for p in after.values()), after
 
 
+_DRIVERS_MAPS = """
+import json, psutil
+from nyc_taxi.core.spark import get_spark
+spark = get_spark()
+spark.sql("SELECT 1").collect()
+def command(process):  # the launcher's own children may be gone (zombies): no command line
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+(driver,) = [p for p in psutil.Process().children(recursive=True) if "SparkSubmit" in command(p)]
+mapped = sorted({line.split()[-1] for line in open(f"/proc/{driver.pid}/maps") if line.rstrip().endswith(".jsa")})
+print(json.dumps({"master": spark.sparkContext.master, "mapped": mapped}))
+"""
+
+
+def test_a_drivers_jvm_maps_the_class_data_sharing_archive_team_up_built_for_the_drivers_class_path(team):
+    """A Spark driver started as the deployment's tasks start one (its settings, its cluster) maps the archive
+    `team up` built for the drivers' class path: the kernel's map of the driver's JVM holds the file. A JVM
+    whose class path did not match would drop it and start without (a driver archive is no executor's)."""
+    import json
+
+    from nyc_taxi.core.spark_jvm import class_archive, driver_class_path
+
+    settings, env = team
+    archive = class_archive(driver_class_path(settings))
+    ran = subprocess.run([sys.executable, "-c", _DRIVERS_MAPS], env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert seen["master"].startswith("spark://") and archive.is_file()
+    assert str(archive) in seen["mapped"], seen  # beside the JDK's own base archive
+
+
 def test_a_killed_scheduler_answers_again_only_once_its_new_process_has_sent_a_heartbeat(team):
     """SIGKILL to the scheduler: its last heartbeat is seconds old, and Airflow's health calls it healthy for
     30 s more. It answers again only once supervisord has run it again and the new process has beaten."""

@@ -5,11 +5,13 @@ local[*] unless ``SPARK_MASTER`` (or ``spark.master`` in spark-defaults.conf) na
 Iceberg's Spark runtime jar comes from the locked PyPI package ``snowpark-connect-deps-iceberg``
 (no Maven download); the local catalog's SQLite JDBC driver from Debian's libxerial-sqlite-jdbc-java.
 
-Start-up matters: every Airflow task and every Spark step of the flow is a fresh process. In local
-mode the jars go on the JVM's own class path, and the JVM maps a class-data-sharing archive of the
-classes a session loads (Java's AppCDS: Spark, Scala, Iceberg, the JDBC driver) instead of loading and
-verifying them again; `bash run setup` builds it (``python -m nyc_taxi.core.spark_jvm``) once per JVM
-and set of jars. Spark's web UI is off unless ``SPARK_UI=true``. `bash run bench ingest` measures each.
+Start-up matters: every Airflow task and every Spark step of the flow is a fresh process. The jars go on
+the driver JVM's own class path, and the driver maps a class-data-sharing archive of the classes a session
+loads (Java's AppCDS: Spark, Scala, Iceberg, the JDBC driver) instead of loading and verifying them again.
+An archive holds one class path: `bash run setup` builds the local profile's (``python -m
+nyc_taxi.core.spark_jvm``), `bash run team up` the team profile's drivers' (``--profile team``), each once
+per JVM and set of jars. A cluster's executors start without one. Spark's web UI is off unless
+``SPARK_UI=true``. `bash run bench ingest` measures each.
 Which session a process gets (this, or one of a warm Spark server's) is ``nyc_taxi.core.spark``'s choice.
 """
 
@@ -55,9 +57,14 @@ def _jars(settings: Settings) -> list[str]:
     return [str(iceberg_runtime_jar()), *lakehouse(settings).spark_jars()]
 
 
+def driver_class_path(settings: Settings) -> list[str]:
+    """What the driver JVM's class path holds before Spark's own jars (``spark.driver.extraClassPath``)."""
+    return [*_jars(settings), *lakehouse(settings).spark_class_path()]
+
+
 def class_archive(jars: list[str]) -> Path:
-    """Where the class-data-sharing archive for this JVM, this Spark and these jars is (it may not exist).
-    Its name changes with any of them, so a stale archive is never used."""
+    """Where the class-data-sharing archive for this JVM, this Spark and this class path before Spark's
+    jars is (it may not exist). Its name changes with any of them, so a stale archive is never used."""
     import hashlib
     import shutil
     import sys
@@ -84,10 +91,10 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
     lake = lakehouse(settings)
     jars, local, class_path = _jars(settings), is_local(settings), lake.spark_class_path()
     options = ["-Duser.timezone=UTC", *lake.java_options(), *java_options, *([QUICK_JIT] if small else [])]
-    archive = class_archive(jars)
-    if local and archive.is_file() and not java_options:
-        options += [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off"]  # "cds" logs would go to task logs
-    java_opts = " ".join(options)
+    driver = list(options)
+    archive = class_archive([*jars, *class_path])
+    if archive.is_file() and not java_options:  # the driver's alone: an executor's class path is another
+        driver += [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off"]  # "cds" logs would go to task logs
     catalog = f"spark.sql.catalog.{settings.catalog_name}"
     conf = {
         "spark.app.name": "nyc-taxi",
@@ -100,8 +107,8 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
         "spark.driver.memory": settings.spark_driver_memory,
-        "spark.driver.extraJavaOptions": java_opts,
-        "spark.executor.extraJavaOptions": java_opts,
+        "spark.driver.extraJavaOptions": " ".join(driver),
+        "spark.executor.extraJavaOptions": " ".join(options),
         "spark.ui.showConsoleProgress": "false",
         catalog: "org.apache.iceberg.spark.SparkCatalog",
         f"{catalog}.warehouse": lake.warehouse,
@@ -244,14 +251,17 @@ _WORKLOAD = [
 
 
 def build_class_archive(settings: Settings | None = None) -> Path | None:
-    """Build the class-data-sharing archive for this JVM and these jars if it is missing (`bash run
-    setup`): a JVM runs a representative session and writes the classes it loaded at its exit."""
+    """Build the class-data-sharing archive for the drivers of these settings' profile if it is missing
+    (`bash run setup`, `bash run team up`): a local JVM with their class path runs a representative session
+    and writes the classes it loaded at its exit. No service is needed: another profile's class path is
+    exercised on a catalog of files of its own."""
     import subprocess
     import sys
     import tempfile
 
     settings = settings or get_settings()
-    archive = class_archive(_jars(settings))
+    class_path = driver_class_path(settings)
+    archive = class_archive(class_path)
     if archive.is_file():
         return archive
     archive.parent.mkdir(parents=True, exist_ok=True)
@@ -259,7 +269,7 @@ def build_class_archive(settings: Settings | None = None) -> Path | None:
         dump = Path(tmp) / archive.name
         env = {**os.environ, "STATE_DIR": str(Path(tmp) / "state"), "PROFILE": "local", "SPARK_MASTER": ""}
         subprocess.run(
-            [sys.executable, "-m", "nyc_taxi.core.spark_jvm", "--exercise", str(dump)],
+            [sys.executable, "-m", "nyc_taxi.core.spark_jvm", "--exercise", str(dump), ":".join(class_path)],
             env=env,
             check=True,
             capture_output=True,
@@ -271,30 +281,50 @@ def build_class_archive(settings: Settings | None = None) -> Path | None:
     return archive
 
 
-def _exercise(dump: str) -> None:
+def _exercise(dump: str, class_path: str) -> None:
     import tempfile
 
-    settings = get_settings()
-    lakehouse(settings).create()
-    session = new_session(settings, (f"-XX:ArchiveClassesAtExit={dump}", "-Xlog:cds*=off"))
+    from pyspark.sql import SparkSession
+
+    settings = get_settings()  # the local profile, in a state directory of its own
+    options = (f"-XX:ArchiveClassesAtExit={dump}", "-Xlog:cds*=off")
     table = f"{settings.catalog_name}.{settings.database}.class_archive_workload"
-    for statement in _WORKLOAD:
-        session.sql(statement.format(t=table)).collect()
     with tempfile.TemporaryDirectory() as tmp:
+        if class_path == ":".join(driver_class_path(settings)):
+            lakehouse(settings).create()
+            session = new_session(settings, options)
+        else:  # another profile's drivers: their class path, and a catalog of files (Iceberg's hadoop type)
+            catalog = f"spark.sql.catalog.{settings.catalog_name}"
+            conf = {k: v for k, v in session_conf(settings, options).items() if not k.startswith(f"{catalog}.")}
+            conf |= {"spark.driver.extraClassPath": class_path, f"{catalog}.type": "hadoop"}
+            conf[f"{catalog}.warehouse"] = f"file://{tmp}/warehouse"
+            builder = SparkSession.builder
+            for key, value in conf.items():
+                builder = builder.config(key, value)
+            session = builder.getOrCreate()
+            session.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.database}")
+        for statement in _WORKLOAD:
+            session.sql(statement.format(t=table)).collect()
         frame = session.createDataFrame([("a", 1.0), ("b", None)], "k STRING, v DOUBLE")
         frame.write.parquet(f"{tmp}/p")
         frame.write.csv(f"{tmp}/c")
         session.read.parquet(f"{tmp}/p").selectExpr("*", "_metadata.file_name", "_metadata.row_index").collect()
         session.read.csv(f"{tmp}/c", schema="k STRING, v STRING", header=False, mode="FAILFAST").collect()
         session.sql(f"SELECT k, ts, v, n FROM {table}").writeTo(table).overwritePartitions()
-    session.stop()  # the JVM writes the archive as it exits
+        session.stop()  # the JVM writes the archive as it exits
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
-    if sys.argv[1:2] == ["--exercise"]:
-        _exercise(sys.argv[2])
+    parser = argparse.ArgumentParser(description="build the drivers' class-data-sharing archive if it is missing")
+    parser.add_argument("--profile", help="the profile whose drivers it is for (default: the settings')")
+    parser.add_argument("--exercise", nargs=2, metavar=("DUMP", "CLASS_PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.exercise:
+        _exercise(*args.exercise)
     else:
-        built = build_class_archive()
+        chosen = get_settings()
+        chosen = chosen.model_copy(update={"profile": args.profile}) if args.profile else chosen
+        built = build_class_archive(chosen)
         print(f"class-data-sharing archive: {built}" if built else "no class-data-sharing archive (JVM without AppCDS)")

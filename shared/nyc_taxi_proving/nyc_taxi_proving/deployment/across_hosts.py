@@ -126,6 +126,7 @@ def up(settings: Settings) -> list[str]:
     network = Network(settings)
     with machine_lock("team-up", "waiting for another deployment's `team up` on this machine to finish"):
         said = [f"hosts: {line}" for line in network.up()]
+        said.append(services.drivers_class_archive(settings))  # in the environment every host runs from
         started = running(settings)
         orphaned = [
             h.name

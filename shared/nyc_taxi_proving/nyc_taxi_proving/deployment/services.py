@@ -437,6 +437,7 @@ def up(settings: Settings) -> list[str]:
                 "secret, SeaweedFS's certificates): `bash run team down`, then `bash run team up` (the data stays)"
             )
         record = _record(settings, supervisor.running())
+        archive = drivers_class_archive(settings)
         if not supervisor.running():
             if listening(settings.airflow_port):
                 raise ServiceError(
@@ -444,7 +445,15 @@ def up(settings: Settings) -> list[str]:
                     "port (in .env or the environment) for this deployment's Airflow"
                 )
             supervisor.start(environment(settings, record))
-        return [service(settings, record).up(supervisor) for service in one_machine()]
+        return [archive, *(service(settings, record).up(supervisor) for service in one_machine())]
+
+
+def drivers_class_archive(settings: Settings) -> str:
+    """The class-data-sharing archive the deployment's Spark drivers map (built the first time, about 25 s):
+    each task's and step's driver starts sooner; without one (a JVM without AppCDS) as it would."""
+    from nyc_taxi.core.spark_jvm import build_class_archive
+
+    return f"Spark drivers' class-data-sharing archive: {build_class_archive(settings) or 'none (no AppCDS)'}"
 
 
 def data_directories(settings: Settings) -> list[Path]:

@@ -481,7 +481,7 @@ print(json.dumps({"master": spark.sparkContext.master, "mapped": mapped}))
 """
 
 
-def test_a_drivers_jvm_maps_the_class_data_sharing_archive_team_up_built_for_the_drivers_class_path(team):
+def test_a_drivers_jvm_maps_the_class_data_sharing_archive_of_the_drivers_class_path(team):
     """A Spark driver started as the deployment's tasks start one (its settings, its cluster) maps the archive
     `team up` built for the drivers' class path: the kernel's map of the driver's JVM holds the file. A JVM
     whose class path did not match would drop it and start without (a driver archive is no executor's)."""

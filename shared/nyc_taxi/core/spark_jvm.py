@@ -11,7 +11,7 @@ loads (Java's AppCDS: Spark, Scala, Iceberg, the JDBC driver) instead of loading
 An archive holds one class path: `bash run setup` builds the local profile's (``python -m
 nyc_taxi.core.spark_jvm``), `bash run team up` the team profile's drivers' (``--profile team``), each once
 per JVM and set of jars. A cluster's executors start without one. Spark's web UI is off unless
-``SPARK_UI=true``. `bash run bench ingest` measures each.
+``SPARK_UI=true``. `bash run bench startup` measures each.
 Which session a process gets (this, or one of a warm Spark server's) is ``nyc_taxi.core.spark``'s choice.
 """
 
@@ -76,7 +76,8 @@ def class_archive(jars: list[str]) -> Path:
     java = java.resolve() if java.exists() else java
     libjvm = next(java.parent.parent.glob("lib/server/libjvm.so"), java)
     parts = [pyspark.__version__, str(java), str(libjvm.stat().st_size) if libjvm.exists() else "?"]
-    parts += [f"{jar}:{Path(jar).stat().st_size}" for jar in jars if Path(jar).exists()]
+    # a jar's size and time, as Java checks them: a jar replaced in place is another archive's
+    parts += [f"{jar}:{Path(jar).stat().st_size}:{Path(jar).stat().st_mtime_ns}" for jar in jars if Path(jar).exists()]
     digest = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
     return Path(sys.prefix) / "spark-class-archive" / f"{digest}.jsa"
 
@@ -268,6 +269,7 @@ def build_class_archive(settings: Settings | None = None) -> Path | None:
     with tempfile.TemporaryDirectory(dir=archive.parent) as tmp:
         dump = Path(tmp) / archive.name
         env = {**os.environ, "STATE_DIR": str(Path(tmp) / "state"), "PROFILE": "local", "SPARK_MASTER": ""}
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"  # a local JVM, in whatever network namespace `up` runs
         subprocess.run(
             [sys.executable, "-m", "nyc_taxi.core.spark_jvm", "--exercise", str(dump), ":".join(class_path)],
             env=env,
@@ -296,7 +298,8 @@ def _exercise(dump: str, class_path: str) -> None:
         else:  # another profile's drivers: their class path, and a catalog of files (Iceberg's hadoop type)
             catalog = f"spark.sql.catalog.{settings.catalog_name}"
             conf = {k: v for k, v in session_conf(settings, options).items() if not k.startswith(f"{catalog}.")}
-            conf |= {"spark.driver.extraClassPath": class_path, f"{catalog}.type": "hadoop"}
+            conf |= {"spark.driver.extraClassPath": class_path, f"{catalog}.type": "hadoop", "spark.master": "local[*]"}
+            conf.pop("spark.jars.packages", None)  # offline: the drivers' own jars only
             conf[f"{catalog}.warehouse"] = f"file://{tmp}/warehouse"
             builder = SparkSession.builder
             for key, value in conf.items():

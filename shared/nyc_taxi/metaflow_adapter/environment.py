@@ -57,9 +57,11 @@ def project_metaflow_settings(settings: Settings) -> dict[str, str]:
         "METAFLOW_DEFAULT_METADATA": "local",
         "METAFLOW_DATASTORE_SYSROOT_LOCAL": str(home),
         "METAFLOW_CARD_LOCALROOT": str(home / "mf.cards"),
-        # where Metaflow's S3 datastore downloads to (by default the working directory, often the clone, where
-        # a step killed mid-transfer leaves its `metaflow.s3.*`): the state directory, this host's own
+        # where Metaflow's S3 datastore and its S3 client download to (by default the working directory, often
+        # the clone, where a step killed mid-transfer leaves its `metaflow.s3.*`): the state directory, this
+        # host's own
         "METAFLOW_ARTIFACT_LOCALROOT": str(settings.state_dir / "metaflow-tmp"),
+        "METAFLOW_TEMPDIR": str(settings.state_dir / "metaflow-tmp"),
         # Metaflow needs a user name and refuses "root" (CI and containers often run as root).
         "METAFLOW_USER": _user(),
         **_datastore(settings),
@@ -78,7 +80,7 @@ def metaflow_environment(settings: Settings | None = None, environ: dict[str, st
     kept = {k: v for k, v in project_metaflow_settings(settings).items() if k not in given}
     if any(k.startswith(DATASTORE) for k in given):  # a datastore of theirs: none of the project's parts with it
         kept = {k: v for k, v in kept.items() if not k.startswith(DATASTORE_PARTS)}
-    for directory in ("METAFLOW_DATASTORE_SYSROOT_LOCAL", "METAFLOW_ARTIFACT_LOCALROOT"):
+    for directory in ("METAFLOW_DATASTORE_SYSROOT_LOCAL", "METAFLOW_ARTIFACT_LOCALROOT", "METAFLOW_TEMPDIR"):
         if directory in kept:
             Path(kept[directory]).mkdir(parents=True, exist_ok=True)
     return {**kept, PROJECT_SET: mark(kept)}

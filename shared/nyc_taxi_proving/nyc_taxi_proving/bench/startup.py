@@ -29,18 +29,16 @@ from nyc_taxi.core.naming import spark_table
 
 variant, today = sys.argv[1], spark_jvm.session_conf
 
-def before(settings, java_options=(), small=False):
-    conf = today(settings, java_options, small)
-    conf["spark.jars"] = conf.pop("spark.driver.extraClassPath").replace(":", ",")
-    conf["spark.ui.enabled"] = "true"
-    options = conf["spark.driver.extraJavaOptions"].split()
-    conf["spark.driver.extraJavaOptions"] = " ".join(o for o in options if "SharedArchiveFile" not in o and "cds" not in o)
-    return conf
-
 def without_the_archive(settings, java_options=(), small=False):
     conf = today(settings, java_options, small)
     options = conf["spark.driver.extraJavaOptions"].split()
     conf["spark.driver.extraJavaOptions"] = " ".join(o for o in options if "SharedArchiveFile" not in o and "cds" not in o)
+    return conf
+
+def before(settings, java_options=(), small=False):
+    conf = without_the_archive(settings, java_options, small)
+    conf["spark.jars"] = conf.pop("spark.driver.extraClassPath").replace(":", ",")
+    conf["spark.ui.enabled"] = "true"
     return conf
 
 if variant == "before":
@@ -63,16 +61,16 @@ VARIANTS = {
 
 def measure(env: dict, repeat: int = 3, variants: tuple[str, ...] = ("before", "now", "small")) -> dict:
     """Median seconds of each variant over ``repeat`` fresh processes, run one after another."""
-    figures = {}
-    for variant in variants:
-        runs = []
-        for _ in range(repeat):
+    runs: dict[str, list[dict]] = {variant: [] for variant in variants}
+    for _ in range(repeat):  # in turn, so that a machine settling after a start weighs on each alike
+        for variant in variants:
             out = subprocess.run(
                 [sys.executable, "-c", PROBE, variant], env=env, capture_output=True, text=True, check=True
             )
-            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        figures[variant] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-    return figures
+            runs[variant].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {
+        variant: {key: statistics.median(r[key] for r in done) for key in done[0]} for variant, done in runs.items()
+    }
 
 
 def rows(figures: dict[str, dict[str, float]]) -> list[tuple[str, float]]:
@@ -104,6 +102,10 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-startup-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "OPENLINEAGE"))}
     env |= {"STATE_DIR": str(work / "state"), "PROFILE": args.profile, "SPARK_SERVER": "false"}
+    if args.profile == "team":  # the throw-away deployment's API server on a port of its own
+        from nyc_taxi.core.processes import free_port
+
+        env["AIRFLOW_PORT"] = str(free_port())
     team = [sys.executable, "-m", "nyc_taxi_proving.cli.team"]
     log = work / "team.log"
     try:
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.profile == "team":
             with log.open("a") as out:
                 subprocess.run([*team, "down", "--delete-data"], env=env, stdout=out, stderr=subprocess.STDOUT)
-        shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)  # kept, with its log, when a step failed
     print(f"\nSpark start-up, profile {args.profile}, median of {args.repeat} fresh processes each:")
     for name, value in rows(figures):
         print(f"  {name:<95} {value:8.2f}")

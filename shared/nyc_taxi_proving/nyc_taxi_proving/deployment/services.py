@@ -450,10 +450,17 @@ def up(settings: Settings) -> list[str]:
 
 def drivers_class_archive(settings: Settings) -> str:
     """The class-data-sharing archive the deployment's Spark drivers map (built the first time, about 25 s):
-    each task's and step's driver starts sooner; without one (a JVM without AppCDS) as it would."""
+    each task's and step's driver starts sooner. Without one (it could not be built) they start as they
+    would: nothing else depends on it."""
+    import subprocess
+
     from nyc_taxi.core.spark_jvm import build_class_archive
 
-    return f"Spark drivers' class-data-sharing archive: {build_class_archive(settings) or 'none (no AppCDS)'}"
+    try:
+        built = build_class_archive(settings)
+    except (subprocess.SubprocessError, OSError) as error:
+        return f"Spark drivers' class-data-sharing archive: none, building it failed ({type(error).__name__})"
+    return f"Spark drivers' class-data-sharing archive: {built or 'none (the JVM wrote none)'}"
 
 
 def data_directories(settings: Settings) -> list[Path]:

@@ -278,3 +278,24 @@ print(path, builder.getOrCreate().read.parquet(path).count())
     read = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
     assert read.returncode == 0, read.stderr[-4000:]
     assert read.stdout.split()[-2:] == [f"s3a://{settings.s3_bucket}/landing/tlc/month.parquet", "1234"]
+
+
+def test_team_up_goes_on_without_the_drivers_class_archive_when_it_cannot_be_built(tmp_path, monkeypatch):
+    """The archive only makes drivers start sooner: a JVM that refuses to write it (or a jar missing) is
+    said, with the JVM's own last word, and `up` goes on; the drivers start without it."""
+    from nyc_taxi.core import spark_jvm
+    from nyc_taxi_proving.deployment import services
+
+    settings = Settings(_env_file=None, profile="team", state_dir=tmp_path)
+    refused = subprocess.CalledProcessError(1, ["java"], stderr=b"...\nUnrecognized VM option 'ArchiveClassesAtExit'\n")
+    for error, word in (
+        (refused, "Unrecognized VM option 'ArchiveClassesAtExit'"),
+        (FileNotFoundError("no jar"), "no jar"),
+    ):
+
+        def fails(_settings, error=error):
+            raise error
+
+        monkeypatch.setattr(spark_jvm, "build_class_archive", fails)
+        said = services.drivers_class_archive(settings)
+        assert said == f"Spark drivers' class-data-sharing archive: none, building it failed: {word}"

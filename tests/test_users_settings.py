@@ -524,6 +524,7 @@ def test_metaflows_s3_datastore_downloads_into_the_state_directory_not_the_worki
         env["METAFLOW_ARTIFACT_LOCALROOT"]
     ), downloaded
     assert downloaded.is_relative_to(settings.state_dir) and not list(work.iterdir())
+    assert env["METAFLOW_TEMPDIR"] == env["METAFLOW_ARTIFACT_LOCALROOT"]  # a bare S3() of a step's: the same
 
 
 def test_a_users_own_datastore_gets_none_of_the_projects_bucket_settings(tmp_path, monkeypatch):

@@ -330,4 +330,4 @@ if __name__ == "__main__":
         chosen = get_settings()
         chosen = chosen.model_copy(update={"profile": args.profile}) if args.profile else chosen
         built = build_class_archive(chosen)
-        print(f"class-data-sharing archive: {built}" if built else "no class-data-sharing archive (JVM without AppCDS)")
+        print(f"class-data-sharing archive: {built}" if built else "no class-data-sharing archive (the JVM wrote none)")

@@ -6,7 +6,7 @@ for the configuration before the start-up work and for today's (`bash run bench 
 - now, small data: the same with the quick compiler tier only (what the flow's Spark steps use);
 - now without the archive: today's, the driver's class-data-sharing archive left out.
 
-`bash run bench startup --profile team` measures the last two on the team profile, in a throw-away
+`bash run bench startup --profile team` measures today's with and without the archive on the team profile, in a throw-away
 deployment of its own (`team up`, then `team down --delete-data`): a driver on this machine, its
 executor on the deployment's Spark cluster, the catalog in PostgreSQL, the tables in the bucket.
 """
@@ -66,7 +66,7 @@ def measure(env: dict, repeat: int = 3, variants: tuple[str, ...] = ("before", "
         for variant in variants:
             out = subprocess.run(
                 [sys.executable, "-c", PROBE, variant], env=env, capture_output=True, text=True, check=True
-            )
+            )  # a failure's standard error goes with it (CalledProcessError.stderr)
             runs[variant].append(json.loads(out.stdout.strip().splitlines()[-1]))
     return {
         variant: {key: statistics.median(r[key] for r in done) for key in done[0]} for variant, done in runs.items()
@@ -117,10 +117,14 @@ def main(argv: list[str] | None = None) -> None:
         subprocess.run([sys.executable, "-c", tables + "lakehouse().create(); ensure_tables()"], env=env, check=True)
         variants = ("without", "now") if args.profile == "team" else ("before", "without", "now", "small")
         figures = measure(env, args.repeat, variants)
+    except subprocess.CalledProcessError as error:
+        raise SystemExit(f"{error}\n{(error.stderr or '')[-3000:]}\n(kept: {work})") from error
     finally:
         if args.profile == "team":
             with log.open("a") as out:
-                subprocess.run([*team, "down", "--delete-data"], env=env, stdout=out, stderr=subprocess.STDOUT)
+                down = subprocess.run([*team, "down", "--delete-data"], env=env, stdout=out, stderr=subprocess.STDOUT)
+            if down.returncode:
+                raise SystemExit(f"team down --delete-data failed: its deployment may still run (log: {log})")
     shutil.rmtree(work, ignore_errors=True)  # kept, with its log, when a step failed
     print(f"\nSpark start-up, profile {args.profile}, median of {args.repeat} fresh processes each:")
     for name, value in rows(figures):

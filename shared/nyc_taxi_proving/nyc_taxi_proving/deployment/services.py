@@ -437,15 +437,16 @@ def up(settings: Settings) -> list[str]:
                 "secret, SeaweedFS's certificates): `bash run team down`, then `bash run team up` (the data stays)"
             )
         record = _record(settings, supervisor.running())
-        archive = drivers_class_archive(settings)
+        said = []
         if not supervisor.running():
             if listening(settings.airflow_port):
                 raise ServiceError(
                     f"127.0.0.1:{settings.airflow_port} is taken by another program: set AIRFLOW_PORT to a free "
                     "port (in .env or the environment) for this deployment's Airflow"
                 )
+            said.append(drivers_class_archive(settings))  # before the first task's driver
             supervisor.start(environment(settings, record))
-        return [archive, *(service(settings, record).up(supervisor) for service in one_machine())]
+        return [*said, *(service(settings, record).up(supervisor) for service in one_machine())]
 
 
 def drivers_class_archive(settings: Settings) -> str:
@@ -459,7 +460,8 @@ def drivers_class_archive(settings: Settings) -> str:
     try:
         built = build_class_archive(settings)
     except (subprocess.SubprocessError, OSError) as error:
-        return f"Spark drivers' class-data-sharing archive: none, building it failed ({type(error).__name__})"
+        said = (getattr(error, "stderr", None) or b"").decode(errors="replace").strip().splitlines()
+        return f"Spark drivers' class-data-sharing archive: none, building it failed: {said[-1] if said else error}"
     return f"Spark drivers' class-data-sharing archive: {built or 'none (the JVM wrote none)'}"
 
 

@@ -133,7 +133,13 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
 SECRET_KEY = re.compile(r"(?i)secret|password|token|access[.]key")
 
 
-def new_session(settings: Settings, java_options: tuple[str, ...] = (), small: bool = False):
+def new_session(
+    settings: Settings,
+    java_options: tuple[str, ...] = (),
+    small: bool = False,
+    overrides: dict[str, str | None] | None = None,
+):
+    """A Spark session with ``session_conf``; ``overrides`` replace its keys (None: leaves one out)."""
     from pyspark.sql import SparkSession
 
     # py4j logs every socket at INFO, into task logs and into closed streams at exit.
@@ -142,6 +148,11 @@ def new_session(settings: Settings, java_options: tuple[str, ...] = (), small: b
     if is_local(settings) or "://127.0.0.1:" in (master(settings) or ""):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a driver on this machine listens on it only
     conf = session_conf(settings, java_options, small)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            conf.pop(key, None)
+        else:
+            conf[key] = value
     secrets = {key: value for key, value in conf.items() if SECRET_KEY.search(key)}
     from pyspark import SparkContext
 
@@ -286,8 +297,6 @@ def build_class_archive(settings: Settings | None = None) -> Path | None:
 def _exercise(dump: str, class_path: str) -> None:
     import tempfile
 
-    from pyspark.sql import SparkSession
-
     settings = get_settings()  # the local profile, in a state directory of its own
     options = (f"-XX:ArchiveClassesAtExit={dump}", "-Xlog:cds*=off")
     table = f"{settings.catalog_name}.{settings.database}.class_archive_workload"
@@ -297,14 +306,15 @@ def _exercise(dump: str, class_path: str) -> None:
             session = new_session(settings, options)
         else:  # another profile's drivers: their class path, and a catalog of files (Iceberg's hadoop type)
             catalog = f"spark.sql.catalog.{settings.catalog_name}"
-            conf = {k: v for k, v in session_conf(settings, options).items() if not k.startswith(f"{catalog}.")}
-            conf |= {"spark.driver.extraClassPath": class_path, f"{catalog}.type": "hadoop", "spark.master": "local[*]"}
-            conf.pop("spark.jars.packages", None)  # offline: the drivers' own jars only
-            conf[f"{catalog}.warehouse"] = f"file://{tmp}/warehouse"
-            builder = SparkSession.builder
-            for key, value in conf.items():
-                builder = builder.config(key, value)
-            session = builder.getOrCreate()
+            overrides = dict.fromkeys(k for k in session_conf(settings, options) if k.startswith(f"{catalog}."))
+            overrides |= {
+                "spark.driver.extraClassPath": class_path,
+                "spark.master": "local[*]",
+                "spark.jars.packages": None,  # offline: the drivers' own jars only
+                f"{catalog}.type": "hadoop",
+                f"{catalog}.warehouse": f"file://{tmp}/warehouse",
+            }
+            session = new_session(settings, options, overrides=overrides)
             session.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.database}")
         for statement in _WORKLOAD:
             session.sql(statement.format(t=table)).collect()

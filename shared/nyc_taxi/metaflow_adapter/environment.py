@@ -51,7 +51,7 @@ def users_metaflow_config(environ: dict[str, str] | None = None) -> tuple[Path |
 
 def project_metaflow_settings(settings: Settings) -> dict[str, str]:
     """The project's Metaflow settings for this profile, before a user's are applied."""
-    home = settings.metaflow_home
+    home, downloads = settings.metaflow_home, str(settings.state_dir / "metaflow-tmp")
     return {
         "METAFLOW_DEFAULT_DATASTORE": "local",
         "METAFLOW_DEFAULT_METADATA": "local",
@@ -60,8 +60,8 @@ def project_metaflow_settings(settings: Settings) -> dict[str, str]:
         # where Metaflow's S3 datastore and its S3 client download to (by default the working directory, often
         # the clone, where a step killed mid-transfer leaves its `metaflow.s3.*`): the state directory, this
         # host's own
-        "METAFLOW_ARTIFACT_LOCALROOT": str(settings.state_dir / "metaflow-tmp"),
-        "METAFLOW_TEMPDIR": str(settings.state_dir / "metaflow-tmp"),
+        "METAFLOW_ARTIFACT_LOCALROOT": downloads,
+        "METAFLOW_TEMPDIR": downloads,
         # Metaflow needs a user name and refuses "root" (CI and containers often run as root).
         "METAFLOW_USER": _user(),
         **_datastore(settings),

@@ -50,6 +50,8 @@ with DAG(
     schedule=[asset(d.YELLOW_TAXI_RAW)],
     start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
     catchup=False,
+    # one training at a time: two over one window can both add its new actuals: Spark runs an
+    # insert-only MERGE as a plain append, which Iceberg commits without checking for the other's rows
     max_active_runs=1,
     default_args=DEFAULT_ARGS,  # a retry resumes the flow run an earlier try left unfinished
     params=params(JOBS),  # as_of_datetime empty: the start of the month after the one the merge loaded

@@ -173,6 +173,48 @@ def test_jobs_are_declared_once_with_their_qualified_names():
         assert (REPO_ROOT / pipeline.code).is_file(), pipeline.code
 
 
+def test_runs_go_together_only_where_their_dags_share_no_dataset_a_months_two_loads_do():
+    """``dag_runs`` triggers a run together with the runs given just before it when their DAGs share no
+    dataset: a month's taxi and weather loads write their own tables; a DAG's next run, the training DAG
+    (its work is its flow's: it declares none) and a DAG the project does not declare wait."""
+    from nyc_taxi.airflow_adapter.dag_runs import together
+
+    taxi, weather, train = (
+        p.name for p in (jobs.INGEST_YELLOW_TAXI_DATA, jobs.INGEST_WEATHER_DATA, jobs.TRAIN_FORECAST_MODEL)
+    )
+    specs = [
+        f'{taxi}:{{"month": "2024-01"}}',
+        f'{weather}:{{"month": "2024-01"}}',
+        f'{weather}:{{"month": "2024-02"}}',
+        f'{taxi}:{{"month": "2024-02"}}',
+        f"{train}:{{}}",
+        train,
+        "not_declared",
+        taxi,
+    ]
+    groups = together(specs)
+    assert [[dag for dag, _ in group] for group in groups] == [
+        [taxi, weather],
+        [weather, taxi],
+        [train],
+        [train],
+        ["not_declared"],
+        [taxi],
+    ]
+    assert groups[1] == [(weather, {"month": "2024-02"}), (taxi, {"month": "2024-02"})]
+    # what a pipeline reads counts as much as what it writes
+    reader = jobs.Pipeline(
+        "reads_taxi_raw",
+        "airflow",
+        "",
+        "x",
+        jobs=(jobs.Job("j", "", reads=(d.YELLOW_TAXI_RAW,), writes=(d.YELLOW_RIDES_HOURLY_ACTUALS,)),),
+    )
+    assert not reader.runs_beside(jobs.INGEST_YELLOW_TAXI_DATA)
+    assert not jobs.INGEST_YELLOW_TAXI_DATA.runs_beside(reader)
+    assert reader.runs_beside(jobs.INGEST_WEATHER_DATA) and jobs.INGEST_WEATHER_DATA.runs_beside(reader)
+
+
 @pytest.mark.aws
 def test_aws_identities_follow_glue_and_s3_naming(aws_settings):
     account = "123456789012"  # moto's account

@@ -1,10 +1,12 @@
 """`PROFILE=team bash run demo`, as the README shows it (the system lane: a deployment and the whole demo
 through its scheduler): it brings the team deployment up, triggers every DAG run through the REST API,
 lets the scheduler start the trainings from the merges' asset events, acts on January's republication and
-refuses the broken month, as the local demo does (tests/test_lineage.py reads that one)."""
+refuses the broken month, as the local demo does (tests/test_lineage.py reads that one). Each month's taxi
+and weather loads, which share no dataset, ran at once on the Celery workers."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import subprocess
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 from team_deployment import assert_the_team_demo_ended_as_the_local_one
 
+from nyc_taxi.core.jobs import INGEST_WEATHER_DATA, INGEST_YELLOW_TAXI_DATA
 from nyc_taxi.core.processes import free_port
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.team, pytest.mark.system]
@@ -30,6 +33,7 @@ def test_the_team_demo_runs_through_the_scheduler_and_ends_as_the_local_one():
             [sys.executable, "-m", "nyc_taxi_proving.cli.demo"], env=env, capture_output=True, text=True, timeout=3600
         )
         assert_the_team_demo_ended_as_the_local_one(done)
+        _each_months_loads_ran_at_once(state, int(env["AIRFLOW_PORT"]), {"2024-01", "2024-02"})
     finally:
         down = subprocess.run(
             [sys.executable, "-m", "nyc_taxi_proving.cli.team", "down", "--delete-data"],
@@ -40,3 +44,20 @@ def test_the_team_demo_runs_through_the_scheduler_and_ends_as_the_local_one():
         )
         print(down.stdout, down.stderr)
         shutil.rmtree(state.parent, ignore_errors=True)
+
+
+def _each_months_loads_ran_at_once(state: Path, port: int, months: set[str]) -> None:
+    """The first taxi and weather runs of each month, as the scheduler recorded them, ran at the same time."""
+    from nyc_taxi.airflow_adapter.rest_api import RestApi
+    from nyc_taxi.core.settings import Settings
+
+    api = RestApi(Settings(_env_file=None, profile="team", state_dir=state, airflow_port=port))
+    first: dict[tuple[str, str], dict] = {}
+    for dag in (INGEST_YELLOW_TAXI_DATA.name, INGEST_WEATHER_DATA.name):
+        for run in sorted(api.runs(dag, limit=100), key=lambda r: r["start_date"] or ""):
+            first.setdefault((dag, (run.get("conf") or {}).get("month")), run)
+    for month in months:
+        pair = [first[(dag, month)] for dag in (INGEST_YELLOW_TAXI_DATA.name, INGEST_WEATHER_DATA.name)]
+        starts = [dt.datetime.fromisoformat(r["start_date"]) for r in pair]
+        ends = [dt.datetime.fromisoformat(r["end_date"]) for r in pair]
+        assert max(starts) < min(ends), f"{month}'s loads ran one after the other: {pair}"

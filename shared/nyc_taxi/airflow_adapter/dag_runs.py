@@ -1,14 +1,16 @@
-"""`python -m nyc_taxi.airflow_adapter.dag_runs DAG_ID[:CONF_JSON] ...`: DAG runs one after another.
+"""`python -m nyc_taxi.airflow_adapter.dag_runs DAG_ID[:CONF_JSON] ...`: DAG runs in the order given.
 Prints each run's task states and seconds, one JSON line per run, alone on stdout (everything else
 the runs print goes to stderr); exits 1 if one failed.
 
 Where the state directory's Airflow deployment runs (the team profile's `bash run team up`), each run
 is triggered through the REST API, as the UI's Trigger button does, and the scheduler runs it on the
-Celery workers; a run starts once the runs before it of the same DAG (those the scheduler started from
-asset events too) have ended, and the command returns when no run of any DAG is left (across hosts, on
-control, and every task's lineage has reached control: exit 1 naming those that did not). Otherwise each
-run is Airflow's own ``dag.test()`` in this one process (what `airflow dags test` does for one run),
-so the runs share one Python process and one Spark JVM.
+Celery workers. Runs given one after another whose DAGs share no dataset (``Pipeline.runs_beside``: a
+month's taxi and weather loads) are triggered together, so the workers run them at once; a run starts
+once the runs before it of the same DAG (those the scheduler started from asset events too) have ended,
+and the command returns when no run of any DAG is left (across hosts, on control, and every task's
+lineage has reached control: exit 1 naming those that did not). Otherwise each run is Airflow's own
+``dag.test()`` in this one process (what `airflow dags test` does for one run), one after another, so the
+runs share one Python process and one Spark JVM.
 
     python -m nyc_taxi.airflow_adapter.dag_runs 'ingest_yellow_taxi_data:{"month": "2024-01"}' ingest_weather_data
 """
@@ -45,42 +47,67 @@ def _parse(spec: str) -> tuple[str, dict]:
     return dag_id, json.loads(conf) if conf else {}
 
 
-def through_the_scheduler(api, specs: list[str]) -> int:
-    failed = False
+def together(specs: list[str]) -> list[list[tuple[str, dict]]]:
+    """The runs in groups that may run at once: each run joins the group of the runs given just before it
+    when its DAG runs beside each of theirs (the project's DAGs; another DAG runs alone)."""
+    from nyc_taxi.core.jobs import PIPELINES
+
+    groups: list[list[tuple[str, dict]]] = []
     for spec in specs:
         dag_id, conf = _parse(spec)
-        api.idle(dag_id)
-        started = time.perf_counter()
-        run_id = api.trigger(dag_id, conf)
-        run = _finished_saying_each_task(api, dag_id, run_id)
-        result = {
-            "dag_id": dag_id,
-            "conf": conf,
-            "run_id": run_id,
-            "state": run["state"],
-            "tasks": api.task_states(dag_id, run_id),
-            "seconds": round(time.perf_counter() - started, 1),
-        }
-        print(json.dumps(result), flush=True)
-        failed |= run["state"] != "success"
+        mine = PIPELINES.get(dag_id)
+        if groups and mine and all(o in PIPELINES and mine.runs_beside(PIPELINES[o]) for o, _ in groups[-1]):
+            groups[-1].append((dag_id, conf))
+        else:
+            groups.append([(dag_id, conf)])
+    return groups
+
+
+def through_the_scheduler(api, specs: list[str]) -> int:
+    failed = False
+    for group in together(specs):
+        triggered = []
+        for dag_id, conf in group:
+            api.idle(dag_id)
+            triggered.append((dag_id, conf, api.trigger(dag_id, conf), time.perf_counter()))
+        ended = _finished_saying_each_task(api, [(dag_id, run_id) for dag_id, _, run_id, _ in triggered])
+        for dag_id, conf, run_id, started in triggered:
+            run, at = ended[run_id]
+            result = {
+                "dag_id": dag_id,
+                "conf": conf,
+                "run_id": run_id,
+                "state": run["state"],
+                "tasks": api.task_states(dag_id, run_id),
+                "seconds": round(at - started, 1),
+            }
+            print(json.dumps(result), flush=True)
+            failed |= run["state"] != "success"
     api.idle()  # and the runs the scheduler started from the asset events of these
     return 1 if failed else 0
 
 
-def _finished_saying_each_task(api, dag_id: str, run_id: str, seconds: float = 3600) -> dict:
-    """The run once it has ended, each of its tasks' ends said as the scheduler records them (the tasks run
-    on the workers, whose output is their own)."""
-    said: set[str] = set()
+def _finished_saying_each_task(api, runs: list[tuple[str, str]], seconds: float = 3600) -> dict[str, tuple]:
+    """Each run (DAG id, run id) once it has ended, and when it was first seen ended (``perf_counter``), by
+    run id; each of their tasks' ends said as the scheduler records them (the tasks run on the workers,
+    whose output is their own)."""
+    said: set[tuple[str, str]] = set()
+    ended: dict[str, tuple] = {}
 
-    def ended() -> dict | None:
-        for task, state in api.task_states(dag_id, run_id).items():
-            if state in ("success", "failed", "skipped", "upstream_failed") and task not in said:
-                said.add(task)
-                progress(f"{dag_id}.{task}: {state}")
-        run = api.run(dag_id, run_id)
-        return run if run["state"] in ("success", "failed") else None
+    def all_ended() -> dict | None:
+        for dag_id, run_id in runs:
+            if run_id in ended:
+                continue
+            for task, state in api.task_states(dag_id, run_id).items():
+                if state in ("success", "failed", "skipped", "upstream_failed") and (run_id, task) not in said:
+                    said.add((run_id, task))
+                    progress(f"{dag_id}.{task}: {state}")
+            run = api.run(dag_id, run_id)
+            if run["state"] in ("success", "failed"):
+                ended[run_id] = (run, time.perf_counter())
+        return ended if len(ended) == len(runs) else None
 
-    return api.wait(ended, seconds)
+    return api.wait(all_ended, seconds)
 
 
 def _lineage_missing(settings, api, since: str, seconds: float = 300) -> int:

@@ -13,8 +13,8 @@ from nyc_taxi.core.settings import Settings
 
 
 def run(specs: list[str], settings: Settings, what: str) -> list[dict]:
-    """``specs`` (``DAG_ID:CONF_JSON``) one after another through Airflow (``airflow_adapter.dag_runs``: the
-    team deployment's scheduler where it runs, else ``dag.test()``); their results. RuntimeError naming the
+    """``specs`` (``DAG_ID:CONF_JSON``) in order through Airflow (``airflow_adapter.dag_runs``: the team
+    deployment's scheduler where it runs, a month's loads at once, else ``dag.test()``); their results. RuntimeError naming the
     failed tasks' errors when one fails: the runs before it stand (each is its own commits)."""
     from nyc_taxi.airflow_adapter.environment import airflow_process_environment, prepare_directories
     from nyc_taxi.core.progress import run_showing_progress

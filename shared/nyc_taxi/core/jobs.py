@@ -143,6 +143,22 @@ class Pipeline:
     def job_names(self) -> list[str]:
         return [job.name for job in self.jobs]
 
+    @property
+    def reads(self) -> set[Dataset]:
+        return {dataset for job in self.jobs for dataset in job.reads}
+
+    @property
+    def writes(self) -> set[Dataset]:
+        return {dataset for job in self.jobs for dataset in job.writes}
+
+    def runs_beside(self, other: Pipeline) -> bool:
+        """Whether a run of this pipeline may run at the same time as one of ``other``: another pipeline,
+        neither writing what the other reads or writes. A pipeline whose jobs declare no dataset (a DAG
+        whose work is a flow's) runs beside none."""
+        if other is self or not (self.writes and other.writes):
+            return False
+        return not (self.writes & (other.reads | other.writes) or other.writes & self.reads)
+
 
 def _ingestion_dag(
     name: str, description: str, landed: d.LandedFiles, staging: d.Table, raw: d.Table, merge_task: str

@@ -291,6 +291,7 @@ def test_team_up_goes_on_without_the_drivers_class_archive_when_it_cannot_be_bui
     for error, word in (
         (refused, "Unrecognized VM option 'ArchiveClassesAtExit'"),
         (FileNotFoundError("no jar"), "no jar"),
+        (ImportError("no module named pyspark"), "no module named pyspark"),
     ):
 
         def fails(_settings, error=error):

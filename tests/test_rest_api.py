@@ -79,3 +79,38 @@ def test_a_trigger_refused_while_the_server_restarts_is_asked_again_and_a_caller
     assert api.trigger("ingest_weather_data", {"month": "2024-02"}, run_id) == run_id and len(runs) == 1
     # a new name is a new run
     assert api.trigger("ingest_weather_data", {"month": "2024-02"}) != run_id and len(runs) == 2
+
+
+def test_idle_waits_for_an_asset_event_to_become_its_run_and_that_run_to_end_a_paused_dags_event_aside(
+    tmp_path, monkeypatch
+):
+    """Between a merge's run ending and the run its asset event starts (the scheduler's next loop, or when
+    `max_active_runs` lets it), no run is queued or running: `idle` still waits, for the waiting event; a
+    paused DAG's event starts nothing and is not waited for. Against the answers of Airflow's endpoints."""
+    import nyc_taxi.airflow_adapter.rest_api as rest_api
+
+    monkeypatch.setattr(rest_api.time, "sleep", lambda seconds: None)
+    training = {"dag_id": "train_forecast_model", "is_paused": False}
+    paused = {"dag_id": "paused_dag", "is_paused": True}
+    # each poll: (the active runs, the training DAG's waiting events); the paused DAG's event waits throughout
+    polls = [([], ["raw"]), ([], ["raw"]), ([{"state": "queued"}], []), ([{"state": "running"}], []), ([], [])]
+    asked: list[str] = []
+    now: dict = {}
+
+    def call(path, body=None, method=None, timeout=30):
+        asked.append(path)
+        if "dagRuns?state=queued" in path:
+            now["runs"], now["events"] = polls.pop(0) if polls else ([], [])
+            return {"dag_runs": now["runs"]}
+        if path == "/api/v2/dags?paused=false&limit=100":
+            return {"dags": [training]}
+        if path.endswith("/assets/queuedEvents"):
+            events = now["events"] if path.startswith("/api/v2/dags/train_forecast_model/") else ["raw"]
+            return {"queued_events": [{"asset_id": 1} for _ in events], "total_entries": len(events)}
+        return {"/api/v2/dags/paused_dag": paused, "/api/v2/dags/train_forecast_model": training}[path]
+
+    api = object.__new__(RestApi)
+    api.call = call
+    api.idle()
+    assert not polls and not any("paused_dag/assets" in p for p in asked)  # every poll made
+    api.idle("paused_dag")  # its own runs ended; its event waits for an unpause, not for this

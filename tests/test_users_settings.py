@@ -502,12 +502,16 @@ def test_metaflows_s3_datastore_downloads_into_the_state_directory_not_the_worki
     boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket="theirs")
     theirs = {"METAFLOW_DEFAULT_DATASTORE": "s3", "METAFLOW_DATASTORE_SYSROOT_S3": "s3://theirs/metaflow"}
     env = metaflow_environment(settings, {"METAFLOW_HOME": str(home), **theirs})
-    transfer = (  # a save and a load through Metaflow's own S3 datastore; the load's local file, while open
+    transfer = (  # a save and a load through Metaflow's own S3 datastore, then through a bare S3() as a step's
+        "from metaflow import S3\n"  # code would use it; each load's local file, while open
         "from metaflow.plugins.datastores.s3_storage import S3Storage\n"
         "storage = S3Storage('s3://theirs/metaflow')\n"
         "storage.save_bytes(iter([('a/b', b'x')]), overwrite=True)\n"
         "with storage.load_bytes(['a/b']) as loaded:\n"
         "    print(*[path for _, path, _ in loaded])\n"
+        "with S3(s3root='s3://theirs/step') as s3:\n"
+        "    s3.put('c', 'y')\n"
+        "    print(s3.get('c').path)\n"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith("METAFLOW_")}
     ran = subprocess.run(
@@ -519,12 +523,12 @@ def test_metaflows_s3_datastore_downloads_into_the_state_directory_not_the_worki
         timeout=120,
     )
     assert ran.returncode == 0, ran.stderr
-    downloaded = Path(ran.stdout.strip())
-    assert downloaded.parent.name.startswith("metaflow.s3.") and downloaded.parent.parent == Path(
-        env["METAFLOW_ARTIFACT_LOCALROOT"]
-    ), downloaded
-    assert downloaded.is_relative_to(settings.state_dir) and not list(work.iterdir())
-    assert env["METAFLOW_TEMPDIR"] == env["METAFLOW_ARTIFACT_LOCALROOT"]  # a bare S3() of a step's: the same
+    by_datastore, by_bare_s3 = map(Path, ran.stdout.split())
+    for downloaded in (by_datastore, by_bare_s3):
+        assert downloaded.parent.name.startswith("metaflow.s3.") and downloaded.parent.parent == (
+            settings.state_dir / "metaflow-tmp"
+        ), downloaded
+    assert not list(work.iterdir())
 
 
 def test_a_users_own_datastore_gets_none_of_the_projects_bucket_settings(tmp_path, monkeypatch):

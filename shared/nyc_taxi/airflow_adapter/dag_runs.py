@@ -64,37 +64,45 @@ def together(specs: list[str]) -> list[list[tuple[str, dict]]]:
 
 
 def through_the_scheduler(api, specs: list[str]) -> int:
+    """Each group's runs triggered together; each run's line once its group has ended, its seconds from its
+    trigger to its end (beside the group's other runs). A run whose group-mate's trigger was refused is still
+    waited for and said before the refusal is raised."""
     failed = False
     for group in together(specs):
-        triggered = []
-        for dag_id, conf in group:
-            api.idle(dag_id)
-            triggered.append((dag_id, conf, api.trigger(dag_id, conf), time.perf_counter()))
-        ended = _finished_saying_each_task(api, [(dag_id, run_id) for dag_id, _, run_id, _ in triggered])
-        for dag_id, conf, run_id, started in triggered:
-            run, at = ended[run_id]
-            result = {
-                "dag_id": dag_id,
-                "conf": conf,
-                "run_id": run_id,
-                "state": run["state"],
-                "tasks": api.task_states(dag_id, run_id),
-                "seconds": round(at - started, 1),
-            }
-            print(json.dumps(result), flush=True)
-            failed |= run["state"] != "success"
+        triggered, ended = [], {}
+        try:
+            for dag_id, conf in group:
+                api.idle(dag_id)
+                started = time.perf_counter()
+                triggered.append((dag_id, conf, api.trigger(dag_id, conf), started))
+        finally:
+            try:
+                _wait_saying_each_task(api, [(dag_id, run_id) for dag_id, _, run_id, _ in triggered], ended)
+            finally:  # what ended is said, even when waiting for the rest timed out
+                for dag_id, conf, run_id, started in triggered:
+                    if run_id in ended:
+                        run, at = ended[run_id]
+                        result = {
+                            "dag_id": dag_id,
+                            "conf": conf,
+                            "run_id": run_id,
+                            "state": run["state"],
+                            "tasks": api.task_states(dag_id, run_id),
+                            "seconds": round(at - started, 1),
+                        }
+                        print(json.dumps(result), flush=True)
+                        failed |= run["state"] != "success"
     api.idle()  # and the runs the scheduler started from the asset events of these
     return 1 if failed else 0
 
 
-def _finished_saying_each_task(api, runs: list[tuple[str, str]], seconds: float = 3600) -> dict[str, tuple]:
-    """Each run (DAG id, run id) once it has ended, and when it was first seen ended (``perf_counter``), by
-    run id; each of their tasks' ends said as the scheduler records them (the tasks run on the workers,
-    whose output is their own)."""
+def _wait_saying_each_task(api, runs: list[tuple[str, str]], ended: dict, seconds: float = 3600) -> None:
+    """Until each run (DAG id, run id) has ended, put in ``ended`` by run id with when it was first seen
+    ended (``perf_counter``); each of their tasks' ends said as the scheduler records them (the tasks run on
+    the workers, whose output is their own)."""
     said: set[tuple[str, str]] = set()
-    ended: dict[str, tuple] = {}
 
-    def all_ended() -> dict | None:
+    def all_ended() -> bool:
         for dag_id, run_id in runs:
             if run_id in ended:
                 continue
@@ -105,9 +113,10 @@ def _finished_saying_each_task(api, runs: list[tuple[str, str]], seconds: float 
             run = api.run(dag_id, run_id)
             if run["state"] in ("success", "failed"):
                 ended[run_id] = (run, time.perf_counter())
-        return ended if len(ended) == len(runs) else None
+        return len(ended) == len(runs)
 
-    return api.wait(all_ended, seconds)
+    if runs:
+        api.wait(all_ended, seconds)
 
 
 def _lineage_missing(settings, api, since: str, seconds: float = 300) -> int:

@@ -113,6 +113,18 @@ class RestApi:
     def finished(self, dag_id: str, run_id: str, seconds: float = 3600) -> dict:
         return self.wait(lambda: (r := self.run(dag_id, run_id))["state"] in ("success", "failed") and r, seconds)
 
+    def queued_asset_events(self, dag_id: str = "~") -> list[dict]:
+        """The asset events waiting for the run they start, of the DAG (``~``: of every DAG) unless it is
+        paused: an event a merge's task committed becomes a run at the scheduler's next loop, or once the
+        DAG's ``max_active_runs`` lets it."""
+        if dag_id == "~":
+            dags = [d["dag_id"] for d in self.call("/api/v2/dags?paused=false&limit=100")["dags"]]
+        else:
+            dags = [] if self.call(f"/api/v2/dags/{dag_id}")["is_paused"] else [dag_id]
+        return [e for dag in dags for e in self.call(f"/api/v2/dags/{dag}/assets/queuedEvents")["queued_events"]]
+
     def idle(self, dag_id: str = "~", seconds: float = 3600) -> None:
-        """Until no run of the DAG (``~``: of any DAG) is queued or running."""
-        self.wait(lambda: not self.active_runs(dag_id), seconds)
+        """Until no run of the DAG (``~``: of any DAG) is queued or running and no asset event waits to start
+        one. A task's asset event is queued as it ends, before its run does: a run that has ended and the run
+        its event starts are never both out of sight."""
+        self.wait(lambda: not self.active_runs(dag_id) and not self.queued_asset_events(dag_id), seconds)

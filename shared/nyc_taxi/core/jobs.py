@@ -235,7 +235,7 @@ TRAINING_FLOW = Pipeline(
         Job(
             "prepare_training_data",
             "The lookback window of actuals (and daily rain for the weather model)",
-            reads=(d.YELLOW_RIDES_HOURLY_ACTUALS,),
+            reads=(d.YELLOW_RIDES_HOURLY_ACTUALS, d.WEATHER_RAW),
         ),
         Job(
             "train_forecasting_model",

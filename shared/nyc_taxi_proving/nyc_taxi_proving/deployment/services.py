@@ -453,13 +453,11 @@ def drivers_class_archive(settings: Settings) -> str:
     """The class-data-sharing archive the deployment's Spark drivers map (built the first time, about 25 s):
     each task's and step's driver starts sooner. Without one (it could not be built) they start as they
     would: nothing else depends on it."""
-    import subprocess
-
     from nyc_taxi.core.spark_jvm import build_class_archive
 
     try:
         built = build_class_archive(settings)
-    except (subprocess.SubprocessError, OSError) as error:
+    except Exception as error:  # whatever stops the build, `up` goes on without the archive
         said = (getattr(error, "stderr", None) or b"").decode(errors="replace").strip().splitlines()
         return f"Spark drivers' class-data-sharing archive: none, building it failed: {said[-1] if said else error}"
     return f"Spark drivers' class-data-sharing archive: {built or 'none (the JVM wrote none)'}"

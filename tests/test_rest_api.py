@@ -81,36 +81,124 @@ def test_a_trigger_refused_while_the_server_restarts_is_asked_again_and_a_caller
     assert api.trigger("ingest_weather_data", {"month": "2024-02"}) != run_id and len(runs) == 2
 
 
-def test_idle_waits_for_an_asset_event_to_become_its_run_and_that_run_to_end_a_paused_dags_event_aside(
-    tmp_path, monkeypatch
-):
+def test_idle_waits_for_an_asset_event_to_become_its_run_and_that_run_to_end_not_for_one_that_starts_none(monkeypatch):
     """Between a merge's run ending and the run its asset event starts (the scheduler's next loop, or when
-    `max_active_runs` lets it), no run is queued or running: `idle` still waits, for the waiting event; a
-    paused DAG's event starts nothing and is not waited for. Against the answers of Airflow's endpoints."""
+    `max_active_runs` lets it), no run is queued or running: `idle` still waits, for the waiting event. An
+    event that starts no run by itself (its DAG paused, failing to import, or scheduled on two assets and
+    given one) is not waited for. Against the answers of Airflow's endpoints, as Airflow 3.3 gives them."""
     import nyc_taxi.airflow_adapter.rest_api as rest_api
 
-    monkeypatch.setattr(rest_api.time, "sleep", lambda seconds: None)
-    training = {"dag_id": "train_forecast_model", "is_paused": False}
-    paused = {"dag_id": "paused_dag", "is_paused": True}
-    # each poll: (the active runs, the training DAG's waiting events); the paused DAG's event waits throughout
-    polls = [([], ["raw"]), ([], ["raw"]), ([{"state": "queued"}], []), ([{"state": "running"}], []), ([], [])]
-    asked: list[str] = []
-    now: dict = {}
+    polled = []
+
+    def sleep(seconds):  # a regression that never sees the end fails here, not an hour later
+        polled.append(seconds)
+        assert len(polled) < 20, "idle never ended"
+
+    monkeypatch.setattr(rest_api.time, "sleep", sleep)
+    one_asset = {"all": [{"asset": {"uri": "iceberg://raw", "name": "raw", "group": "asset"}}]}
+    dags = {
+        "train_forecast_model": ({"is_paused": False, "has_import_errors": False}, one_asset),
+        "paused": ({"is_paused": True, "has_import_errors": False}, one_asset),
+        "broken": ({"is_paused": False, "has_import_errors": True}, one_asset),
+        "two_assets": ({"is_paused": False, "has_import_errors": False}, {"all": one_asset["all"] * 2}),
+    }
+    # the scheduler: the merge's event waits; it becomes a run the moment after `idle` has looked at the runs
+    # (or at its third look at the DAGs), and the run ends after it has been seen twice
+    scheduler = {"state": "event waiting", "looks": 0, "seen": 0}
 
     def call(path, body=None, method=None, timeout=30):
-        asked.append(path)
-        if "dagRuns?state=queued" in path:
-            now["runs"], now["events"] = polls.pop(0) if polls else ([], [])
-            return {"dag_runs": now["runs"]}
-        if path == "/api/v2/dags?paused=false&limit=100":
-            return {"dags": [training]}
-        if path.endswith("/assets/queuedEvents"):
-            events = now["events"] if path.startswith("/api/v2/dags/train_forecast_model/") else ["raw"]
-            return {"queued_events": [{"asset_id": 1} for _ in events], "total_entries": len(events)}
-        return {"/api/v2/dags/paused_dag": paused, "/api/v2/dags/train_forecast_model": training}[path]
+        if path.startswith("/api/v2/dags?paused=false"):
+            scheduler["looks"] += 1
+            if scheduler["looks"] == 3 and scheduler["state"] == "event waiting":
+                scheduler["state"] = "run queued"
+            offset = int(path.rpartition("offset=")[2])
+            unpaused = [{"dag_id": d, **state} for d, (state, _) in dags.items() if not state["is_paused"]]
+            return {"dags": unpaused[offset : offset + 100]}
+        if "/dagRuns?state=queued" in path:
+            runs = [{"state": "queued"}] if scheduler["state"] == "run queued" else []
+            if scheduler["state"] == "event waiting":
+                scheduler["state"] = "run queued"
+            elif runs:
+                scheduler["seen"] += 1
+                if scheduler["seen"] == 2:
+                    scheduler["state"] = "run ended"
+            return {"dag_runs": runs}
+        dag, _, rest = path.removeprefix("/api/v2/dags/").partition("/")
+        if rest == "assets/queuedEvents":
+            waiting = dag != "train_forecast_model" or scheduler["state"] == "event waiting"
+            return {"queued_events": [{"dag_id": dag}] if waiting else [], "total_entries": int(waiting)}
+        if rest == "details":
+            return {"dag_id": dag, **dags[dag][0], "asset_expression": dags[dag][1]}
+        return {"dag_id": dag, **dags[dag][0]}
 
     api = object.__new__(RestApi)
     api.call = call
     api.idle()
-    assert not polls and not any("paused_dag/assets" in p for p in asked)  # every poll made
-    api.idle("paused_dag")  # its own runs ended; its event waits for an unpause, not for this
+    assert scheduler["state"] == "run ended", scheduler  # not while the event waited, nor while its run ran
+    for dag in ("paused", "broken", "two_assets"):
+        polled.clear()
+        api.idle(dag)
+        assert not polled, dag
+
+
+def test_a_group_is_triggered_before_it_is_waited_for_said_in_order_and_a_refusal_waits_for_its_group_mate(
+    monkeypatch, capsys
+):
+    """`dag_runs` through the scheduler: a month's two loads are both triggered before either is waited for,
+    their lines come in the order given whichever ends first, each with its own seconds; when Airflow refuses
+    the second's trigger, the first is still waited for and said, then the refusal is raised."""
+    import urllib.error
+
+    from nyc_taxi.airflow_adapter import dag_runs
+
+    monkeypatch.setattr(dag_runs.time, "sleep", lambda seconds: None)
+
+    class Scheduler:
+        def __init__(self, refuse: str = ""):
+            self.refuse, self.asked, self.polls = refuse, [], {}
+
+        def idle(self, dag_id="~", seconds=3600):
+            self.asked.append(("idle", dag_id))
+
+        def trigger(self, dag_id, conf):
+            self.asked.append(("trigger", dag_id))
+            if dag_id == self.refuse:
+                raise urllib.error.HTTPError("http://airflow", 400, "Bad Request", {}, None)
+            self.polls[dag_id] = 0
+            return f"run-{dag_id}"
+
+        def run(self, dag_id, run_id):
+            self.asked.append(("poll", dag_id))
+            self.polls[dag_id] += 1
+            ends_after = 1 if dag_id == "ingest_weather_data" else 3  # the weather load ends first
+            return {"state": "success" if self.polls[dag_id] >= ends_after else "running"}
+
+        def task_states(self, dag_id, run_id):
+            return {}
+
+        def wait(self, ready, seconds=3600, every=2):
+            while not ready():
+                pass
+
+    specs = ['ingest_yellow_taxi_data:{"month": "2024-01"}', 'ingest_weather_data:{"month": "2024-01"}']
+    api = Scheduler()
+    assert dag_runs.through_the_scheduler(api, specs) == 0
+    assert [a for a in api.asked if a[0] != "poll"][:4] == [
+        ("idle", "ingest_yellow_taxi_data"),
+        ("trigger", "ingest_yellow_taxi_data"),
+        ("idle", "ingest_weather_data"),
+        ("trigger", "ingest_weather_data"),
+    ]
+    assert api.asked.index(("trigger", "ingest_weather_data")) < api.asked.index(("poll", "ingest_yellow_taxi_data"))
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["dag_id"], r["conf"], r["state"]) for r in lines] == [
+        ("ingest_yellow_taxi_data", {"month": "2024-01"}, "success"),
+        ("ingest_weather_data", {"month": "2024-01"}, "success"),
+    ]
+    assert all(isinstance(r["seconds"], float) for r in lines)
+
+    api = Scheduler(refuse="ingest_weather_data")
+    with pytest.raises(urllib.error.HTTPError):
+        dag_runs.through_the_scheduler(api, specs)
+    assert [json.loads(line)["dag_id"] for line in capsys.readouterr().out.splitlines()] == ["ingest_yellow_taxi_data"]
+    assert api.polls["ingest_yellow_taxi_data"] == 3  # waited for until it ended

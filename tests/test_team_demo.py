@@ -2,8 +2,8 @@
 through its scheduler): it brings the team deployment up, triggers every DAG run through the REST API,
 lets the scheduler start the trainings from the merges' asset events, acts on January's republication and
 refuses the broken month, as the local demo does (tests/test_lineage.py reads that one). Each month's taxi
-and weather loads, which share no dataset, are triggered together, and the two Celery workers ran their
-tasks at the same time (a month whose loads met a training holding a worker takes turns on the other)."""
+and weather loads, which share no dataset, are triggered together, and the two Celery workers ran tasks of
+both at the same time (a month whose loads met a training holding a worker takes turns on the other)."""
 
 from __future__ import annotations
 

@@ -65,33 +65,39 @@ def together(specs: list[str]) -> list[list[tuple[str, dict]]]:
 
 def through_the_scheduler(api, specs: list[str]) -> int:
     """Each group's runs triggered together; each run's line once its group has ended, its seconds from its
-    trigger to its end (beside the group's other runs). A run whose group-mate's trigger was refused is still
-    waited for and said before the refusal is raised."""
+    trigger to its end (beside the group's other runs). When Airflow refuses a trigger (its reason in the
+    error), the runs of its group triggered before it are waited for and said first."""
+    import urllib.error
+
     failed = False
     for group in together(specs):
-        triggered, ended = [], {}
-        try:
-            for dag_id, conf in group:
-                api.idle(dag_id)
-                started = time.perf_counter()
-                triggered.append((dag_id, conf, api.trigger(dag_id, conf), started))
-        finally:
+        triggered, refused, ended = [], None, {}
+        for dag_id, conf in group:
+            api.idle(dag_id)
+            started = time.perf_counter()
             try:
-                _wait_saying_each_task(api, [(dag_id, run_id) for dag_id, _, run_id, _ in triggered], ended)
-            finally:  # what ended is said, even when waiting for the rest timed out
-                for dag_id, conf, run_id, started in triggered:
-                    if run_id in ended:
-                        run, at = ended[run_id]
-                        result = {
-                            "dag_id": dag_id,
-                            "conf": conf,
-                            "run_id": run_id,
-                            "state": run["state"],
-                            "tasks": api.task_states(dag_id, run_id),
-                            "seconds": round(at - started, 1),
-                        }
-                        print(json.dumps(result), flush=True)
-                        failed |= run["state"] != "success"
+                triggered.append((dag_id, conf, api.trigger(dag_id, conf), started))
+            except urllib.error.HTTPError as error:
+                refused = error
+                break
+        try:
+            _wait_saying_each_task(api, [(dag_id, run_id) for dag_id, _, run_id, _ in triggered], ended)
+        finally:  # what ended is said, even when waiting for the rest timed out
+            for dag_id, conf, run_id, started in triggered:
+                if run_id in ended:
+                    run, at = ended[run_id]
+                    result = {
+                        "dag_id": dag_id,
+                        "conf": conf,
+                        "run_id": run_id,
+                        "state": run["state"],
+                        "tasks": api.task_states(dag_id, run_id),
+                        "seconds": round(at - started, 1),
+                    }
+                    print(json.dumps(result), flush=True)
+                    failed |= run["state"] != "success"
+        if refused is not None:
+            raise refused
     api.idle()  # and the runs the scheduler started from the asset events of these
     return 1 if failed else 0
 

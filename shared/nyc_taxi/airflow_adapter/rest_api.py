@@ -114,17 +114,38 @@ class RestApi:
         return self.wait(lambda: (r := self.run(dag_id, run_id))["state"] in ("success", "failed") and r, seconds)
 
     def queued_asset_events(self, dag_id: str = "~") -> list[dict]:
-        """The asset events waiting for the run they start, of the DAG (``~``: of every DAG) unless it is
-        paused: an event a merge's task committed becomes a run at the scheduler's next loop, or once the
-        DAG's ``max_active_runs`` lets it."""
+        """The asset events waiting to start a run of the DAG (``~``: of every DAG) at the scheduler's next loop,
+        or once the DAG's ``max_active_runs`` lets it. Not those of a DAG that is paused or fails to import, or
+        whose schedule needs more than one asset's event: those wait for an unpause, a fix or the other assets,
+        not for the scheduler."""
         if dag_id == "~":
-            dags = [d["dag_id"] for d in self.call("/api/v2/dags?paused=false&limit=100")["dags"]]
+            dags, offset = [], 0
+            while offset == len(dags):
+                page = self.call(f"/api/v2/dags?paused=false&limit=100&offset={offset}")["dags"]
+                dags, offset = dags + page, offset + 100
         else:
-            dags = [] if self.call(f"/api/v2/dags/{dag_id}")["is_paused"] else [dag_id]
-        return [e for dag in dags for e in self.call(f"/api/v2/dags/{dag}/assets/queuedEvents")["queued_events"]]
+            dags = [self.call(f"/api/v2/dags/{dag_id}")]
+        waiting = []
+        for dag in dags:
+            if dag["is_paused"] or dag["has_import_errors"]:
+                continue
+            events = self.call(f"/api/v2/dags/{dag['dag_id']}/assets/queuedEvents")["queued_events"]
+            if events and _one_event_starts_a_run(
+                self.call(f"/api/v2/dags/{dag['dag_id']}/details")["asset_expression"]
+            ):
+                waiting += events
+        return waiting
 
     def idle(self, dag_id: str = "~", seconds: float = 3600) -> None:
         """Until no run of the DAG (``~``: of any DAG) is queued or running and no asset event waits to start
-        one. A task's asset event is queued as it ends, before its run does: a run that has ended and the run
-        its event starts are never both out of sight."""
-        self.wait(lambda: not self.active_runs(dag_id) and not self.queued_asset_events(dag_id), seconds)
+        one. A task's asset event is queued as it ends, before its run does, and the scheduler makes it a run
+        and drops it at once: read in that order, the waiting event and its run are never both out of sight."""
+        self.wait(lambda: not self.queued_asset_events(dag_id) and not self.active_runs(dag_id), seconds)
+
+
+def _one_event_starts_a_run(expression: dict | None) -> bool:
+    """Whether one asset event is all a DAG's schedule (Airflow's ``asset_expression``) waits for: one asset
+    (a list of one is ``all`` of one), or ``any`` of several."""
+    if not expression:
+        return False
+    return "asset" in expression or "any" in expression or len(expression.get("all", ())) == 1

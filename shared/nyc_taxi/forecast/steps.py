@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from nyc_taxi.forecast.training import train, training_data
 
 # Each step is a process of its own that imports the flow's file, and so this module; so does the card's
-# render. A function's module (pyarrow, the catalog, Spark's helpers) is imported when a step first asks
+# render. A function's module (and with it pyarrow, the catalog, Spark's) is imported when a step first asks
 # for the function (PEP 562), so `start`, `end` and the card import none of them (the flow's file alone:
 # 0.39 s against 0.56 s, `python -X importtime`).
 _MODULE_OF = {

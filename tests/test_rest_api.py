@@ -84,8 +84,9 @@ def test_a_trigger_refused_while_the_server_restarts_is_asked_again_and_a_caller
 def test_idle_waits_for_an_asset_event_to_become_its_run_and_that_run_to_end_not_for_one_that_starts_none(monkeypatch):
     """Between a merge's run ending and the run its asset event starts (the scheduler's next loop, or when
     `max_active_runs` lets it), no run is queued or running: `idle` still waits, for the waiting event. An
-    event that starts no run by itself (its DAG paused, failing to import, or scheduled on two assets and
-    given one) is not waited for. Against the answers of Airflow's endpoints, as Airflow 3.3 gives them."""
+    event that starts no run by itself (its DAG paused, failing to import, or scheduled on two assets, or on
+    one or both of two) is not waited for; one of `any` plain assets is. Every page of DAGs is read. Against
+    the answers of Airflow's endpoints, as Airflow 3.3 gives them."""
     import nyc_taxi.airflow_adapter.rest_api as rest_api
 
     polled = []
@@ -97,23 +98,28 @@ def test_idle_waits_for_an_asset_event_to_become_its_run_and_that_run_to_end_not
     monkeypatch.setattr(rest_api.time, "sleep", sleep)
     one_asset = {"all": [{"asset": {"uri": "iceberg://raw", "name": "raw", "group": "asset"}}]}
     dags = {
-        "train_forecast_model": ({"is_paused": False, "has_import_errors": False}, one_asset),
         "paused": ({"is_paused": True, "has_import_errors": False}, one_asset),
         "broken": ({"is_paused": False, "has_import_errors": True}, one_asset),
         "two_assets": ({"is_paused": False, "has_import_errors": False}, {"all": one_asset["all"] * 2}),
+        "either": ({"is_paused": False, "has_import_errors": False}, {"any": [*one_asset["all"], *one_asset["all"]]}),
+        "either_or_both": ({"is_paused": False, "has_import_errors": False}, {"any": [*one_asset["all"], one_asset]}),
+        "train_forecast_model": ({"is_paused": False, "has_import_errors": False}, one_asset),  # on the last page
     }
     # the scheduler: the merge's event waits; it becomes a run the moment after `idle` has looked at the runs
     # (or at its third look at the DAGs), and the run ends after it has been seen twice
     scheduler = {"state": "event waiting", "looks": 0, "seen": 0}
 
+    def look():
+        scheduler["looks"] += 1
+        if scheduler["looks"] == 3 and scheduler["state"] == "event waiting":
+            scheduler["state"] = "run queued"
+
     def call(path, body=None, method=None, timeout=30):
         if path.startswith("/api/v2/dags?paused=false"):
-            scheduler["looks"] += 1
-            if scheduler["looks"] == 3 and scheduler["state"] == "event waiting":
-                scheduler["state"] = "run queued"
+            look()
             offset = int(path.rpartition("offset=")[2])
             unpaused = [{"dag_id": d, **state} for d, (state, _) in dags.items() if not state["is_paused"]]
-            return {"dags": unpaused[offset : offset + 100]}
+            return {"dags": unpaused[offset : offset + 2], "total_entries": len(unpaused)}  # a page limit of 2
         if "/dagRuns?state=queued" in path:
             runs = [{"state": "queued"}] if scheduler["state"] == "run queued" else []
             if scheduler["state"] == "event waiting":
@@ -125,20 +131,26 @@ def test_idle_waits_for_an_asset_event_to_become_its_run_and_that_run_to_end_not
             return {"dag_runs": runs}
         dag, _, rest = path.removeprefix("/api/v2/dags/").partition("/")
         if rest == "assets/queuedEvents":
-            waiting = dag != "train_forecast_model" or scheduler["state"] == "event waiting"
+            waiting = dag not in ("train_forecast_model", "either") or scheduler["state"] == "event waiting"
             return {"queued_events": [{"dag_id": dag}] if waiting else [], "total_entries": int(waiting)}
         if rest == "details":
             return {"dag_id": dag, **dags[dag][0], "asset_expression": dags[dag][1]}
+        look()
         return {"dag_id": dag, **dags[dag][0]}
 
     api = object.__new__(RestApi)
     api.call = call
     api.idle()
     assert scheduler["state"] == "run ended", scheduler  # not while the event waited, nor while its run ran
-    for dag in ("paused", "broken", "two_assets"):
+    for dag in ("paused", "broken", "two_assets", "either_or_both"):
         polled.clear()
         api.idle(dag)
         assert not polled, dag
+    # any of plain assets: one event starts a run, waited for (on the last page of DAGs, the server's limit 2)
+    scheduler.update(state="event waiting", looks=0, seen=0)
+    polled.clear()
+    api.idle("either")
+    assert scheduler["state"] == "run ended", scheduler
 
 
 def test_a_group_is_triggered_before_it_is_waited_for_said_in_order_and_a_refusal_waits_for_its_group_mate(
@@ -200,5 +212,17 @@ def test_a_group_is_triggered_before_it_is_waited_for_said_in_order_and_a_refusa
     api = Scheduler(refuse="ingest_weather_data")
     with pytest.raises(urllib.error.HTTPError):
         dag_runs.through_the_scheduler(api, specs)
-    assert [json.loads(line)["dag_id"] for line in capsys.readouterr().out.splitlines()] == ["ingest_yellow_taxi_data"]
+    said = capsys.readouterr()
+    assert [json.loads(line)["dag_id"] for line in said.out.splitlines()] == ["ingest_yellow_taxi_data"]
     assert api.polls["ingest_yellow_taxi_data"] == 3  # waited for until it ended
+    assert "ingest_weather_data: Airflow refused the run: HTTP Error 400" in said.err
+
+    class Stuck(Scheduler):  # the wait for the weather DAG's earlier runs times out
+        def idle(self, dag_id="~", seconds=3600):
+            if dag_id == "ingest_weather_data":
+                raise TimeoutError("still waiting")
+
+    api = Stuck()
+    with pytest.raises(TimeoutError):
+        dag_runs.through_the_scheduler(api, specs)
+    assert api.polls == {"ingest_yellow_taxi_data": 0}  # raised at once: the triggered run not waited for

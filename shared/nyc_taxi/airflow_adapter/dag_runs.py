@@ -65,8 +65,8 @@ def together(specs: list[str]) -> list[list[tuple[str, dict]]]:
 
 def through_the_scheduler(api, specs: list[str]) -> int:
     """Each group's runs triggered together; each run's line once its group has ended, its seconds from its
-    trigger to its end (beside the group's other runs). When Airflow refuses a trigger (its reason in the
-    error), the runs of its group triggered before it are waited for and said first."""
+    trigger to its end (beside the group's other runs). When Airflow refuses a trigger (its reason said at
+    once), the runs of its group triggered before it are waited for and said, then the refusal is raised."""
     import urllib.error
 
     failed = False
@@ -77,7 +77,11 @@ def through_the_scheduler(api, specs: list[str]) -> int:
             started = time.perf_counter()
             try:
                 triggered.append((dag_id, conf, api.trigger(dag_id, conf), started))
-            except urllib.error.HTTPError as error:
+            except urllib.error.HTTPError as error:  # said now: waiting for the group may end in another error
+                print(
+                    f"{dag_id}: Airflow refused the run: {error} {error.read().decode(errors='replace')}",
+                    file=sys.stderr,
+                )
                 refused = error
                 break
         try:

@@ -115,19 +115,21 @@ class RestApi:
 
     def queued_asset_events(self, dag_id: str = "~") -> list[dict]:
         """The asset events waiting to start a run of the DAG (``~``: of every DAG) at the scheduler's next loop,
-        or once the DAG's ``max_active_runs`` lets it. Not those of a DAG that is paused or fails to import, or
-        whose schedule needs more than one asset's event: those wait for an unpause, a fix or the other assets,
-        not for the scheduler."""
+        or once the DAG's ``max_active_runs`` lets it. Only those of a DAG that is active, imports, and whose
+        schedule any one of its assets' events fulfils; others wait for an unpause, a fix or more events, which
+        the scheduler alone cannot give (a schedule of several assets all needed is not waited for at all)."""
         if dag_id == "~":
-            dags, offset = [], 0
-            while offset == len(dags):
-                page = self.call(f"/api/v2/dags?paused=false&limit=100&offset={offset}")["dags"]
-                dags, offset = dags + page, offset + 100
+            dags, total = [], None
+            while total is None or len(dags) < total:  # the server's own page limit may be under 100
+                page = self.call(f"/api/v2/dags?paused=false&limit=100&offset={len(dags)}")
+                dags, total = dags + page["dags"], page["total_entries"]
+                if not page["dags"]:
+                    break
         else:
             dags = [self.call(f"/api/v2/dags/{dag_id}")]
         waiting = []
         for dag in dags:
-            if dag["is_paused"] or dag["has_import_errors"]:
+            if dag["is_paused"] or dag["has_import_errors"] or dag.get("is_stale"):
                 continue
             events = self.call(f"/api/v2/dags/{dag['dag_id']}/assets/queuedEvents")["queued_events"]
             if events and _one_event_starts_a_run(
@@ -144,8 +146,9 @@ class RestApi:
 
 
 def _one_event_starts_a_run(expression: dict | None) -> bool:
-    """Whether one asset event is all a DAG's schedule (Airflow's ``asset_expression``) waits for: one asset
-    (a list of one is ``all`` of one), or ``any`` of several."""
+    """Whether any one asset event is all a DAG's schedule (Airflow's ``asset_expression``) waits for: one
+    asset (a list of one is ``all`` of one), or ``any`` of plain assets."""
     if not expression:
         return False
-    return "asset" in expression or "any" in expression or len(expression.get("all", ())) == 1
+    members = expression.get("any") or (expression["all"] if len(expression.get("all", ())) == 1 else None)
+    return "asset" in expression or (bool(members) and all("asset" in member for member in members))

@@ -92,8 +92,8 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
     lake = lakehouse(settings)
     jars, local, class_path = _jars(settings), is_local(settings), lake.spark_class_path()
     options = ["-Duser.timezone=UTC", *lake.java_options(), *java_options, *([QUICK_JIT] if small else [])]
-    driver = list(options)
-    archive = class_archive([*jars, *class_path])
+    driver, driver_jars = list(options), driver_class_path(settings)
+    archive = class_archive(driver_jars)
     if archive.is_file() and not java_options:  # the driver's alone: an executor's class path is another
         driver += [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off"]  # "cds" logs would go to task logs
     catalog = f"spark.sql.catalog.{settings.catalog_name}"
@@ -101,7 +101,7 @@ def session_conf(settings: Settings, java_options: tuple[str, ...] = (), small: 
         "spark.app.name": "nyc-taxi",
         # on the driver JVM's class path (in the class archive; the driver runs in this process in every
         # mode used here, and classes Python looks up by name must be on its own loader)
-        "spark.driver.extraClassPath": ":".join([*jars, *class_path]),
+        "spark.driver.extraClassPath": ":".join(driver_jars),
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.defaultCatalog": settings.catalog_name,

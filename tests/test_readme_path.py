@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from expected_loads import expected_actuals, seasonal_naive
 
-from nyc_taxi.core.processes import free_port, stop_group
+from nyc_taxi.core.processes import alive, free_port, stop_group
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -210,6 +210,15 @@ def _new_users_shell(state: Path, port: int) -> dict:
     return env | {"DATAHUB_TELEMETRY_ENABLED": "false"}
 
 
+def _descendants(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
 def _readme_line(section_title: str, starts: str) -> str:
     (line,) = [line for _, line in steps(section(section_title)) if line.startswith(starts)]
     return line
@@ -224,10 +233,12 @@ def test_the_standalone_the_readme_starts_runs_a_triggered_dag_on_127_0_0_1_and_
     login is the one `bash run airflow-login` prints; a month the DAG's form refuses is refused, with the
     reason; a weather month triggered as the Trigger button does loads from the fixture server, whose
     address the running Airflow's task read from the state's settings (no restart), and its merge emits
-    weather_raw's asset event; everything Airflow and the task's Spark driver open listens on 127.0.0.1, no
-    log server; the password is in no log; `bash run clean` is refused while the standalone runs; the
-    stop-and-start-over commands leave nothing behind."""
+    weather_raw's asset event; its Spark tasks attach to the warm Spark server the standalone keeps (no
+    JVM of their own), which stops with it; everything Airflow and the Spark driver open listens on
+    127.0.0.1, no log server; the password is in no log; `bash run clean` is refused while the standalone
+    runs; the stop-and-start-over commands leave nothing behind."""
     from nyc_taxi.airflow_adapter.rest_api import RestApi, healthy
+    from nyc_taxi.core import spark_server
     from nyc_taxi.core.settings import Settings, state_settings_file
 
     state, port = tmp_path / "state", free_port()
@@ -259,13 +270,23 @@ def test_the_standalone_the_readme_starts_runs_a_triggered_dag_on_127_0_0_1_and_
             api.trigger("ingest_weather_data", {"month": "2024-1"})
         assert refused.value.code == 400 and "month" in refused.value.read().decode()
         run_id = api.trigger("ingest_weather_data", {"month": "2024-01"})
+        server = spark_server.running(settings)  # the standalone's warm Spark server
+        assert server is not None and server["pid"] in {p.pid for p in _descendants(standalone.pid)}, server
+        jvms: set[int] = set()
 
         def finished():
-            listeners.update(listening_sockets(standalone.pid))  # the task's Spark JVM too, while it runs
+            listeners.update(listening_sockets(standalone.pid))  # the server's Spark JVM too
+            jvms.update(p.pid for p in _descendants(standalone.pid) if p.name() == "java")
             return api.run("ingest_weather_data", run_id)["state"] in ("success", "failed")
 
         api.wait(finished, 900, every=1)
         _each_weather_merge_emitted_its_event(api, settings, {"2024-01": run_id})
+        # the run's tasks attached to the server: no JVM but the server's, and their logs say so
+        assert jvms and jvms <= {p.pid for p in _descendants(server["pid"])}, (jvms, server)
+        attached = f"attached to the Spark server (pid {server['pid']}"
+        logs = [p for p in (settings.airflow_home / "logs").rglob("*.log") if f"run_id={run_id}" in str(p)]
+        said = {p.parent.name for p in logs if attached in p.read_text(errors="replace")}
+        assert {"task_id=stage_landed_files", "task_id=merge_upsert_staging_into_raw_weather"} <= said, said
         assert {address for _, address, _ in listeners} == {"127.0.0.1"}, listeners
         assert any("api_server" in name for name, _, _ in listeners), listeners
         assert any("java" in name for name, _, _ in listeners), listeners
@@ -283,6 +304,7 @@ def test_the_standalone_the_readme_starts_runs_a_triggered_dag_on_127_0_0_1_and_
     finally:
         for process in serving:
             stop_group(process, signal.SIGINT)  # Ctrl-C, as the README says
+    assert spark_server.running(settings) is None and not alive(server["pid"])  # stopped with the standalone
 
     for _, line in steps(section("Stopping and starting over")):
         if line.startswith("bash run"):

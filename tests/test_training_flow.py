@@ -6,6 +6,7 @@ fixture files; the lineage is checked against the registry and the official sche
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -13,6 +14,8 @@ import re
 import secrets
 import subprocess
 import sys
+import tempfile
+import time
 from types import SimpleNamespace
 
 import pyarrow.compute as pc
@@ -46,10 +49,36 @@ FLOW = REPO_ROOT / TRAINING_FLOW.code
 
 
 def run_flow(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The flow's `run`; its ``jvms``: the Java processes among its descendants, looked for every half
+    second (its Spark steps' own JVMs: none when they attach to a warm Spark server)."""
     env = {**os.environ, **metaflow_environment(), **(env or {})}
-    return subprocess.run(
-        [sys.executable, str(FLOW), "--no-pylint", "run", *args], env=env, capture_output=True, text=True, timeout=600
-    )
+    command = [sys.executable, str(FLOW), "--no-pylint", "run", *args]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=err, text=True)
+        jvms, deadline = set(), time.monotonic() + 600
+        while process.poll() is None:
+            if time.monotonic() > deadline:
+                process.kill()
+                raise subprocess.TimeoutExpired(command, 600)
+            jvms |= _java_descendants(process.pid)
+            time.sleep(0.5)
+        out.seek(0)
+        err.seek(0)
+        result = subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
+    result.jvms = jvms
+    return result
+
+
+def _java_descendants(pid: int) -> set[int]:
+    import psutil
+
+    found = set()
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):  # a process that ended meanwhile
+                if child.name() == "java":
+                    found.add(child.pid)
+    return found
 
 
 def flow_artifacts(run_id: str) -> dict:
@@ -73,6 +102,18 @@ def run_id_of(result: subprocess.CompletedProcess) -> str:
         for line in result.stderr.splitlines() + result.stdout.splitlines()
         if "(run-id " in line
     )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm_spark(spark, settings):
+    """The module's flows attach to a warm Spark server of the session's state directory, as a flow does
+    while `bash run airflow standalone` runs (after the worker's own session: it stays its own); the weather
+    variant's flow starts a JVM per Spark step instead, as a flow does with no server running."""
+    from nyc_taxi.core import spark_server
+
+    with spark_server.warm(settings, say=lambda _: None) as record:
+        assert record is not None, "a Spark server ran already for the session's state directory"
+        yield record
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +169,7 @@ def backtest(loaded, settings):
     mark, records = len(ol_events()), len(read_datahub_records(settings, "metaflow"))
     result = run_flow(*BACKTEST)
     assert result.returncode == 0, result.stderr[-4000:]
+    assert result.jvms == set(), result.jvms  # its steps attached to the module's warm Spark server
     return SimpleNamespace(
         run_id=run_id_of(result),
         events=ol_events(mark),
@@ -280,8 +322,11 @@ def test_weather_variant_reads_weather_raw_is_a_new_job_version_and_forecasts_as
     config = tmp_path / "openlineage.yml"
     config.write_text(json.dumps({"transport": {"type": "http", "url": backend.url}}))
     mark = len(ol_events())
-    result = run_flow(*BACKTEST, "--model", "weather_adjusted", env={"OPENLINEAGE_CONFIG": str(config)})
+    # this flow's Spark steps start JVMs of their own (no warm server: as a flow run with none running)
+    own_jvms = {"SPARK_SERVER": "false"}
+    result = run_flow(*BACKTEST, "--model", "weather_adjusted", env={"OPENLINEAGE_CONFIG": str(config), **own_jvms})
     assert result.returncode == 0, result.stderr[-4000:]
+    assert result.jvms, "the flow's Spark steps started no JVM of their own"
     events = ol_events(mark)
     # the local files are shipped at the end of every step: the backend got every event they held at the
     # last step's end, file after file, each once and in order. Another test's Airflow tasks may have

@@ -11,6 +11,10 @@ Airflow's internals, in this one place: the standalone command has no public way
 component a flag, so its ``subcommands`` table is replaced. ``tests/test_readme_path.py`` reads the
 standalone's listening sockets: were the internal to move, a log server on 0.0.0.0 fails it.
 
+While it runs, it keeps a warm Spark server for its state directory (``core/spark_server.warm``), as
+`bash run demo` does: the DAG runs' tasks and the flows they start, and a flow run by hand meanwhile,
+attach to it instead of each starting a JVM; it is stopped with the standalone (``SPARK_SERVER=false``: none).
+
 A port that is taken stops the command before anything starts: Airflow's own standalone would start
 its other components and leave the UI's port to whatever holds it. While it runs, a record in Airflow's
 home names it (``environment.running_standalone``), so that `bash run clean` does not remove the state from under it.
@@ -24,6 +28,7 @@ import sys
 from airflow.cli.commands.standalone_command import StandaloneCommand
 
 from nyc_taxi.airflow_adapter.environment import standalone_record
+from nyc_taxi.core import spark_server
 from nyc_taxi.core.processes import listening, write_private
 from nyc_taxi.core.settings import get_settings
 
@@ -54,10 +59,12 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
-    record = standalone_record(get_settings())
+    settings = get_settings()
+    record = standalone_record(settings)
     write_private(record, {"pid": os.getpid(), "port": port})
     try:
-        LocalStandalone().run()
+        with spark_server.warm(settings, say=lambda line: print(f"standalone | {line}", flush=True)):
+            LocalStandalone().run()
     finally:
         record.unlink(missing_ok=True)
     return 0

@@ -263,6 +263,34 @@ def stop(settings: Settings, timeout: float = 60.0) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def warm(settings: Settings, say=print):
+    """A server for the processes of this state directory while the block runs (what `bash run demo` and
+    `bash run airflow standalone` keep): started here unless one runs already, which is left as it is, or
+    unless the settings say never (``SPARK_SERVER=false``); the one started here is stopped at the end.
+    A server that cannot start costs nothing but the warm start: every process starts its own JVM, as
+    without one. Yields the record of the server started here, or None."""
+    if not settings.spark_server or running(settings) is not None:
+        yield None
+        return
+    started = time.perf_counter()
+    try:
+        record = start(settings)
+    except (OSError, RuntimeError) as error:
+        say(f"no warm Spark server ({error}): every task and step starts a JVM of its own")
+        yield None
+        return
+    say(
+        f"warm Spark server: pid {record['pid']}, started in {time.perf_counter() - started:.0f} s; the tasks and "
+        f"steps of {settings.state_dir} attach to it (SPARK_SERVER=false: none)"
+    )
+    try:
+        yield record
+    finally:
+        if (running(settings) or {}).get("pid") == record["pid"]:  # not one someone started after stopping ours
+            stop(settings)
+
+
 def status(settings: Settings | None = None) -> str:
     settings = settings or get_settings()
     record = running(settings)

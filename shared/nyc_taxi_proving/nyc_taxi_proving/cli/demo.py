@@ -32,7 +32,7 @@ from pathlib import Path
 from nyc_taxi.airflow_adapter.environment import PROJECT_SET as AIRFLOW_SET
 from nyc_taxi.airflow_adapter.environment import airflow_process_environment, prepare_directories
 from nyc_taxi.cli import backtest
-from nyc_taxi.core import comparison
+from nyc_taxi.core import comparison, spark_server
 from nyc_taxi.core import datasets as d
 from nyc_taxi.core.environments import project_set
 from nyc_taxi.core.jobs import INGEST_WEATHER_DATA, INGEST_YELLOW_TAXI_DATA, TRAIN_FORECAST_MODEL, TRAINING_FLOW
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         settings = get_settings()
         env = airflow_process_environment(settings) | _offline_lineage(settings)
         prepare_directories(settings)
-        with _warm_spark(settings, not args.own_jvms):
+        with spark_server.warm(settings, say=lambda line: print(f"    {line}", flush=True)):
             _say(
                 "Airflow: both ingestion DAGs per month, then train_forecast_model starting the flow for both models "
                 f"at {len(ORIGINS)} weekly origins"
@@ -274,24 +274,6 @@ def _print_asset_triggered(settings) -> None:
     runs = RestApi(settings).runs(TRAIN_FORECAST_MODEL.name, run_type="asset_triggered")
     for run in runs:
         print(f"      {TRAIN_FORECAST_MODEL.name} started by the scheduler from an asset event: {run['state']}")
-
-
-@contextlib.contextmanager
-def _warm_spark(settings, wanted: bool):
-    """The DAG runs' tasks and the flow's steps attach to one warm Spark server: started here unless one
-    runs already (then it is left running), stopped at the end."""
-    from nyc_taxi.core import spark_server
-
-    if not wanted or spark_server.running(settings):
-        yield
-        return
-    started = time.perf_counter()
-    spark_server.start(settings)
-    print(f"    warm Spark server: started ({time.perf_counter() - started:.0f} s)", flush=True)
-    try:
-        yield
-    finally:
-        spark_server.stop(settings)
 
 
 def _print_runs(output: str, settings) -> None:

@@ -395,7 +395,9 @@ def demo(tmp_path_factory):
     settings = Settings(
         state_dir=root / "state", profile="local", tlc_base_url=fixture_site, noaa_base_url=fixture_site
     )
-    return settings, stdout.read_text(), root / "images"
+    said = stdout.read_text()
+    assert "warm Spark server: pid" in said, "the demo's runs started JVMs of their own: no warm Spark server"
+    return settings, said, root / "images"
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 from expected_loads import expected_actuals, seasonal_naive
+from process_tree import descendants, java_descendants
 
 from nyc_taxi.core.processes import alive, free_port, stop_group
 
@@ -210,15 +211,6 @@ def _new_users_shell(state: Path, port: int) -> dict:
     return env | {"DATAHUB_TELEMETRY_ENABLED": "false"}
 
 
-def _descendants(pid: int) -> list:
-    import psutil
-
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
 def _readme_line(section_title: str, starts: str) -> str:
     (line,) = [line for _, line in steps(section(section_title)) if line.startswith(starts)]
     return line
@@ -271,18 +263,18 @@ def test_the_standalone_the_readme_starts_runs_a_triggered_dag_on_127_0_0_1_and_
         assert refused.value.code == 400 and "month" in refused.value.read().decode()
         run_id = api.trigger("ingest_weather_data", {"month": "2024-01"})
         server = spark_server.running(settings)  # the standalone's warm Spark server
-        assert server is not None and server["pid"] in {p.pid for p in _descendants(standalone.pid)}, server
+        assert server is not None and server["pid"] in descendants(standalone.pid), server
         jvms: set[int] = set()
 
         def finished():
             listeners.update(listening_sockets(standalone.pid))  # the server's Spark JVM too
-            jvms.update(p.pid for p in _descendants(standalone.pid) if p.name() == "java")
+            jvms.update(java_descendants(standalone.pid))
             return api.run("ingest_weather_data", run_id)["state"] in ("success", "failed")
 
         api.wait(finished, 900, every=1)
         _each_weather_merge_emitted_its_event(api, settings, {"2024-01": run_id})
         # the run's tasks attached to the server: no JVM but the server's, and their logs say so
-        assert jvms and jvms <= {p.pid for p in _descendants(server["pid"])}, (jvms, server)
+        assert jvms - descendants(server["pid"]) == set(), (jvms, server)
         attached = f"attached to the Spark server (pid {server['pid']}"
         logs = [p for p in (settings.airflow_home / "logs").rglob("*.log") if f"run_id={run_id}" in str(p)]
         said = {p.parent.name for p in logs if attached in p.read_text(errors="replace")}
@@ -302,8 +294,8 @@ def test_the_standalone_the_readme_starts_runs_a_triggered_dag_on_127_0_0_1_and_
         assert cleaned.returncode == 1 and f"runs on {state} (pid " in cleaned.stderr, cleaned.stderr
         assert (settings.airflow_home / "airflow.db").is_file() and settings.catalog_db_path.is_file()
     finally:
-        for process in serving:
-            stop_group(process, signal.SIGINT)  # Ctrl-C, as the README says
+        for process in serving:  # Ctrl-C, as the README says (the standalone stops the server: up to a minute)
+            stop_group(process, signal.SIGINT, seconds=180)
     assert spark_server.running(settings) is None and not alive(server["pid"])  # stopped with the standalone
 
     for _, line in steps(section("Stopping and starting over")):

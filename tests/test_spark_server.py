@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
@@ -142,6 +143,56 @@ def test_tasks_attach_to_the_running_server_and_leave_it_running(state):
     after = _task(state, "after")
     assert after["application"] != record["application_id"] and after["own_jvm"] == 1
     assert not spark_server.stop(state)
+
+
+# A task whose write takes 10 s at least (each of its 80 rows sleeps 250 ms in the JVM, on two cores).
+SLOW_WRITE = """
+from nyc_taxi.core.settings import get_settings
+from nyc_taxi.core.spark import get_spark
+spark = get_spark()
+table = f"{get_settings().catalog_name}.{get_settings().database}.server_probe"
+print("writing", flush=True)
+spark.sql(f"INSERT INTO {table} SELECT 'killed' FROM range(0, 80, 1, 2) "
+          "WHERE reflect('java.lang.Thread', 'sleep', bigint(250)) IS NULL")
+print("written", flush=True)
+"""
+
+# Another task's view of the server's context: how many of its jobs run now.
+ACTIVE_JOBS = """
+import json
+from nyc_taxi.core.spark import get_spark
+print(json.dumps(len(get_spark().sparkContext.statusTracker().getActiveJobsIds())))
+"""
+
+
+def test_a_task_killed_while_its_job_runs_on_the_server_commits_nothing_and_the_server_serves_on(state):
+    """An attached task killed mid-write (SIGKILL: no handler of its own runs) would, unlike a task with
+    its own JVM, leave its job running in the server, to commit after Airflow marked it failed and
+    retried it. The server cancels the jobs of a process that ended: nothing is committed."""
+    from nyc_taxi.core.catalog import load_catalog
+
+    record = spark_server.start(state)
+    _task(state, "before")  # the table, written once through the server
+
+    def table():
+        return load_catalog(state).load_table(f"{state.database}.server_probe")
+
+    snapshots = [s.snapshot_id for s in table().snapshots()]
+    env = {**os.environ, "STATE_DIR": str(state.state_dir)}
+    writer = subprocess.Popen([sys.executable, "-c", SLOW_WRITE], env=env, stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "writing"
+    deadline = time.monotonic() + 60
+    while json.loads(_run(state, ACTIVE_JOBS)) == 0:  # its job has started on the server
+        assert time.monotonic() < deadline and writer.poll() is None, "the slow write never ran"
+    assert writer.pid in spark_server.attached(state)
+    writer.kill()
+    assert writer.wait() == -9 and writer.stdout.read() == ""  # killed before its write returned
+    time.sleep(15)  # longer than what was left of the job
+    assert json.loads(_run(state, ACTIVE_JOBS)) == 0
+    assert [s.snapshot_id for s in table().snapshots()] == snapshots  # nothing committed
+    assert writer.pid not in spark_server.attached(state)
+    assert spark_server.running(state) == record and _task(state, "after")["own_jvm"] == 0
+    spark_server.stop(state)
 
 
 def test_a_record_left_by_a_dead_server_is_not_attached_to(tmp_path):

@@ -6,7 +6,6 @@ fixture files; the lineage is checked against the registry and the official sche
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
@@ -30,6 +29,7 @@ from expected_loads import (
     table_actuals,
 )
 from plugin_internals import translate_airflow_asset_to_urn
+from process_tree import java_descendants
 
 from nyc_taxi.core import datasets as registry
 from nyc_taxi.core.catalog import current_snapshot_id, load_table
@@ -60,25 +60,13 @@ def run_flow(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
             if time.monotonic() > deadline:
                 process.kill()
                 raise subprocess.TimeoutExpired(command, 600)
-            jvms |= _java_descendants(process.pid)
+            jvms |= java_descendants(process.pid)
             time.sleep(0.5)
         out.seek(0)
         err.seek(0)
         result = subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
     result.jvms = jvms
     return result
-
-
-def _java_descendants(pid: int) -> set[int]:
-    import psutil
-
-    found = set()
-    with contextlib.suppress(psutil.Error):
-        for child in psutil.Process(pid).children(recursive=True):
-            with contextlib.suppress(psutil.Error):  # a process that ended meanwhile
-                if child.name() == "java":
-                    found.add(child.pid)
-    return found
 
 
 def flow_artifacts(run_id: str) -> dict:
@@ -104,11 +92,11 @@ def run_id_of(result: subprocess.CompletedProcess) -> str:
     )
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def warm_spark(spark, settings):
     """The module's flows attach to a warm Spark server of the session's state directory, as a flow does
     while `bash run airflow standalone` runs (after the worker's own session: it stays its own); the weather
-    variant's flow starts a JVM per Spark step instead, as a flow does with no server running."""
+    variant's flow starts a JVM per Spark step instead (``SPARK_SERVER=false``), as with no server."""
     from nyc_taxi.core import spark_server
 
     with spark_server.warm(settings, say=lambda _: None) as record:
@@ -117,8 +105,9 @@ def warm_spark(spark, settings):
 
 
 @pytest.fixture(scope="module")
-def loaded(spark, site):
-    """Two taxi months and their weather in raw, through the ingestion code."""
+def loaded(spark, site, warm_spark):
+    """Two taxi months and their weather in raw, through the ingestion code; the module's flows attach to
+    its warm Spark server."""
     from nyc_taxi.core.tables import ensure_tables
     from nyc_taxi.ingest import taxi, weather
 

@@ -92,19 +92,19 @@ class ReportsLineage(BaseOperator):
 
     def pre_execute(self, context):
         """The task's work runs at a lower CPU priority than Airflow itself (and so do the Spark JVM and the
-        flow it starts, which inherit it): on a small machine the API server and the scheduler stay
-        responsive while a month loads (TASK_NICENESS; measured: docs/performance.md).
+        flow it starts, which inherit it, and a warm Spark server, which starts at that level): on a small
+        machine the API server and the scheduler stay responsive while a month loads (TASK_NICENESS;
+        measured: docs/performance.md).
 
         And it ends with its Airflow supervisor: Airflow runs a task in a process group of its own, so a
         worker lost with its supervisor (killed, its machine gone) would leave the task running as an
-        orphan, committing beside the retry Airflow starts elsewhere."""
-        from nyc_taxi.core.processes import die_with_parent
+        orphan, committing beside the retry Airflow starts elsewhere (a task attached to a warm Spark
+        server: the server cancels the jobs of a process that ended, ``spark_server.tag_thread``)."""
+        from nyc_taxi.core.processes import die_with_parent, lower_priority
         from nyc_taxi.core.settings import get_settings
 
         die_with_parent()
-        niceness = get_settings().task_niceness
-        if os.getpriority(os.PRIO_PROCESS, 0) < niceness:  # a level, not a step: tasks sharing a process
-            os.setpriority(os.PRIO_PROCESS, 0, niceness)  # (dag.test()) do not add theirs up
+        lower_priority(get_settings().task_niceness)
         return super().pre_execute(context)
 
     def _lineage(self, inputs: list[DatasetUse], outputs: list[DatasetUse]) -> OperatorLineage:

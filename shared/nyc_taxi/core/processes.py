@@ -78,6 +78,13 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def lower_priority(niceness: int) -> None:
+    """Run this process (and what it starts) at ``niceness`` at least: a level, not a step, so that work
+    sharing a process (tasks of one dag.test()) does not add its levels up."""
+    if os.getpriority(os.PRIO_PROCESS, 0) < niceness:
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
+
+
 def stop_group(process: subprocess.Popen, first: int = signal.SIGTERM, seconds: float = 60) -> None:
     """Stop ``process`` (started with ``start_new_session``) and every process in its group: ``first``
     to the group, SIGKILL to what still runs ``seconds`` later. Waits for the group, not only its

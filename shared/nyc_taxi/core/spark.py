@@ -30,6 +30,8 @@ def get_spark(settings: Settings | None = None, small: bool = False):
     global _session, _attached
     with _lock:
         if _session is not None and _session._jsc is not None:  # not stopped
+            if _attached:
+                spark_server.tag_thread(_session)  # this thread's jobs too: cancelled if the process ends first
             return _session
         settings = settings or get_settings()
         _session = _server_session(settings)

@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from nyc_taxi.core.processes import alive, write_private
+from nyc_taxi.core.processes import alive, lower_priority, write_private
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.spark_jvm import new_session, session_conf
 
@@ -40,6 +40,22 @@ def connection_path(settings: Settings) -> Path:
 
 def log_path(settings: Settings) -> Path:
     return settings.state_dir / "spark" / "server.log"
+
+
+def clients_path(settings: Settings) -> Path:
+    """Where each attached process leaves its pid while it is attached (a file per process)."""
+    return settings.state_dir / "spark" / "clients"
+
+
+def client_tag(pid: int) -> str:
+    """The job tag of an attached process's Spark jobs: the server cancels them if the process ends first."""
+    return f"nyc-taxi-attached-{pid}"
+
+
+def attached(settings: Settings) -> list[int]:
+    """The processes attached to this state directory's server now (the ones still running)."""
+    found = clients_path(settings).glob("*") if clients_path(settings).is_dir() else []
+    return sorted(int(entry.name) for entry in found if entry.name.isdigit() and alive(int(entry.name)))
 
 
 def fingerprint(settings: Settings) -> str:
@@ -110,8 +126,22 @@ def attach(settings: Settings):
         )
         _forget_context()
         return None
+    global _client_file
+    _client_file = clients_path(settings) / str(os.getpid())
+    write_private(_client_file, {"pid": os.getpid(), "server": record["pid"]})
+    tag_thread(session)
     log.info("attached to the Spark server (pid %s, application %s)", record["pid"], sc.applicationId)
     return session
+
+
+_client_file: Path | None = None  # this process's entry among the attached ones, while it is attached
+
+
+def tag_thread(session) -> None:
+    """The Spark jobs the calling thread starts carry this process's tag (a job's tags are its thread's):
+    if the process ends while one runs (killed, its task timed out), the server cancels it rather than
+    let it commit beside the retry, as a process's own JVM would have died with it."""
+    session.sparkContext.addJobTag(client_tag(os.getpid()))
 
 
 def _forget_context() -> None:
@@ -141,6 +171,10 @@ def detach(session) -> None:
     _forget_context()
     _release_java_objects(gateway)
     gateway.close()  # not shutdown(): that would stop the server's gateway
+    global _client_file
+    if _client_file is not None:
+        _client_file.unlink(missing_ok=True)
+        _client_file = None
 
 
 def _close_catalog(session) -> None:
@@ -187,7 +221,10 @@ def _release_java_objects(gateway) -> None:
 
 def serve(settings: Settings) -> None:
     """Run the server in this process until SIGTERM or SIGINT: one warm session, announced in the
-    connection file once it answers a query."""
+    connection file once it answers a query. It runs the tasks' Spark work, so at the tasks' priority
+    (TASK_NICENESS). Every second it cancels the jobs of attached processes that ended (``tag_thread``),
+    and it stops if its JVM did (killed, out of memory), so that no process attaches to a dead one."""
+    lower_priority(settings.task_niceness)  # inherited by the JVM it starts
     session = new_session(settings)
     session.sql("SELECT 1").collect()
     gateway = session.sparkContext._gateway
@@ -204,13 +241,27 @@ def serve(settings: Settings) -> None:
     stopping = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stopping.set())
+    jvm = gateway.proc  # the JVM PySpark started for this process
     try:
-        while not stopping.wait(1.0):
-            pass
+        while not stopping.wait(1.0) and jvm.poll() is None:
+            _cancel_jobs_of_ended_processes(session.sparkContext, clients_path(settings))
     finally:
         connection_path(settings).unlink(missing_ok=True)  # no new process attaches to a server that is stopping
-        session.stop()
+        if jvm.poll() is None:
+            session.stop()
+        else:
+            log.error("the Spark server's JVM exited (code %s): stopping", jvm.returncode)
         log.info("Spark server stopped")
+    if jvm.returncode:
+        raise SystemExit(1)
+
+
+def _cancel_jobs_of_ended_processes(context, clients: Path) -> None:
+    for entry in clients.glob("*") if clients.is_dir() else []:
+        if entry.name.isdigit() and not alive(int(entry.name)):
+            context.cancelJobsWithTag(client_tag(int(entry.name)))  # none running: nothing to cancel
+            entry.unlink(missing_ok=True)
+            log.info("process %s ended while attached: any job of its still running is cancelled", entry.name)
 
 
 def start(settings: Settings, timeout: float = 120.0) -> dict:
@@ -237,15 +288,22 @@ def _spawn(settings: Settings, timeout: float) -> dict:
             start_new_session=True,  # not stopped by the Ctrl-C of the shell that started it
         )
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        record = running(settings)
-        if record is not None and record["pid"] == process.pid:
-            return record
-        if process.poll() is not None:
-            raise RuntimeError(f"the Spark server exited with code {process.returncode}; see {log_path(settings)}")
-        time.sleep(0.2)
-    process.terminate()
-    raise TimeoutError(f"the Spark server did not answer within {timeout:.0f} s; see {log_path(settings)}")
+    try:
+        while time.monotonic() < deadline:
+            record = running(settings)
+            if record is not None and record["pid"] == process.pid:
+                return record
+            if process.poll() is not None:
+                raise RuntimeError(f"the Spark server exited with code {process.returncode}; see {log_path(settings)}")
+            time.sleep(0.2)
+        raise TimeoutError(f"the Spark server did not answer within {timeout:.0f} s; see {log_path(settings)}")
+    except BaseException:  # a timeout, or a start given up (Ctrl-C): no server left starting behind
+        if process.poll() is None:
+            process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(30)
+        connection_path(settings).unlink(missing_ok=True)
+        raise
 
 
 def stop(settings: Settings, timeout: float = 60.0) -> bool:
@@ -267,10 +325,15 @@ def stop(settings: Settings, timeout: float = 60.0) -> bool:
 def warm(settings: Settings, say=print):
     """A server for the processes of this state directory while the block runs (what `bash run demo` and
     `bash run airflow standalone` keep): started here unless one runs already, which is left as it is, or
-    unless the settings say never (``SPARK_SERVER=false``); the one started here is stopped at the end.
-    A server that cannot start costs nothing but the warm start: every process starts its own JVM, as
-    without one. Yields the record of the server started here, or None."""
-    if not settings.spark_server or running(settings) is not None:
+    unless the settings say never (``SPARK_SERVER=false``); the one started here is stopped at the end,
+    unless other processes are still attached to it (a flow run by hand): then it is left running, and
+    said. A server that cannot start costs nothing but the warm start: every process starts its own JVM,
+    as without one. Yields the record of the server started here, or None."""
+    if not settings.spark_server:
+        yield None
+        return
+    if (already := running(settings)) is not None:
+        say(f"warm Spark server: pid {already['pid']}, running already; attached to, and left running")
         yield None
         return
     started = time.perf_counter()
@@ -287,7 +350,11 @@ def warm(settings: Settings, say=print):
     try:
         yield record
     finally:
-        if (running(settings) or {}).get("pid") == record["pid"]:  # not one someone started after stopping ours
+        if (running(settings) or {}).get("pid") != record["pid"]:  # stopped, or another started since: not ours
+            pass
+        elif others := [pid for pid in attached(settings) if pid != os.getpid()]:
+            say(f"warm Spark server left running: processes {others} are attached to it (bash run spark-server stop)")
+        else:
             stop(settings)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -165,10 +166,13 @@ print(json.dumps(len(get_spark().sparkContext.statusTracker().getActiveJobsIds()
 """
 
 
-def test_a_task_killed_while_its_job_runs_on_the_server_commits_nothing_and_the_server_serves_on(state):
-    """An attached task killed mid-write (SIGKILL: no handler of its own runs) would, unlike a task with
-    its own JVM, leave its job running in the server, to commit after Airflow marked it failed and
-    retried it. The server cancels the jobs of a process that ended: nothing is committed."""
+@pytest.mark.parametrize("ending", [signal.SIGKILL, signal.SIGINT], ids=["killed", "interrupted"])
+def test_a_task_ended_while_its_job_runs_on_the_server_commits_nothing_and_the_server_serves_on(state, ending):
+    """An attached task ended mid-write would, unlike a task with its own JVM, leave its job running in
+    the server, to commit after Airflow marked it failed and retried it. Killed (SIGKILL: nothing of its
+    own runs), the server cancels the jobs of a process that ended; interrupted (Ctrl-C: Python's exit
+    runs), the process lets go of the server and its statement is aborted with its connection. Either
+    way nothing is committed."""
     from nyc_taxi.core.catalog import load_catalog
 
     record = spark_server.start(state)
@@ -184,13 +188,14 @@ def test_a_task_killed_while_its_job_runs_on_the_server_commits_nothing_and_the_
     deadline = time.monotonic() + 60
     while json.loads(_run(state, ACTIVE_JOBS)) == 0:  # its job has started on the server
         assert time.monotonic() < deadline and writer.poll() is None, "the slow write never ran"
-    assert writer.pid in spark_server.attached(state)
-    writer.kill()
-    assert writer.wait() == -9 and writer.stdout.read() == ""  # killed before its write returned
+    entry = spark_server.clients_path(state) / str(writer.pid)
+    assert entry.is_file()
+    writer.send_signal(ending)
+    assert writer.wait(60) != 0 and writer.stdout.read() == ""  # ended before its write returned
     time.sleep(15)  # longer than what was left of the job
     assert json.loads(_run(state, ACTIVE_JOBS)) == 0
     assert [s.snapshot_id for s in table().snapshots()] == snapshots  # nothing committed
-    assert writer.pid not in spark_server.attached(state)
+    assert not entry.exists()  # the server (killed) or the process (interrupted) took it away
     assert spark_server.running(state) == record and _task(state, "after")["own_jvm"] == 0
     spark_server.stop(state)
 

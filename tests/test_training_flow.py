@@ -100,7 +100,7 @@ def warm_spark(spark, settings):
     from nyc_taxi.core import spark_server
 
     with spark_server.warm(settings, say=lambda _: None) as record:
-        assert record is not None, "a Spark server ran already for the session's state directory"
+        assert record is not None, "no Spark server started for the module (one ran already, or it failed)"
         yield record
 
 

@@ -92,7 +92,7 @@ class ReportsLineage(BaseOperator):
 
     def pre_execute(self, context):
         """The task's work runs at a lower CPU priority than Airflow itself (and so do the Spark JVM and the
-        flow it starts, which inherit it, and a warm Spark server, which starts at that level): on a small
+        flow it starts, which inherit it; not a warm Spark server's work: docs/operations.md): on a small
         machine the API server and the scheduler stay responsive while a month loads (TASK_NICENESS;
         measured: docs/performance.md).
 

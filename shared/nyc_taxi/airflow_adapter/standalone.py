@@ -14,7 +14,8 @@ standalone's listening sockets: were the internal to move, a log server on 0.0.0
 While it runs, it keeps a warm Spark server for its state directory (``core/spark_server.warm``), as
 `bash run demo` does: the DAG runs' tasks and the flows they start, and a flow run by hand meanwhile,
 attach to it instead of each starting a JVM; it is stopped with the standalone (``SPARK_SERVER=false``: none).
-SIGTERM and SIGHUP stop the standalone as a terminal's Ctrl-C does (``LocalStandalone.stop_as_ctrl_c``).
+Ctrl-C stops it (Airflow's own shutdown, then the server's); a standalone ended otherwise (``kill``) dies
+as Airflow's own does and leaves its components and the server running (`bash run spark-server stop`).
 
 A port that is taken stops the command before anything starts: Airflow's own standalone would start
 its other components and leave the UI's port to whatever holds it. While it runs, a record in Airflow's
@@ -23,9 +24,7 @@ home names it (``environment.running_standalone``), so that `bash run clean` doe
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 
 from airflow.cli.commands.standalone_command import StandaloneCommand
@@ -52,23 +51,6 @@ class LocalStandalone(StandaloneCommand):
         super().__init__()
         self.subcommands = _WithoutLogServers()
 
-    def stop_as_ctrl_c(self, *_) -> None:
-        """SIGTERM or SIGHUP (`kill`, a closed terminal): what a terminal's Ctrl-C does, SIGINT to every
-        component and what it started, then the standalone's own shutdown. Airflow's standalone would die
-        at once and leave its components running; and a scheduler sent only the SIGTERM of that shutdown
-        waits for ever on its LocalExecutor's workers, which a terminal's Ctrl-C had stopped."""
-        import psutil
-
-        for command in list(self.subcommands.values()):
-            if command.process is None:
-                continue
-            with contextlib.suppress(psutil.Error):
-                component = psutil.Process(command.process.pid)
-                for process in [component, *component.children(recursive=True)]:
-                    with contextlib.suppress(psutil.Error):
-                        process.send_signal(signal.SIGINT)
-        raise KeyboardInterrupt
-
 
 def main() -> int:
     port = int(os.environ.get("AIRFLOW__API__PORT", "8080"))
@@ -82,12 +64,9 @@ def main() -> int:
     settings = get_settings()
     record = standalone_record(settings)
     write_private(record, {"pid": os.getpid(), "port": port})
-    standalone = LocalStandalone()
-    for number in (signal.SIGTERM, signal.SIGHUP):  # stopped as by Ctrl-C: the components, then the server
-        signal.signal(number, standalone.stop_as_ctrl_c)
     try:
         with spark_server.warm(settings, say=lambda line: print(f"standalone | {line}", flush=True)):
-            standalone.run()
+            LocalStandalone().run()
     finally:
         record.unlink(missing_ok=True)
     return 0

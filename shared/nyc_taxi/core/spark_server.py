@@ -20,6 +20,7 @@ import inspect
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from nyc_taxi.core.processes import alive, lower_priority, write_private
+from nyc_taxi.core.processes import alive, write_private
 from nyc_taxi.core.settings import Settings, get_settings
 from nyc_taxi.core.spark_jvm import new_session, session_conf
 
@@ -138,10 +139,24 @@ _client_file: Path | None = None  # this process's entry among the attached ones
 
 
 def tag_thread(session) -> None:
-    """The Spark jobs the calling thread starts carry this process's tag (a job's tags are its thread's):
-    if the process ends while one runs (killed, its task timed out), the server cancels it rather than
-    let it commit beside the retry, as a process's own JVM would have died with it."""
-    session.sparkContext.addJobTag(client_tag(os.getpid()))
+    """The Spark jobs the calling thread starts carry this process's tag (a job's tags are its thread's),
+    and the server's thread that runs its calls carries its name: if the process is killed while a
+    statement runs (no ``detach`` then), the server cancels its jobs and interrupts that thread (between
+    two jobs, or before the commit), rather than let the statement commit beside a retry, as a process's
+    own JVM would have died with it. Spark work on another thread must call ``get_spark()`` there first."""
+    tag = client_tag(os.getpid())
+    session.sparkContext.addJobTag(tag)
+    session._jvm.java.lang.Thread.currentThread().setName(f"{tag}-calls")
+
+
+def _stop_work_of(context, pid: int) -> None:
+    """Cancel the Spark jobs of attached process ``pid``, which ended, and interrupt the server's threads
+    that ran its calls (``tag_thread``): what would have died with a process's own JVM."""
+    tag = client_tag(pid)
+    context.cancelJobsWithTag(tag)  # none running: nothing to cancel
+    for thread in list(context._jvm.java.lang.Thread.getAllStackTraces().keySet()):
+        if thread.getName().startswith(tag):
+            thread.interrupt()
 
 
 def _forget_context() -> None:
@@ -158,7 +173,8 @@ def _forget_context() -> None:
 
 def detach(session) -> None:
     """Let go of an attached session: release what this process holds in the server's JVM, close its
-    connections, leave the server's context running."""
+    connections (a statement still running for it, the process ending on an exception or Ctrl-C, is
+    aborted with its connection), leave the server's context running."""
     sc = session.sparkContext
     gateway = sc._gateway
     _close_catalog(session)
@@ -221,10 +237,12 @@ def _release_java_objects(gateway) -> None:
 
 def serve(settings: Settings) -> None:
     """Run the server in this process until SIGTERM or SIGINT: one warm session, announced in the
-    connection file once it answers a query. It runs the tasks' Spark work, so at the tasks' priority
-    (TASK_NICENESS). Every second it cancels the jobs of attached processes that ended (``tag_thread``),
-    and it stops if its JVM did (killed, out of memory), so that no process attaches to a dead one."""
-    lower_priority(settings.task_niceness)  # inherited by the JVM it starts
+    connection file once it answers a query. It runs at the priority of what started it, not at the
+    tasks' (TASK_NICENESS): at the tasks' level it starved on a busy machine and held up every attached
+    task and the standalone's own stop. Every second it cancels the jobs of attached processes that
+    ended (``tag_thread``), and it stops if its JVM did (killed, out of memory), so that no process
+    attaches to a dead one."""
+    shutil.rmtree(clients_path(settings), ignore_errors=True)  # a former server's: none is attached to this one
     session = new_session(settings)
     session.sql("SELECT 1").collect()
     gateway = session.sparkContext._gateway
@@ -259,9 +277,9 @@ def serve(settings: Settings) -> None:
 def _cancel_jobs_of_ended_processes(context, clients: Path) -> None:
     for entry in clients.glob("*") if clients.is_dir() else []:
         if entry.name.isdigit() and not alive(int(entry.name)):
-            context.cancelJobsWithTag(client_tag(int(entry.name)))  # none running: nothing to cancel
+            _stop_work_of(context, int(entry.name))
             entry.unlink(missing_ok=True)
-            log.info("process %s ended while attached: any job of its still running is cancelled", entry.name)
+            log.info("process %s ended while attached: what still ran for it is cancelled", entry.name)
 
 
 def start(settings: Settings, timeout: float = 120.0) -> dict:
@@ -326,14 +344,19 @@ def warm(settings: Settings, say=print):
     """A server for the processes of this state directory while the block runs (what `bash run demo` and
     `bash run airflow standalone` keep): started here unless one runs already, which is left as it is, or
     unless the settings say never (``SPARK_SERVER=false``); the one started here is stopped at the end,
-    unless other processes are still attached to it (a flow run by hand): then it is left running, and
-    said. A server that cannot start costs nothing but the warm start: every process starts its own JVM,
+    unless another process is attached to it at that moment (a flow's step, run by hand): then it is left
+    running, and said (a flow between two steps is not attached: its next step starts its own JVM). A server that cannot start costs nothing but the warm start: every process starts its own JVM,
     as without one. Yields the record of the server started here, or None."""
     if not settings.spark_server:
         yield None
         return
     if (already := running(settings)) is not None:
-        say(f"warm Spark server: pid {already['pid']}, running already; attached to, and left running")
+        if already["fingerprint"] == fingerprint(settings):
+            say(f"warm Spark server: pid {already['pid']}, running already: attached to, and left running")
+        else:
+            say(
+                f"a Spark server (pid {already['pid']}) runs for other Spark settings: every process starts its own JVM"
+            )
         yield None
         return
     started = time.perf_counter()
@@ -352,7 +375,7 @@ def warm(settings: Settings, say=print):
     finally:
         if (running(settings) or {}).get("pid") != record["pid"]:  # stopped, or another started since: not ours
             pass
-        elif others := [pid for pid in attached(settings) if pid != os.getpid()]:
+        elif others := [pid for pid in attached(settings) if pid != os.getpid()]:  # a step running on it now
             say(f"warm Spark server left running: processes {others} are attached to it (bash run spark-server stop)")
         else:
             stop(settings)

@@ -69,7 +69,10 @@ class _Standalone:
         return self.api
 
     def __exit__(self, *exc) -> None:
+        from nyc_taxi.core import spark_server
+
         stop_group(self.process)
+        spark_server.stop(self.settings)  # the standalone's warm Spark server: a SIGTERM'd standalone leaves it
 
 
 def measure(work: Path, site_url: str, niceness: int, month: str) -> dict:

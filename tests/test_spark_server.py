@@ -171,8 +171,7 @@ def test_a_task_ended_while_its_job_runs_on_the_server_commits_nothing_and_the_s
     """An attached task ended mid-write would, unlike a task with its own JVM, leave its job running in
     the server, to commit after Airflow marked it failed and retried it. Killed (SIGKILL: nothing of its
     own runs), the server cancels the jobs of a process that ended; interrupted (Ctrl-C: Python's exit
-    runs), the process lets go of the server and its statement is aborted with its connection. Either
-    way nothing is committed."""
+    runs), the process cancels its own as it lets go of the server. Either way nothing is committed."""
     from nyc_taxi.core.catalog import load_catalog
 
     record = spark_server.start(state)
@@ -192,8 +191,8 @@ def test_a_task_ended_while_its_job_runs_on_the_server_commits_nothing_and_the_s
     assert entry.is_file()
     writer.send_signal(ending)
     assert writer.wait(60) != 0 and writer.stdout.read() == ""  # ended before its write returned
-    time.sleep(15)  # longer than what was left of the job
-    assert json.loads(_run(state, ACTIVE_JOBS)) == 0
+    time.sleep(15)  # longer than what was left of the job (a cancelled job's running tasks end first)
+    assert json.loads(_run(state, ACTIVE_JOBS)) == 0  # nothing left running; the snapshots below: nothing committed
     assert [s.snapshot_id for s in table().snapshots()] == snapshots  # nothing committed
     assert not entry.exists()  # the server (killed) or the process (interrupted) took it away
     assert spark_server.running(state) == record and _task(state, "after")["own_jvm"] == 0

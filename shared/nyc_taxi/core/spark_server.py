@@ -53,10 +53,14 @@ def client_tag(pid: int) -> str:
     return f"nyc-taxi-attached-{pid}"
 
 
+def _listed(clients: Path) -> list[int]:
+    """The pids listed under ``clients`` (not the ``.tmp`` files a write in progress leaves)."""
+    return sorted(int(entry.name) for entry in clients.glob("*") if entry.name.isdigit()) if clients.is_dir() else []
+
+
 def attached(settings: Settings) -> list[int]:
     """The processes attached to this state directory's server now (the ones still running)."""
-    found = clients_path(settings).glob("*") if clients_path(settings).is_dir() else []
-    return sorted(int(entry.name) for entry in found if entry.name.isdigit() and alive(int(entry.name)))
+    return [pid for pid in _listed(clients_path(settings)) if alive(pid)]
 
 
 def fingerprint(settings: Settings) -> str:
@@ -146,7 +150,7 @@ def tag_thread(session) -> None:
     own JVM would have died with it. Spark work on another thread must call ``get_spark()`` there first."""
     tag = client_tag(os.getpid())
     session.sparkContext.addJobTag(tag)
-    session._jvm.java.lang.Thread.currentThread().setName(f"{tag}-calls")
+    session._jvm.java.lang.Thread.currentThread().setName(f"{tag}-calls")  # what _stop_work_of looks for
 
 
 def _stop_work_of(context, pid: int) -> None:
@@ -155,7 +159,7 @@ def _stop_work_of(context, pid: int) -> None:
     tag = client_tag(pid)
     context.cancelJobsWithTag(tag)  # none running: nothing to cancel
     for thread in list(context._jvm.java.lang.Thread.getAllStackTraces().keySet()):
-        if thread.getName().startswith(tag):
+        if thread.getName() == f"{tag}-calls":  # exactly: pid 12's tag is a prefix of pid 123's
             thread.interrupt()
 
 
@@ -173,10 +177,12 @@ def _forget_context() -> None:
 
 def detach(session) -> None:
     """Let go of an attached session: release what this process holds in the server's JVM, close its
-    connections (a statement still running for it, the process ending on an exception or Ctrl-C, is
-    aborted with its connection), leave the server's context running."""
+    connections, leave the server's context running. A statement still running for it (the process
+    ending on an exception or Ctrl-C) is cancelled first: its jobs would go on in the server."""
     sc = session.sparkContext
     gateway = sc._gateway
+    with contextlib.suppress(Exception):  # best effort: the server may be stopping
+        sc.cancelJobsWithTag(client_tag(os.getpid()))  # on a normal end nothing runs: nothing cancelled
     _close_catalog(session)
     if (accumulators := getattr(sc, "_accumulatorServer", None)) is not None:
         # Its serve loop sees a shutdown only at its next half-second poll: not waited for (0.4 s of every
@@ -270,16 +276,16 @@ def serve(settings: Settings) -> None:
         else:
             log.error("the Spark server's JVM exited (code %s): stopping", jvm.returncode)
         log.info("Spark server stopped")
-    if jvm.returncode:
+    if jvm.poll() is not None:
         raise SystemExit(1)
 
 
 def _cancel_jobs_of_ended_processes(context, clients: Path) -> None:
-    for entry in clients.glob("*") if clients.is_dir() else []:
-        if entry.name.isdigit() and not alive(int(entry.name)):
-            _stop_work_of(context, int(entry.name))
-            entry.unlink(missing_ok=True)
-            log.info("process %s ended while attached: what still ran for it is cancelled", entry.name)
+    for pid in _listed(clients):
+        if not alive(pid):
+            _stop_work_of(context, pid)
+            (clients / str(pid)).unlink(missing_ok=True)
+            log.info("process %s ended while attached: what still ran for it is cancelled", pid)
 
 
 def start(settings: Settings, timeout: float = 120.0) -> dict:
@@ -318,8 +324,11 @@ def _spawn(settings: Settings, timeout: float) -> dict:
     except BaseException:  # a timeout, or a start given up (Ctrl-C): no server left starting behind
         if process.poll() is None:
             process.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            try:
                 process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         connection_path(settings).unlink(missing_ok=True)
         raise
 
@@ -345,8 +354,9 @@ def warm(settings: Settings, say=print):
     `bash run airflow standalone` keep): started here unless one runs already, which is left as it is, or
     unless the settings say never (``SPARK_SERVER=false``); the one started here is stopped at the end,
     unless another process is attached to it at that moment (a flow's step, run by hand): then it is left
-    running, and said (a flow between two steps is not attached: its next step starts its own JVM). A server that cannot start costs nothing but the warm start: every process starts its own JVM,
-    as without one. Yields the record of the server started here, or None."""
+    running, and said (a flow between two steps is not attached: its next step starts its own JVM). A
+    server that cannot start costs nothing but the warm start: every process starts its own JVM, as
+    without one. Yields the record of the server started here, or None."""
     if not settings.spark_server:
         yield None
         return
@@ -373,11 +383,11 @@ def warm(settings: Settings, say=print):
     try:
         yield record
     finally:
-        if (running(settings) or {}).get("pid") != record["pid"]:  # stopped, or another started since: not ours
-            pass
-        elif others := [pid for pid in attached(settings) if pid != os.getpid()]:  # a step running on it now
+        ours = (running(settings) or {}).get("pid") == record["pid"]  # not stopped, nor another started since
+        others = [pid for pid in attached(settings) if pid != os.getpid()]  # a step running on it now
+        if ours and others:
             say(f"warm Spark server left running: processes {others} are attached to it (bash run spark-server stop)")
-        else:
+        elif ours:
             stop(settings)
 
 

@@ -242,7 +242,7 @@ def test_a_stopped_group_is_waited_for_past_its_leader_and_what_ignores_the_sign
         start_new_session=True,
     )
     child = int(leader.stdout.readline())
-    stop_group(leader)
+    assert stop_group(leader)  # ended on SIGTERM
     assert marker.read_text() == "shut down"  # it finished its own shutdown, and the stop waited for it
     assert not alive(child) and not processes._in_group(leader.pid)
 
@@ -251,6 +251,6 @@ def test_a_stopped_group_is_waited_for_past_its_leader_and_what_ignores_the_sign
     )
     child = int(leader.stdout.readline())
     started = time.monotonic()
-    stop_group(leader, seconds=2)
+    assert not stop_group(leader, seconds=2)  # had to be killed
     assert time.monotonic() - started < 15
     assert not alive(child) and not processes._in_group(leader.pid)

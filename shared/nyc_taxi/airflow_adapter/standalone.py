@@ -7,9 +7,20 @@ with no setting to change it. Those servers exist for workers on other machines;
 runs on this machine and the UI reads its logs from disk, so they are switched off with the
 components' own ``--skip-serve-logs`` flag. Everything else is Airflow's standalone as is.
 
+Ctrl-C reaches every component itself (the terminal signals the whole process group), and Airflow's
+standalone then sends each one SIGTERM as well, at once. Two signals a few milliseconds apart can hang
+a component for good: its handler logs, the second handler interrupts the first inside the log's
+lock and waits on it (seen in the dag-processor and the triggerer, structlog's WriteLogger). So a
+component is sent SIGTERM only if it has not ended on its own Ctrl-C within ``STOP_GRACE_SECONDS``
+(a standalone sent SIGINT alone, ``kill -INT``, stops its components that much later). Further Ctrl-Cs
+while it stops are said and ignored: `uv run`, without a terminal, forwards the group's SIGINT a second
+time 200 ms later, and a second KeyboardInterrupt would leave Airflow's shutdown half done.
+
 Airflow's internals, in this one place: the standalone command has no public way to pass a
-component a flag, so its ``subcommands`` table is replaced. ``tests/test_readme_path.py`` reads the
-standalone's listening sockets: were the internal to move, a log server on 0.0.0.0 fails it.
+component a flag, nor to change how it stops one, so its ``subcommands`` table is replaced and each
+component's ``stop`` wrapped. ``tests/test_readme_path.py`` reads the standalone's listening sockets
+(were the internal to move, a log server on 0.0.0.0 fails it) and asserts that Ctrl-C stops it all
+within its budget.
 
 While it runs, it keeps a warm Spark server for its state directory (``core/spark_server.warm``), as
 `bash run demo` does: the DAG runs' tasks and the flows they start, and a flow run by hand meanwhile,
@@ -25,7 +36,9 @@ home names it (``environment.running_standalone``), so that `bash run clean` doe
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
 
 from airflow.cli.commands.standalone_command import StandaloneCommand
 
@@ -35,21 +48,52 @@ from nyc_taxi.core.processes import listening, write_private
 from nyc_taxi.core.settings import get_settings
 
 WITH_LOG_SERVER = ("scheduler", "triggerer")
+STOP_GRACE_SECONDS = 15
 
 
-class _WithoutLogServers(dict):
-    """The standalone's components by name; the ones with a log server get --skip-serve-logs."""
+class _Components(dict):
+    """The standalone's components by name: the ones with a log server get --skip-serve-logs, and each
+    one's stop waits for the end of the stop grace before it signals (see the module's docstring)."""
+
+    def __init__(self, stop_deadline):
+        super().__init__()
+        self._stop_deadline = stop_deadline
 
     def __setitem__(self, name, component):
         if name in WITH_LOG_SERVER and "--skip-serve-logs" not in component.command:
             component.command = [*component.command, "--skip-serve-logs"]
+        terminate = component.stop
+
+        def stop():
+            deadline = self._stop_deadline()
+            while component.process is not None and component.process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if component.process is not None and component.process.poll() is None:
+                terminate()
+
+        component.stop = stop
         super().__setitem__(name, component)
 
 
 class LocalStandalone(StandaloneCommand):
     def __init__(self):
         super().__init__()
-        self.subcommands = _WithoutLogServers()
+        self._stopping_since: float | None = None
+        self.subcommands = _Components(lambda: (self._stopping_since or time.monotonic()) + STOP_GRACE_SECONDS)
+
+    def run(self):
+        signal.signal(signal.SIGINT, self._interrupted)
+        super().run()
+
+    def _interrupted(self, signum, frame):
+        if self._stopping_since is None:
+            self._stopping_since = time.monotonic()
+            raise KeyboardInterrupt
+        print(
+            f"standalone | stopping already: each component ends on its own Ctrl-C, or is sent SIGTERM "
+            f"{STOP_GRACE_SECONDS} s after it (kill {os.getpid()} ends this process now)",
+            flush=True,
+        )
 
 
 def main() -> int:

@@ -85,11 +85,12 @@ def lower_priority(niceness: int) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, niceness)
 
 
-def stop_group(process: subprocess.Popen, first: int = signal.SIGTERM, seconds: float = 60) -> None:
+def stop_group(process: subprocess.Popen, first: int = signal.SIGTERM, seconds: float = 60) -> bool:
     """Stop ``process`` (started with ``start_new_session``) and every process in its group: ``first``
     to the group, SIGKILL to what still runs ``seconds`` later. Waits for the group, not only its
     leader: an Airflow standalone exits at SIGTERM while its scheduler is still shutting down, and a
-    wait for the leader alone left that scheduler running as an orphan."""
+    wait for the leader alone left that scheduler running as an orphan. Whether the group ended on
+    ``first`` (False: it had to be killed)."""
     group = process.pid
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, first)
@@ -103,6 +104,8 @@ def stop_group(process: subprocess.Popen, first: int = signal.SIGTERM, seconds: 
         deadline = time.monotonic() + 10
         while _in_group(group) and time.monotonic() < deadline:
             time.sleep(0.1)
+        return False
+    return True
 
 
 def _in_group(group: int) -> list[int]:

@@ -10,11 +10,12 @@ components' own ``--skip-serve-logs`` flag. Everything else is Airflow's standal
 Ctrl-C reaches every component itself (the terminal signals the whole process group), and Airflow's
 standalone then sends each one SIGTERM as well, at once. Two signals a few milliseconds apart can hang
 a component for good: its handler logs, the second handler interrupts the first inside the log's
-lock and waits on it (seen in the dag-processor and the triggerer, structlog's WriteLogger). So a
-component is sent SIGTERM only if it has not ended on its own Ctrl-C within ``STOP_GRACE_SECONDS``
-(a standalone sent SIGINT alone, ``kill -INT``, stops its components that much later). Further Ctrl-Cs
-while it stops are said and ignored: `uv run`, without a terminal, forwards the group's SIGINT a second
-time 200 ms later, and a second KeyboardInterrupt would leave Airflow's shutdown half done.
+lock and waits on it (seen in the dag-processor and the triggerer, structlog's WriteLogger). So the
+components get ``STOP_GRACE_SECONDS`` in all, from the Ctrl-C, to end on their own; one still running
+then is sent SIGTERM, and SIGKILL ``KILL_AFTER_SECONDS`` later, each said (a standalone sent SIGINT
+alone, ``kill -INT``, stops its components that much later). Further Ctrl-Cs while it stops are said
+and ignored: `uv run`, without a terminal, forwards the group's SIGINT a second time 200 ms later, and
+a second KeyboardInterrupt would leave the shutdown, or a Spark server's start, half done.
 
 Airflow's internals, in this one place: the standalone command has no public way to pass a
 component a flag, nor to change how it stops one, so its ``subcommands`` table is replaced and each
@@ -35,8 +36,10 @@ home names it (``environment.running_standalone``), so that `bash run clean` doe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -48,16 +51,47 @@ from nyc_taxi.core.processes import listening, write_private
 from nyc_taxi.core.settings import get_settings
 
 WITH_LOG_SERVER = ("scheduler", "triggerer")
-STOP_GRACE_SECONDS = 15
+STOP_GRACE_SECONDS = 15  # for the components to end on the Ctrl-C they received themselves
+KILL_AFTER_SECONDS = 10  # for one sent SIGTERM (Airflow gives its DAG file processors 5 s)
+
+
+class Interrupts:
+    """The standalone's SIGINT handler: the first raises KeyboardInterrupt and starts the stop's clock;
+    later ones are said and ignored."""
+
+    def __init__(self):
+        self.first: float | None = None
+
+    def __call__(self, signum, frame):
+        if self.first is None:
+            self.first = time.monotonic()
+            raise KeyboardInterrupt
+        # os.write: print here could re-enter the buffer the interrupted code was writing
+        with contextlib.suppress(OSError):
+            os.write(
+                sys.stderr.fileno(),
+                f"standalone | stopping already: Ctrl-C again is ignored while Airflow's components and the Spark "
+                f"server stop, within about a minute (kill {os.getpid()} ends this process at once and leaves them "
+                "running: bash run spark-server stop)\n".encode(),
+            )
+
+    def deadline(self) -> float:
+        return (time.monotonic() if self.first is None else self.first) + STOP_GRACE_SECONDS
+
+
+def _starting_or_running(component) -> bool:
+    if component.process is None:
+        return component.is_alive()  # its thread has not started the process yet
+    return component.process.poll() is None
 
 
 class _Components(dict):
     """The standalone's components by name: the ones with a log server get --skip-serve-logs, and each
-    one's stop waits for the end of the stop grace before it signals (see the module's docstring)."""
+    one's stop signals only what has not ended by the stop's deadline (see the module's docstring)."""
 
-    def __init__(self, stop_deadline):
+    def __init__(self, deadline, kill_after: float = KILL_AFTER_SECONDS):
         super().__init__()
-        self._stop_deadline = stop_deadline
+        self._deadline, self._kill_after = deadline, kill_after
 
     def __setitem__(self, name, component):
         if name in WITH_LOG_SERVER and "--skip-serve-logs" not in component.command:
@@ -65,35 +99,38 @@ class _Components(dict):
         terminate = component.stop
 
         def stop():
-            deadline = self._stop_deadline()
-            while component.process is not None and component.process.poll() is None and time.monotonic() < deadline:
+            deadline = self._deadline()
+            while _starting_or_running(component) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if component.process is not None and component.process.poll() is None:
-                terminate()
+            if component.process is None or component.process.poll() is not None:
+                return
+            print(f"standalone | {name} has not ended on Ctrl-C: SIGTERM", flush=True)
+            terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                component.process.wait(self._kill_after)
+            if component.process.poll() is None:
+                print(f"standalone | {name} has not ended {self._kill_after:.0f} s after SIGTERM: SIGKILL", flush=True)
+                component.process.kill()
 
         component.stop = stop
         super().__setitem__(name, component)
 
 
 class LocalStandalone(StandaloneCommand):
-    def __init__(self):
+    def __init__(self, interrupts: Interrupts):
         super().__init__()
-        self._stopping_since: float | None = None
-        self.subcommands = _Components(lambda: (self._stopping_since or time.monotonic()) + STOP_GRACE_SECONDS)
+        self.subcommands = _Components(interrupts.deadline)
 
     def run(self):
-        signal.signal(signal.SIGINT, self._interrupted)
-        super().run()
-
-    def _interrupted(self, signum, frame):
-        if self._stopping_since is None:
-            self._stopping_since = time.monotonic()
-            raise KeyboardInterrupt
-        print(
-            f"standalone | stopping already: each component ends on its own Ctrl-C, or is sent SIGTERM "
-            f"{STOP_GRACE_SECONDS} s after it (kill {os.getpid()} ends this process now)",
-            flush=True,
-        )
+        try:
+            super().run()
+        except KeyboardInterrupt:  # outside Airflow's loop (its database check, its components' start): stops none
+            for component in self.subcommands.values():
+                component.stop()
+            for component in self.subcommands.values():
+                if component.ident is not None:
+                    component.join()
+            raise
 
 
 def main() -> int:
@@ -105,12 +142,14 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
+    interrupts = Interrupts()
+    signal.signal(signal.SIGINT, interrupts)
     settings = get_settings()
     record = standalone_record(settings)
     write_private(record, {"pid": os.getpid(), "port": port})
     try:
         with spark_server.warm(settings, say=lambda line: print(f"standalone | {line}", flush=True)):
-            LocalStandalone().run()
+            LocalStandalone(interrupts).run()
     finally:
         record.unlink(missing_ok=True)
     return 0

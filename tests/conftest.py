@@ -70,9 +70,9 @@ TEAM_DEPLOYMENTS = CHAOS_MISSIONS + HOSTS_LAYOUTS
 # The modules that take longest, in the order they start (their times: docs/testing.md): the team deployments
 # run beside everything else, so they start first (the system lane: a group on each worker; CI's lane: the
 # chaos missions' beside the demo's readers, the hosts layouts next; the flow's module, about 220 s, before
-# the short ones, which fill in behind it: last, it left the other worker idle 175 s at the end); the rest
-# follow in file order, a worker taking the next module once two tests or fewer of its own are left
-# (xdist's loadfile scheduling).
+# the short ones, which fill in behind it, so that both workers end together); the rest follow in file
+# order, a worker taking the next module once two tests or fewer of its own are left (xdist's loadfile
+# scheduling).
 LONGEST_FIRST = (
     *CHAOS_MISSIONS,
     "tests/test_lineage.py",

@@ -1,104 +1,182 @@
-"""How `bash run airflow standalone` stops its components (``airflow_adapter/standalone.py``): a component
-that ends on the Ctrl-C it received itself is sent nothing more; one still running at the stop's deadline
-is sent SIGTERM, and SIGKILL if that does not end it, each said; one whose process had not started yet
-when the stop began is waited for and stopped all the same. Each component here is a real process
-started by a thread, as Airflow's standalone starts its own."""
+"""How `bash run airflow standalone` stops its components (``airflow_adapter/standalone.py``), on Airflow's
+own ``SubCommand`` threads running a stand-in ``airflow`` (first on their PATH): a component that ends on
+the Ctrl-C it received itself is sent nothing more; one still running at the stop's deadline is sent
+SIGTERM, and one that ignores that too is killed with its children (one that holds the component's
+output would hold the standalone); one whose process starts after the stop began is waited for and
+stopped all the same; a Ctrl-C before Airflow's own loop stops the components already started; each
+ending is said; a later Ctrl-C is said and ignored."""
 
 from __future__ import annotations
 
+import collections
+import os
 import signal
 import subprocess
 import sys
-import threading
+import textwrap
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from airflow.cli.commands import standalone_command
+from airflow.cli.commands.standalone_command import SubCommand
 
-from nyc_taxi.airflow_adapter.standalone import Interrupts, _Components
+from nyc_taxi.airflow_adapter import standalone
+from nyc_taxi.airflow_adapter.standalone import Interrupts, LocalStandalone, _Components
+from nyc_taxi.core.processes import alive
 
-ENDS_ON_CTRL_C = "import time; print('up', flush=True); time.sleep(60)"
-IGNORES_CTRL_C = (
-    "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+pytestmark = pytest.mark.guards  # Airflow's SubCommand and StandaloneCommand.run, as the standalone wraps them
+
+GRACE, KILL_AFTER = 2, 1
+
+# the stand-in: `airflow <behaviour> [flags]`; it says "up", notes when SIGTERM reached it, and sleeps
+STAND_IN = textwrap.dedent(
+    """\
+    import os, signal, subprocess, sys, time
+    behaviour, notes = sys.argv[1], os.environ["NOTES"]
+    if behaviour != "ends-on-ctrl-c":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    def sigterm(signum, frame):
+        with open(os.path.join(notes, f"sigterm-{os.getpid()}"), "w") as note:
+            note.write(repr(time.time()))
+        if behaviour != "ignores-both":
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+    signal.signal(signal.SIGTERM, sigterm)
+    if behaviour == "ignores-both":  # a child that holds the component's output
+        child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"])
+        print(f"child {child.pid}", flush=True)
+    print("up", flush=True)
+    time.sleep(60)
+    """
 )
-IGNORES_BOTH = (
-    "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN);"
-    " print('up', flush=True); time.sleep(60)"
-)
 
 
-class Component(threading.Thread):
-    """Airflow's SubCommand as the standalone sees it: ``command``, ``process`` (set once its thread started
-    it), ``stop()`` (SIGTERM), its output read until the process ends."""
-
-    def __init__(self, script: str, start_after: float = 0.0):
-        super().__init__()
-        self.command, self.process, self.terminated = ["component"], None, False
-        self._script, self._start_after, self.up = script, start_after, threading.Event()
-
-    def run(self):
-        time.sleep(self._start_after)
-        self.process = subprocess.Popen([sys.executable, "-c", self._script], stdout=subprocess.PIPE)
-        self.process.stdout.readline()
-        self.up.set()
-        self.process.stdout.read()
-
-    def stop(self):
-        self.terminated = True
-        self.process.terminate()
+@pytest.fixture
+def env(tmp_path, monkeypatch) -> dict:
+    monkeypatch.setattr(standalone, "STOP_GRACE_SECONDS", GRACE)
+    bin_dir, notes = tmp_path / "bin", tmp_path / "notes"
+    bin_dir.mkdir()
+    notes.mkdir()
+    stand_in = bin_dir / "airflow"
+    stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
+    stand_in.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NOTES": str(notes)}
 
 
-def _stopped(script: str, ctrl_c: bool, capsys, start_after: float = 0.0) -> tuple[Component, str, float]:
-    """A component started, then Ctrl-C (to it, as the terminal's reaches every component) and the
-    standalone's stop with a 1 s deadline: the component, what the standalone said, the stop's seconds."""
+def _up(parent, names) -> None:
+    deadline = time.monotonic() + 30
+    while {name for name, line in list(parent.output_queue) if line == b"up\n"} < set(names):
+        assert time.monotonic() < deadline, list(parent.output_queue)
+        time.sleep(0.05)
+
+
+def _stopped(env: dict, behaviours: dict[str, str], capsys) -> tuple[dict, Interrupts, list[str], list]:
+    """Components started and up, then Ctrl-C (the standalone's, and each component's own), then Airflow's
+    stop of each in turn and its join: the components, the interrupts, what the standalone said, and what
+    the components printed."""
+    parent = SimpleNamespace(output_queue=collections.deque())
     interrupts = Interrupts()
-    components = _Components(interrupts.deadline, kill_after=1)
-    component = Component(script, start_after)
-    components["scheduler"] = component
-    component.start()
-    if not start_after:
-        assert component.up.wait(30)
+    components = _Components(interrupts.deadline, kill_after=KILL_AFTER)
+    for name, behaviour in behaviours.items():
+        components[name] = SubCommand(parent, name=name, command=[behaviour], env=env)
+        components[name].start()
+    _up(parent, behaviours)
     with pytest.raises(KeyboardInterrupt):
-        interrupts(signal.SIGINT, None)  # the standalone's own Ctrl-C: the stop's clock starts
-    if ctrl_c:
-        component.process.send_signal(signal.SIGINT)
-    started = time.monotonic()
-    components["scheduler"].stop()
-    component.join(10)
-    assert not component.is_alive()
-    component.process.wait(10)
-    return component, capsys.readouterr().out, time.monotonic() - started
+        interrupts(signal.SIGINT, None)
+    for component in components.values():
+        component.process.send_signal(signal.SIGINT)  # the terminal's Ctrl-C reaches every component
+    for component in components.values():  # as Airflow's standalone does
+        component.stop()
+    for component in components.values():
+        component.join(20)
+        assert not component.is_alive()
+    return components, interrupts, capsys.readouterr().out.splitlines(), list(parent.output_queue)
 
 
-@pytest.fixture(autouse=True)
-def _short_grace(monkeypatch):
-    monkeypatch.setattr("nyc_taxi.airflow_adapter.standalone.STOP_GRACE_SECONDS", 1)
+def _sigterm_at(env: dict, pid: int) -> float | None:
+    note = Path(env["NOTES"]) / f"sigterm-{pid}"
+    return float(note.read_text()) if note.exists() else None
 
 
-def test_a_component_that_ends_on_its_own_ctrl_c_is_sent_nothing_more(capsys):
-    component, said, _ = _stopped(ENDS_ON_CTRL_C, ctrl_c=True, capsys=capsys)
-    assert component.process.returncode == -signal.SIGINT  # its own Ctrl-C, not a signal of ours
-    assert not component.terminated and said == ""
+def test_a_component_that_ends_on_its_own_ctrl_c_is_sent_nothing_more(env, capsys):
+    components, _, said, _ = _stopped(env, {"scheduler": "ends-on-ctrl-c", "triggerer": "ends-on-ctrl-c"}, capsys)
+    for component in components.values():
+        assert component.process.returncode == -signal.SIGINT
+        assert _sigterm_at(env, component.process.pid) is None
+    assert said == ["standalone | scheduler ended: signal 2", "standalone | triggerer ended: signal 2"]
 
 
-def test_one_still_running_at_the_deadline_is_sent_sigterm_and_said(capsys):
-    component, said, seconds = _stopped(IGNORES_CTRL_C, ctrl_c=True, capsys=capsys)
-    assert component.terminated and component.process.returncode == -signal.SIGTERM
-    assert said == "standalone | scheduler has not ended on Ctrl-C: SIGTERM\n"
-    assert 0.8 < seconds < 5  # at the deadline, not before
-
-
-def test_one_that_ignores_sigterm_too_is_killed_and_said(capsys):
-    component, said, _ = _stopped(IGNORES_BOTH, ctrl_c=True, capsys=capsys)
-    assert component.terminated and component.process.returncode == -signal.SIGKILL
-    assert said.splitlines() == [
-        "standalone | scheduler has not ended on Ctrl-C: SIGTERM",
-        "standalone | scheduler has not ended 1 s after SIGTERM: SIGKILL",
+def test_one_still_running_at_the_deadline_is_sent_sigterm_then_and_said(env, capsys):
+    behaviours = {"scheduler": "ends-on-ctrl-c", "api-server": "ignores-ctrl-c"}
+    components, interrupts, said, _ = _stopped(env, behaviours, capsys)
+    late = components["api-server"].process
+    assert late.returncode == -signal.SIGTERM and components["scheduler"].process.returncode == -signal.SIGINT
+    interrupted_at = time.time() - (time.monotonic() - interrupts.first)  # the Ctrl-C, on the wall clock
+    assert _sigterm_at(env, late.pid) >= interrupted_at + GRACE - 0.2  # at the deadline, not before
+    assert said == [
+        "standalone | api-server still runs at the stop's deadline: SIGTERM",
+        "standalone | scheduler ended: signal 2",
+        "standalone | api-server ended: signal 15",
     ]
 
 
-def test_one_whose_process_starts_after_the_stop_began_is_waited_for_and_stopped(capsys):
-    component, _, _ = _stopped(IGNORES_CTRL_C, ctrl_c=False, capsys=capsys, start_after=0.5)
-    assert component.terminated and component.process.returncode == -signal.SIGTERM
+def test_one_that_ignores_sigterm_too_is_killed_with_its_children_and_said(env, capsys):
+    components, _, said, printed = _stopped(env, {"dag-processor": "ignores-both"}, capsys)
+    process = components["dag-processor"].process
+    assert process.returncode == -signal.SIGKILL and _sigterm_at(env, process.pid) is not None
+    (child,) = [int(line.split()[1]) for _, line in printed if line.startswith(b"child ")]
+    assert not alive(child)  # it held the component's output: the join above ended only because it died
+    assert said == [
+        "standalone | dag-processor still runs at the stop's deadline: SIGTERM",
+        "standalone | dag-processor still runs 1 s after SIGTERM: SIGKILL, with 1 children",
+        "standalone | dag-processor ended: signal 9",
+    ]
+
+
+def test_one_whose_process_starts_after_the_stop_began_is_waited_for_and_stopped(env, capsys, monkeypatch):
+    popen = subprocess.Popen
+
+    def slow_popen(*args, **kwargs):  # the thread's start of its process, after the stop's deadline
+        time.sleep(GRACE + 1)
+        return popen(*args, **kwargs)
+
+    parent = SimpleNamespace(output_queue=collections.deque())
+    interrupts = Interrupts()
+    components = _Components(interrupts.deadline, kill_after=KILL_AFTER)
+    components["triggerer"] = SubCommand(parent, name="triggerer", command=["ignores-ctrl-c"], env=env)
+    monkeypatch.setattr(standalone_command.subprocess, "Popen", slow_popen)
+    components["triggerer"].start()
+    with pytest.raises(KeyboardInterrupt):
+        interrupts(signal.SIGINT, None)
+    components["triggerer"].stop()
+    components["triggerer"].join(20)
+    assert components["triggerer"].process.returncode == -signal.SIGTERM
+    assert "standalone | triggerer ended: signal 15" in capsys.readouterr().out
+
+
+def test_a_ctrl_c_before_airflows_own_loop_stops_the_components_already_started(env, monkeypatch):
+    class StandIn(SubCommand):  # Airflow's component on the stand-in; the Ctrl-C lands at the API server's start
+        def __init__(self, parent, name, command, env):
+            super().__init__(parent, name, ["ignores-ctrl-c"], env)
+
+        def start(self):
+            if self.name == "api-server":
+                raise KeyboardInterrupt
+            super().start()
+
+    monkeypatch.setattr(standalone_command, "SubCommand", StandIn)
+    monkeypatch.setattr(LocalStandalone, "calculate_env", lambda self: env)
+    monkeypatch.setattr(LocalStandalone, "find_user_info", lambda self: None)
+    monkeypatch.setattr(LocalStandalone, "initialize_database", lambda self: None)
+    command = LocalStandalone(Interrupts())
+    with pytest.raises(KeyboardInterrupt):
+        command.run()
+    ran = {name: component for name, component in command.subcommands.items() if component.process is not None}
+    assert set(ran) == {"scheduler", "dag-processor"}  # Airflow starts them in this order
+    assert all(component.process.returncode == -signal.SIGTERM for component in ran.values())
+    assert not any(component.is_alive() for component in command.subcommands.values())
 
 
 def test_a_later_ctrl_c_is_said_and_ignored(capfd):

@@ -11,9 +11,10 @@ Ctrl-C reaches every component itself (the terminal signals the whole process gr
 standalone then sends each one SIGTERM as well, at once. Two signals a few milliseconds apart can hang
 a component for good: its handler logs, the second handler interrupts the first inside the log's
 lock and waits on it (seen in the dag-processor and the triggerer, structlog's WriteLogger). So the
-components get ``STOP_GRACE_SECONDS`` in all, from the Ctrl-C, to end on their own; one still running
-then is sent SIGTERM, and SIGKILL ``KILL_AFTER_SECONDS`` later, each said (a standalone sent SIGINT
-alone, ``kill -INT``, stops its components that much later). Further Ctrl-Cs while it stops are said
+components get ``STOP_GRACE_SECONDS`` in all, from the Ctrl-C, to end on their own; those still running
+then are sent SIGTERM, and ``KILL_AFTER_SECONDS`` later SIGKILL with their children (a child that holds a
+component's output would hold the standalone's join for ever); each step and each ending is said (a
+standalone sent SIGINT alone, ``kill -INT``, stops its components that much later). Further Ctrl-Cs while it stops are said
 and ignored: `uv run`, without a terminal, forwards the group's SIGINT a second time 200 ms later, and
 a second KeyboardInterrupt would leave the shutdown, or a Spark server's start, half done.
 
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 from airflow.cli.commands.standalone_command import StandaloneCommand
 
 from nyc_taxi.airflow_adapter.environment import standalone_record
@@ -70,50 +72,76 @@ class Interrupts:
         with contextlib.suppress(OSError):
             os.write(
                 sys.stderr.fileno(),
-                f"standalone | stopping already: Ctrl-C again is ignored while Airflow's components and the Spark "
-                f"server stop, within about a minute (kill {os.getpid()} ends this process at once and leaves them "
-                "running: bash run spark-server stop)\n".encode(),
+                f"standalone | stopping already: Ctrl-C again is ignored while Airflow's components (within about "
+                f"{STOP_GRACE_SECONDS + KILL_AFTER_SECONDS} s) and the Spark server stop (kill {os.getpid()} ends "
+                "this process at once and leaves them running: bash run spark-server stop)\n".encode(),
             )
 
     def deadline(self) -> float:
         return (time.monotonic() if self.first is None else self.first) + STOP_GRACE_SECONDS
 
 
-def _starting_or_running(component) -> bool:
+def _running(component) -> bool:
     if component.process is None:
         return component.is_alive()  # its thread has not started the process yet
     return component.process.poll() is None
 
 
+def _until(done, deadline: float) -> None:
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _ended(code: int) -> str:
+    return f"signal {-code}" if code < 0 else f"exit code {code}"
+
+
 class _Components(dict):
-    """The standalone's components by name: the ones with a log server get --skip-serve-logs, and each
-    one's stop signals only what has not ended by the stop's deadline (see the module's docstring)."""
+    """The standalone's components by name: the ones with a log server get --skip-serve-logs. Airflow
+    calls each one's ``stop`` in turn; the first call stops them all, signalling only what still runs at
+    the stop's deadline, and says how each ended (see the module's docstring)."""
 
     def __init__(self, deadline, kill_after: float = KILL_AFTER_SECONDS):
         super().__init__()
-        self._deadline, self._kill_after = deadline, kill_after
+        self._deadline, self._kill_after, self._stopping = deadline, kill_after, False
 
     def __setitem__(self, name, component):
         if name in WITH_LOG_SERVER and "--skip-serve-logs" not in component.command:
             component.command = [*component.command, "--skip-serve-logs"]
-        terminate = component.stop
-
-        def stop():
-            deadline = self._deadline()
-            while _starting_or_running(component) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if component.process is None or component.process.poll() is not None:
-                return
-            print(f"standalone | {name} has not ended on Ctrl-C: SIGTERM", flush=True)
-            terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                component.process.wait(self._kill_after)
-            if component.process.poll() is None:
-                print(f"standalone | {name} has not ended {self._kill_after:.0f} s after SIGTERM: SIGKILL", flush=True)
-                component.process.kill()
-
-        component.stop = stop
+        component.stop = self.stop
         super().__setitem__(name, component)
+
+    def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        components = dict(self)
+        _until(lambda: not any(_running(c) for c in components.values()), self._deadline())
+        # a thread that has not started its process yet: wait for it (the thread ends if the start fails)
+        _until(lambda: not any(c.process is None and c.is_alive() for c in components.values()), float("inf"))
+        late = {name: c.process for name, c in components.items() if c.process is not None and c.process.poll() is None}
+        for name, process in late.items():
+            _say(f"{name} still runs at the stop's deadline: SIGTERM")
+            process.terminate()
+        _until(lambda: all(p.poll() is not None for p in late.values()), time.monotonic() + self._kill_after)
+        for name, process in late.items():
+            if process.poll() is None:  # its children too: one that holds its output would hold the standalone
+                with contextlib.suppress(psutil.Error):
+                    family = [*psutil.Process(process.pid).children(recursive=True), psutil.Process(process.pid)]
+                    _say(
+                        f"{name} still runs {self._kill_after:.0f} s after SIGTERM: SIGKILL, with {len(family) - 1} children"
+                    )
+                    for member in family:
+                        with contextlib.suppress(psutil.Error):
+                            member.kill()
+        for name, component in components.items():
+            if component.process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    _say(f"{name} ended: {_ended(component.process.wait(10))}")
+
+
+def _say(line: str) -> None:
+    print(f"standalone | {line}", flush=True)
 
 
 class LocalStandalone(StandaloneCommand):
@@ -125,10 +153,9 @@ class LocalStandalone(StandaloneCommand):
         try:
             super().run()
         except KeyboardInterrupt:  # outside Airflow's loop (its database check, its components' start): stops none
+            self.subcommands.stop()
             for component in self.subcommands.values():
-                component.stop()
-            for component in self.subcommands.values():
-                if component.ident is not None:
+                if component.is_alive():
                     component.join()
             raise
 

@@ -12,9 +12,10 @@ standalone then sends each one SIGTERM as well, at once. Two signals a few milli
 a component for good: its handler logs, the second handler interrupts the first inside the log's
 lock and waits on it (seen in the dag-processor and the triggerer, structlog's WriteLogger). So the
 components get ``STOP_GRACE_SECONDS`` in all, from the Ctrl-C, to end on their own; those still running
-then are sent SIGTERM, and ``KILL_AFTER_SECONDS`` later SIGKILL with their children (a child that holds a
-component's output would hold the standalone's join for ever); each step and each ending is said (a
-standalone sent SIGINT alone, ``kill -INT``, stops its components that much later). Further Ctrl-Cs while it stops are said
+then are sent SIGTERM, and ``KILL_AFTER_SECONDS`` later SIGKILL with their children; a child that
+outlives its component and holds its output open (which would hold the standalone's wait for ever) is
+killed too. Each step and each ending is said. A standalone sent SIGINT alone (``kill -INT``) stops
+its components that much later. Further Ctrl-Cs while it stops are said
 and ignored: `uv run`, without a terminal, forwards the group's SIGINT a second time 200 ms later, and
 a second KeyboardInterrupt would leave the shutdown, or a Spark server's start, half done.
 
@@ -116,32 +117,53 @@ class _Components(dict):
             return
         self._stopping = True
         components = dict(self)
+        # what each started, as the stop begins: a child that outlives its component and holds its output
+        # would hold Airflow's wait for the component's thread for ever
+        children = {name: _children(c.process) for name, c in components.items() if c.process is not None}
         _until(lambda: not any(_running(c) for c in components.values()), self._deadline())
         # a thread that has not started its process yet: wait for it (the thread ends if the start fails)
         _until(lambda: not any(c.process is None and c.is_alive() for c in components.values()), float("inf"))
         late = {name: c.process for name, c in components.items() if c.process is not None and c.process.poll() is None}
         for name, process in late.items():
-            _say(f"{name} still runs at the stop's deadline: SIGTERM")
             process.terminate()
+            _say(f"{name} still runs at the stop's deadline: SIGTERM")
         _until(lambda: all(p.poll() is not None for p in late.values()), time.monotonic() + self._kill_after)
         for name, process in late.items():
-            if process.poll() is None:  # its children too: one that holds its output would hold the standalone
-                with contextlib.suppress(psutil.Error):
-                    family = [*psutil.Process(process.pid).children(recursive=True), psutil.Process(process.pid)]
-                    _say(
-                        f"{name} still runs {self._kill_after:.0f} s after SIGTERM: SIGKILL, with {len(family) - 1} children"
-                    )
-                    for member in family:
-                        with contextlib.suppress(psutil.Error):
-                            member.kill()
+            if process.poll() is None:
+                family = _children(process)
+                process.kill()
+                _kill(family)
+                _say(f"{name} still runs {self._kill_after:.0f} s after SIGTERM: SIGKILL, and {len(family)} it started")
         for name, component in components.items():
             if component.process is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
+                try:
                     _say(f"{name} ended: {_ended(component.process.wait(10))}")
+                except subprocess.TimeoutExpired:
+                    _say(f"{name} has not ended 10 s after SIGKILL")
+        for name, component in components.items():
+            if component.is_alive():
+                component.join(self._kill_after)
+            if component.is_alive():  # its output is still open: held by a child it left
+                holding = [child for child in children.get(name, []) if child.is_running()]
+                _kill(holding)
+                _say(f"{name}'s output is held open by processes it started: SIGKILL to {len(holding)}")
+
+
+def _children(process) -> list:
+    with contextlib.suppress(psutil.Error):
+        return psutil.Process(process.pid).children(recursive=True)
+    return []
+
+
+def _kill(processes: list) -> None:
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
 def _say(line: str) -> None:
-    print(f"standalone | {line}", flush=True)
+    with contextlib.suppress(OSError):  # a closed output (the terminal's pipe to `tee`, gone) stops no stop
+        print(f"standalone | {line}", flush=True)
 
 
 class LocalStandalone(StandaloneCommand):
@@ -173,8 +195,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, interrupts)
     settings = get_settings()
     record = standalone_record(settings)
-    write_private(record, {"pid": os.getpid(), "port": port})
     try:
+        write_private(record, {"pid": os.getpid(), "port": port})
         with spark_server.warm(settings, say=lambda line: print(f"standalone | {line}", flush=True)):
             LocalStandalone(interrupts).run()
     finally:

@@ -3,9 +3,8 @@ own ``SubCommand`` threads running a stand-in ``airflow`` (first on their PATH):
 the Ctrl-C it received itself is sent nothing more; one still running at the stop's deadline is sent
 SIGTERM, and one that ignores that too is killed with its children (one that holds the component's
 output would hold the standalone); one whose process starts after the stop began is waited for and
-stopped all the same; a Ctrl-C before Airflow's own loop stops the components already started; a child
-that outlives its component and holds its output open is killed; each ending is said; a later Ctrl-C is
-said and ignored."""
+stopped all the same; a Ctrl-C before Airflow's own loop stops the components already started; each
+ending is said; a later Ctrl-C is said and ignored."""
 
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ STAND_IN = textwrap.dedent(
     """\
     import os, signal, subprocess, sys, time
     behaviour, notes = sys.argv[1], os.environ["NOTES"]
-    if behaviour not in ("ends-on-ctrl-c", "leaves-a-child"):
+    if behaviour != "ends-on-ctrl-c":
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     def sigterm(signum, frame):
         with open(os.path.join(notes, f"sigterm-{os.getpid()}"), "w") as note:
@@ -45,7 +44,7 @@ STAND_IN = textwrap.dedent(
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
     signal.signal(signal.SIGTERM, sigterm)
-    if behaviour in ("ignores-both", "leaves-a-child"):  # a child that holds the component's output
+    if behaviour == "ignores-both":  # a child that holds the component's output
         child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"])
         print(f"child {child.pid}", flush=True)
     print("up", flush=True)
@@ -142,17 +141,6 @@ def test_one_that_ignores_sigterm_too_is_killed_with_its_children_and_said(env, 
         "standalone | dag-processor still runs at the stop's deadline: SIGTERM",
         "standalone | dag-processor still runs 2 s after SIGTERM: SIGKILL, and 1 it started",
         "standalone | dag-processor ended: signal 9",
-    ]
-
-
-def test_a_child_that_outlives_its_component_and_holds_its_output_is_killed_and_said(env, capsys):
-    components, _, said, printed = _stopped(env, {"scheduler": "leaves-a-child"}, capsys)
-    assert components["scheduler"].process.returncode == -signal.SIGINT  # it ended on its own Ctrl-C
-    (child,) = [int(line.split()[1]) for _, line in printed if line.startswith(b"child ")]
-    assert _gone(child)  # the component's thread ended: the child no longer held its output
-    assert said == [
-        "standalone | scheduler ended: signal 2",
-        "standalone | scheduler's output is held open by processes it started: SIGKILL to 1",
     ]
 
 

@@ -12,9 +12,8 @@ standalone then sends each one SIGTERM as well, at once. Two signals a few milli
 a component for good: its handler logs, the second handler interrupts the first inside the log's
 lock and waits on it (seen in the dag-processor and the triggerer, structlog's WriteLogger). So the
 components get ``STOP_GRACE_SECONDS`` in all, from the Ctrl-C, to end on their own; those still running
-then are sent SIGTERM, and ``KILL_AFTER_SECONDS`` later SIGKILL with their children; a child that
-outlives its component and holds its output open (which would hold the standalone's wait for ever) is
-killed too. Each step and each ending is said. A standalone sent SIGINT alone (``kill -INT``) stops
+then are sent SIGTERM, and ``KILL_AFTER_SECONDS`` later SIGKILL with their children. Each step and
+each ending is said. A standalone sent SIGINT alone (``kill -INT``) stops
 its components that much later. Further Ctrl-Cs while it stops are said
 and ignored: `uv run`, without a terminal, forwards the group's SIGINT a second time 200 ms later, and
 a second KeyboardInterrupt would leave the shutdown, or a Spark server's start, half done.
@@ -117,9 +116,6 @@ class _Components(dict):
             return
         self._stopping = True
         components = dict(self)
-        # what each started, as the stop begins: a child that outlives its component and holds its output
-        # would hold Airflow's wait for the component's thread for ever
-        children = {name: _children(c.process) for name, c in components.items() if c.process is not None}
         _until(lambda: not any(_running(c) for c in components.values()), self._deadline())
         # a thread that has not started its process yet: wait for it (the thread ends if the start fails)
         _until(lambda: not any(c.process is None and c.is_alive() for c in components.values()), float("inf"))
@@ -140,13 +136,6 @@ class _Components(dict):
                     _say(f"{name} ended: {_ended(component.process.wait(10))}")
                 except subprocess.TimeoutExpired:
                     _say(f"{name} has not ended 10 s after SIGKILL")
-        for name, component in components.items():
-            if component.is_alive():
-                component.join(self._kill_after)
-            if component.is_alive():  # its output is still open: held by a child it left
-                holding = [child for child in children.get(name, []) if child.is_running()]
-                _kill(holding)
-                _say(f"{name}'s output is held open by processes it started: SIGKILL to {len(holding)}")
 
 
 def _children(process) -> list:

@@ -204,7 +204,8 @@ def _each_weather_merge_emitted_its_event(api, settings, weather_runs: dict[str,
 
 def _stopped_by_ctrl_c(standalone: subprocess.Popen, stopped: dict[int, bool], said: str) -> None:
     """The standalone ended on its Ctrl-C, all of it: no kill from outside, its own exit, Airflow's shutdown
-    to its end, and each of the four components' ending said by the standalone's stop (none killed)."""
+    to its end, and each of the four components' ending said by the standalone's stop, none killed (a
+    SIGTERM at the stop's deadline is accepted: a loaded machine's shutdown may take that long)."""
     assert stopped[standalone.pid], "Ctrl-C did not stop the standalone within 90 s: it was killed"
     assert standalone.returncode == 0, said[-3000:]
     assert "standalone | Complete" in said and "SIGKILL" not in said, said[-3000:]
@@ -237,8 +238,9 @@ def test_the_standalone_the_readme_starts_runs_a_triggered_dag_on_127_0_0_1_and_
     address the running Airflow's task read from the state's settings (no restart), and its merge emits
     weather_raw's asset event; its Spark tasks attach to the warm Spark server the standalone keeps (no
     JVM of their own), which stops with it; Ctrl-C stops it all within its budget, no kill needed;
-    everything Airflow and the Spark driver open listens on 127.0.0.1, no log server; the password is in no log; `bash run clean` is refused while the standalone
-    runs; the stop-and-start-over commands leave nothing behind."""
+    everything Airflow and the Spark driver open listens on 127.0.0.1, no log server; the password is in
+    no log; `bash run clean` is refused while the standalone runs; the stop-and-start-over commands leave
+    nothing behind."""
     from nyc_taxi.airflow_adapter.rest_api import RestApi, healthy
     from nyc_taxi.core import spark_server
     from nyc_taxi.core.settings import Settings, state_settings_file

@@ -27,7 +27,7 @@ within its budget.
 While it runs, it keeps a warm Spark server for its state directory (``core/spark_server.warm``), as
 `bash run demo` does: the DAG runs' tasks and the flows they start, and a flow run by hand meanwhile,
 attach to it instead of each starting a JVM; it is stopped with the standalone (``SPARK_SERVER=false``: none).
-Ctrl-C stops it (Airflow's own shutdown, then the server's); a standalone ended otherwise (``kill``) dies
+Ctrl-C stops it (its components, as above, then the server); a standalone ended otherwise (``kill``) dies
 as Airflow's own does and leaves its components and the server running (`bash run spark-server stop`).
 
 A port that is taken stops the command before anything starts: Airflow's own standalone would start
@@ -118,7 +118,10 @@ class _Components(dict):
         components = dict(self)
         _until(lambda: not any(_running(c) for c in components.values()), self._deadline())
         # a thread that has not started its process yet: wait for it (the thread ends if the start fails)
-        _until(lambda: not any(c.process is None and c.is_alive() for c in components.values()), float("inf"))
+        starting = lambda: [n for n, c in components.items() if c.process is None and c.is_alive()]  # noqa: E731
+        _until(lambda: not starting(), time.monotonic() + 60)
+        if starting():
+            _say(f"{', '.join(starting())} not started 60 s after the stop began: not stopped (kill it)")
         late = {name: c.process for name, c in components.items() if c.process is not None and c.process.poll() is None}
         for name, process in late.items():
             process.terminate()
@@ -186,7 +189,7 @@ def main() -> int:
     record = standalone_record(settings)
     try:
         write_private(record, {"pid": os.getpid(), "port": port})
-        with spark_server.warm(settings, say=lambda line: print(f"standalone | {line}", flush=True)):
+        with spark_server.warm(settings, say=_say):
             LocalStandalone(interrupts).run()
     finally:
         record.unlink(missing_ok=True)

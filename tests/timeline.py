@@ -1,15 +1,75 @@
 """The lane's timeline, printed at its end: each test's start, end and worker (its fixtures' set-up and
 tear-down with it), so the next slow test names itself and a worker left idle shows (docs/testing.md).
 Read from the reports pytest sends each worker's results in: the times are the workers' own clocks, on
-one machine."""
+one machine. Beside each span, how busy the machine's cores were meanwhile (every process, the tests'
+deployments too: read from the kernel's counters each second), so a lane bound by its cores says so."""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+from bisect import bisect_right
 from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
 
 SHOWN_FROM = 5.0  # seconds: shorter tests are counted, not listed
+PROC_STAT = Path("/proc/stat")
 
 _spans: dict[str, list] = {}  # nodeid -> [worker, start, stop]
+
+
+@dataclass
+class Cores:
+    """The machine's CPU time as the kernel counts it (``/proc/stat``'s ``cpu`` line, every core summed):
+    samples of (wall clock, busy ticks, all ticks), and the busy share between two moments."""
+
+    samples: list[tuple[float, int, int]] = field(default_factory=list)
+
+    @staticmethod
+    def read(stat: str) -> tuple[int, int]:
+        """(busy, all) ticks of the ``cpu`` line: idle and waiting for I/O are not busy (guest time is in
+        user time already)."""
+        ticks = [int(t) for t in stat.split("\n", 1)[0].split()[1:9]]
+        user, nice, system, idle, iowait, irq, softirq, steal = ticks
+        busy = user + nice + system + irq + softirq + steal
+        return busy, busy + idle + iowait
+
+    def sample(self, at: float, stat: str) -> None:
+        self.samples.append((at, *self.read(stat)))
+
+    def _at(self, moment: float) -> tuple[int, int]:
+        index = max(bisect_right([at for at, _, _ in self.samples], moment) - 1, 0)
+        return self.samples[index][1:]
+
+    def busy(self, start: float, stop: float) -> float | None:
+        """The share of the cores busy from ``start`` to ``stop`` (None: no two samples between)."""
+        (busy_a, all_a), (busy_b, all_b) = self._at(start), self._at(stop)
+        return (busy_b - busy_a) / (all_b - all_a) if all_b > all_a else None
+
+    def core_seconds(self, start: float, stop: float) -> float:
+        (busy_a, _), (busy_b, _) = self._at(start), self._at(stop)
+        return (busy_b - busy_a) / os.sysconf("SC_CLK_TCK")
+
+
+_cores = Cores()
+
+
+def _sample_every_second(stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        _cores.sample(time.time(), PROC_STAT.read_text())
+
+
+_stop_sampling = threading.Event()
+
+
+def pytest_sessionstart(session):
+    # the controller alone (xdist's workers report to it); a machine without the kernel's counters shows none
+    if os.environ.get("PYTEST_XDIST_WORKER") or not PROC_STAT.exists():
+        return
+    _cores.sample(time.time(), PROC_STAT.read_text())
+    threading.Thread(target=_sample_every_second, args=(_stop_sampling,), daemon=True, name="timeline").start()
 
 
 def pytest_runtest_logreport(report):
@@ -18,27 +78,42 @@ def pytest_runtest_logreport(report):
     span[1], span[2] = min(span[1], report.start), max(span[2], report.stop)
 
 
+def _busy(start: float, stop: float) -> str:
+    share = _cores.busy(start, stop) if len(_cores.samples) > 1 else None
+    return f"{share:4.0%}" if share is not None else "   -"
+
+
 def pytest_terminal_summary(terminalreporter):
     if not _spans:
         return
+    if _cores.samples:
+        _stop_sampling.set()
+        _cores.sample(time.time(), PROC_STAT.read_text())
     began = min(start for _, start, _ in _spans.values())
     by_worker = defaultdict(list)
     for nodeid, (worker, start, stop) in _spans.items():
-        by_worker[worker].append((start - began, stop - began, nodeid))
+        by_worker[worker].append((start, stop, nodeid))
     ended = max(stop for spans in by_worker.values() for _, stop, _ in spans)
-    terminalreporter.section("timeline: start, end and seconds of each test, by worker")
+    terminalreporter.section("timeline: start, end and seconds of each test, by worker; the cores busy meanwhile")
+    if _busy(began, ended).strip() != "-":
+        terminalreporter.write_line(
+            f"the machine's {os.cpu_count()} cores: busy {_busy(began, ended).strip()} of the lane's "
+            f"{ended - began:.0f} s ({_cores.core_seconds(began, ended):.0f} core-seconds), every process counted"
+        )
     for worker, spans in sorted(by_worker.items()):
         spans.sort()
         busy = sum(stop - start for start, stop, _ in spans)
         last = max(stop for _, stop, _ in spans)
         terminalreporter.write_line(
-            f"{worker}: {len(spans)} tests, busy {busy:.0f} s, done at {last:.0f} s of {ended:.0f} s "
+            f"{worker}: {len(spans)} tests, busy {busy:.0f} s, done at {last - began:.0f} s of {ended - began:.0f} s "
             f"(idle at the end {ended - last:.0f} s)"
         )
         short = [s for s in spans if s[1] - s[0] < SHOWN_FROM]
         for start, stop, nodeid in spans:
             if stop - start >= SHOWN_FROM:
-                terminalreporter.write_line(f"  {start:7.0f} {stop:7.0f} {stop - start:6.0f}  {nodeid}")
+                terminalreporter.write_line(
+                    f"  {start - began:7.0f} {stop - began:7.0f} {stop - start:6.0f} {_busy(start, stop)}  {nodeid}"
+                )
         if short:
             terminalreporter.write_line(
                 f"  and {len(short)} tests under {SHOWN_FROM:.0f} s each ({sum(b - a for a, b, _ in short):.0f} s)"

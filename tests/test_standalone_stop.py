@@ -3,8 +3,9 @@ own ``SubCommand`` threads running a stand-in ``airflow`` (first on their PATH):
 the Ctrl-C it received itself is sent nothing more; one still running at the stop's deadline is sent
 SIGTERM, and one that ignores that too is killed with its children (one that holds the component's
 output would hold the standalone); one whose process starts after the stop began is waited for and
-stopped all the same; a Ctrl-C before Airflow's own loop stops the components already started; each
-ending is said; a later Ctrl-C is said and ignored."""
+stopped all the same; a Ctrl-C before Airflow's own loop stops the components already started; a child
+that outlives its component and holds its output open is found by that pipe and stopped, even when the
+component had ended before the stop began; each ending is said; a later Ctrl-C is said and ignored."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ STAND_IN = textwrap.dedent(
     """\
     import os, signal, subprocess, sys, time
     behaviour, notes = sys.argv[1], os.environ["NOTES"]
-    if behaviour == "ends-on-ctrl-c":  # it takes a second to end, as a component's shutdown does
+    if behaviour in ("ends-on-ctrl-c", "leaves-a-child"):  # it takes a second to end, as a shutdown does
         def sigint(signum, frame):
             time.sleep(1)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -50,7 +51,7 @@ STAND_IN = textwrap.dedent(
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
     signal.signal(signal.SIGTERM, sigterm)
-    if behaviour == "ignores-both":  # a child that holds the component's output
+    if behaviour in ("ignores-both", "leaves-a-child"):  # a child that holds the component's output
         child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"])
         print(f"child {child.pid}", flush=True)
     print("up", flush=True)
@@ -78,10 +79,10 @@ def _up(parent, names) -> None:
         time.sleep(0.05)
 
 
-def _stopped(env: dict, behaviours: dict[str, str], capsys) -> tuple[dict, float, list[str], list]:
+def _stopped(env: dict, behaviours: dict[str, str], capsys, ended_first=False) -> tuple[dict, float, list[str], list]:
     """Components started and up, then Ctrl-C (the standalone's, and each component's own), then Airflow's
-    stop of each in turn and its join: the components, when the Ctrl-C came, what the standalone said,
-    and what the components printed."""
+    stop of each in turn (``ended_first``: once every component's process has ended) and its join: the
+    components, when the Ctrl-C came, what the standalone said, and what the components printed."""
     parent = SimpleNamespace(output_queue=collections.deque())
     interrupts = Interrupts()
     components = _Components(interrupts.deadline, kill_after=KILL_AFTER)
@@ -94,6 +95,8 @@ def _stopped(env: dict, behaviours: dict[str, str], capsys) -> tuple[dict, float
         interrupts(signal.SIGINT, None)
     for component in components.values():
         component.process.send_signal(signal.SIGINT)  # the terminal's Ctrl-C reaches every component
+    for component in components.values() if ended_first else ():
+        component.process.wait(20)
     for component in components.values():  # as Airflow's standalone does
         component.stop()
     for component in components.values():
@@ -148,6 +151,19 @@ def test_one_that_ignores_sigterm_too_is_killed_with_its_children_and_said(env, 
         "standalone | dag-processor still runs 2 s after SIGTERM: SIGKILL, and 1 it started",
         "standalone | dag-processor ended: signal 9",
     ]
+
+
+@pytest.mark.parametrize("ended_first", [False, True], ids=["ending", "ended before the stop"])
+def test_a_child_that_outlives_its_component_and_holds_its_output_is_found_by_that_pipe_and_stopped(
+    env, capsys, ended_first
+):
+    components, _, said, printed = _stopped(env, {"scheduler": "leaves-a-child"}, capsys, ended_first)
+    assert components["scheduler"].process.returncode == -signal.SIGINT  # it ended on its own Ctrl-C
+    (child,) = [int(line.split()[1]) for _, line in printed if line.startswith(b"child ")]
+    assert _gone(child)  # the component's thread ended above: only because the child no longer held its output
+    assert said[0] == "standalone | scheduler ended: signal 2" and len(said) == 2, said
+    assert said[1].startswith(f"standalone | scheduler's output is held open by {child} (python"), said
+    assert said[1].endswith("), left running: SIGTERM"), said
 
 
 def test_one_whose_process_starts_after_the_stop_began_is_waited_for_and_stopped(env, capsys, monkeypatch):

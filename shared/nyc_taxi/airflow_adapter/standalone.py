@@ -12,8 +12,10 @@ standalone then sends each one SIGTERM as well, at once. Two signals a few milli
 a component for good: its handler logs, the second handler interrupts the first inside the log's
 lock and waits on it (seen in the dag-processor and the triggerer, structlog's WriteLogger). So the
 components get ``STOP_GRACE_SECONDS`` in all, from the Ctrl-C, to end on their own; those still running
-then are sent SIGTERM, and ``KILL_AFTER_SECONDS`` later SIGKILL with their children. Each step and
-each ending is said. A standalone sent SIGINT alone (``kill -INT``) stops
+then are sent SIGTERM, and ``KILL_AFTER_SECONDS`` later SIGKILL with their children. A process a
+component left running that holds its output open (which would hold Airflow's wait for the component's
+thread for ever) is found by that pipe and stopped the same way. Each step and each ending is said. A
+standalone sent SIGINT alone (``kill -INT``) stops
 its components that much later. Further Ctrl-Cs while it stops are said
 and ignored: `uv run`, without a terminal, forwards the group's SIGINT a second time 200 ms later, and
 a second KeyboardInterrupt would leave the shutdown, or a Spark server's start, half done.
@@ -43,6 +45,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 from airflow.cli.commands.standalone_command import StandaloneCommand
@@ -139,12 +142,60 @@ class _Components(dict):
                     _say(f"{name} ended: {_ended(component.process.wait(10))}")
                 except subprocess.TimeoutExpired:
                     _say(f"{name} has not ended 10 s after SIGKILL")
+        for name, component in components.items():
+            self._free_output(name, component)
+
+    def _free_output(self, name: str, component) -> None:
+        """Airflow joins each component's thread, which reads the component's output to its end: a process
+        the component left running that holds that output open (a task's process, say) would hold the
+        standalone for ever. Such processes are found by the pipe they hold, sent SIGTERM, then SIGKILL."""
+        if component.process is None:  # never started, or not started 60 s after the stop began (said)
+            return
+        component.join(self._kill_after)  # the rest of its output read
+        for signal_name, kill in (("SIGTERM", psutil.Process.terminate), ("SIGKILL", psutil.Process.kill)):
+            if not component.is_alive():
+                return
+            holders = _holding(component.process.stdout)
+            if not holders:
+                if component.is_alive():
+                    _say(f"{name}'s output is still open and no process holding it was found: kill {os.getpid()}")
+                return
+            _say(f"{name}'s output is held open by {_named(holders)}, left running: {signal_name}")
+            for holder in holders:
+                with contextlib.suppress(psutil.Error):
+                    kill(holder)
+            component.join(self._kill_after)
+        if component.is_alive():
+            _say(f"{name}'s output is still open {self._kill_after:.0f} s after SIGKILL: kill {os.getpid()}")
 
 
 def _children(process) -> list:
     with contextlib.suppress(psutil.Error):
         return psutil.Process(process.pid).children(recursive=True)
     return []
+
+
+def _holding(stream) -> list:
+    """The other processes holding the pipe ``stream`` reads from: Linux's /proc names an open pipe by
+    its inode in each holder's table of files (none found elsewhere, or without the right to read them)."""
+    try:
+        pipe = os.readlink(f"/proc/self/fd/{stream.fileno()}")
+    except (OSError, ValueError):  # no /proc, or the stream closed meanwhile
+        return []
+    holders = []
+    for files in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError, psutil.Error):
+            if int(files.parent.name) != os.getpid() and any(os.readlink(f) == pipe for f in files.iterdir()):
+                holders.append(psutil.Process(int(files.parent.name)))
+    return holders
+
+
+def _named(processes: list) -> str:
+    names = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            names.append(f"{process.pid} ({process.name()})")
+    return ", ".join(names) or "processes that have ended"
 
 
 def _kill(processes: list) -> None:

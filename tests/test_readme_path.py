@@ -205,10 +205,12 @@ def _each_weather_merge_emitted_its_event(api, settings, weather_runs: dict[str,
 def _stopped_by_ctrl_c(standalone: subprocess.Popen, stopped: dict[int, bool], said: str) -> None:
     """The standalone ended on its Ctrl-C, all of it: no kill from outside, its own exit, Airflow's shutdown
     to its end, and each of the four components' ending said by the standalone's stop, none killed (a
-    SIGTERM at the stop's deadline is accepted: a loaded machine's shutdown may take that long)."""
+    SIGTERM at the stop's deadline is accepted: a loaded machine's shutdown may take that long), and no
+    process a component left running held its output."""
     assert stopped[standalone.pid], "Ctrl-C did not stop the standalone within 90 s: it was killed"
     assert standalone.returncode == 0, said[-3000:]
     assert "standalone | Complete" in said and "SIGKILL" not in said, said[-3000:]
+    assert "'s output is" not in said, said[-3000:]
     ended = re.findall(r"^standalone \| (\S+) ended: ", said, flags=re.M)
     assert sorted(ended) == ["api-server", "dag-processor", "scheduler", "triggerer"], said[-3000:]
 

@@ -36,7 +36,7 @@ STAND_IN = textwrap.dedent(
     """\
     import os, signal, subprocess, sys, time
     behaviour, notes = sys.argv[1], os.environ["NOTES"]
-    if behaviour in ("ends-on-ctrl-c", "leaves-a-child"):  # it takes a second to end, as a shutdown does
+    if behaviour in ("ends-on-ctrl-c", "leaves-a-child", "leaves-a-stubborn-child"):  # ends a second later, as a shutdown does
         def sigint(signum, frame):
             time.sleep(1)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -51,8 +51,9 @@ STAND_IN = textwrap.dedent(
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
     signal.signal(signal.SIGTERM, sigterm)
-    if behaviour in ("ignores-both", "leaves-a-child"):  # a child that holds the component's output
-        child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"])
+    if behaviour in ("ignores-both", "leaves-a-child", "leaves-a-stubborn-child"):  # it holds the component's output
+        ignored = "signal.SIGINT, signal.SIGTERM" if behaviour == "leaves-a-stubborn-child" else "signal.SIGINT,"
+        child = subprocess.Popen([sys.executable, "-c", f"import signal, time; [signal.signal(s, signal.SIG_IGN) for s in ({ignored})]; time.sleep(60)"])
         print(f"child {child.pid}", flush=True)
     print("up", flush=True)
     time.sleep(60)
@@ -153,17 +154,47 @@ def test_one_that_ignores_sigterm_too_is_killed_with_its_children_and_said(env, 
     ]
 
 
-@pytest.mark.parametrize("ended_first", [False, True], ids=["ending", "ended before the stop"])
+@pytest.mark.parametrize(
+    "behaviour, ended_first, signals",
+    [
+        ("leaves-a-child", False, ["SIGTERM"]),
+        ("leaves-a-child", True, ["SIGTERM"]),  # the case a record of its children as the stop began missed
+        ("leaves-a-stubborn-child", True, ["SIGTERM", "SIGKILL"]),
+    ],
+    ids=["ending", "ended before the stop", "ignoring SIGTERM"],
+)
 def test_a_child_that_outlives_its_component_and_holds_its_output_is_found_by_that_pipe_and_stopped(
-    env, capsys, ended_first
+    env, capsys, behaviour, ended_first, signals
 ):
-    components, _, said, printed = _stopped(env, {"scheduler": "leaves-a-child"}, capsys, ended_first)
+    components, _, said, printed = _stopped(env, {"scheduler": behaviour}, capsys, ended_first)
     assert components["scheduler"].process.returncode == -signal.SIGINT  # it ended on its own Ctrl-C
     (child,) = [int(line.split()[1]) for _, line in printed if line.startswith(b"child ")]
     assert _gone(child)  # the component's thread ended above: only because the child no longer held its output
-    assert said[0] == "standalone | scheduler ended: signal 2" and len(said) == 2, said
-    assert said[1].startswith(f"standalone | scheduler's output is held open by {child} (python"), said
-    assert said[1].endswith("), left running: SIGTERM"), said
+    assert said[0] == "standalone | scheduler ended: signal 2" and len(said) == 1 + len(signals), said
+    for line, signal_name in zip(said[1:], signals, strict=True):
+        assert line.startswith(f"standalone | scheduler's output is held open by {child} (python"), said
+        assert line.endswith(f"), left running: {signal_name}"), said
+
+
+def test_an_output_held_by_no_process_it_can_read_is_said_with_what_to_kill(env, capsys, monkeypatch):
+    monkeypatch.setattr(standalone, "_holding", lambda stream: [])  # as /proc of another user's process
+    parent = SimpleNamespace(output_queue=collections.deque())
+    interrupts = Interrupts()
+    components = _Components(interrupts.deadline, kill_after=KILL_AFTER)
+    components["scheduler"] = SubCommand(parent, name="scheduler", command=["leaves-a-child"], env=env)
+    components["scheduler"].start()
+    _up(parent, ["scheduler"])
+    with pytest.raises(KeyboardInterrupt):
+        interrupts(signal.SIGINT, None)
+    components["scheduler"].process.send_signal(signal.SIGINT)
+    components["scheduler"].stop()  # returns: Airflow's join that follows would wait for the child
+    (child,) = [int(line.split()[1]) for _, line in parent.output_queue if line.startswith(b"child ")]
+    os.kill(child, signal.SIGKILL)
+    components["scheduler"].join(20)
+    assert capsys.readouterr().out.splitlines() == [
+        "standalone | scheduler ended: signal 2",
+        f"standalone | scheduler's output is still open, held by no process this user can read: kill {os.getpid()}",
+    ]
 
 
 def test_one_whose_process_starts_after_the_stop_began_is_waited_for_and_stopped(env, capsys, monkeypatch):

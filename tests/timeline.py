@@ -9,13 +9,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from bisect import bisect_right
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 SHOWN_FROM = 5.0  # seconds: shorter tests are counted, not listed
 PROC_STAT = Path("/proc/stat")
+SAMPLE_EVERY = 1.0  # seconds
+NEAR = 2 * SAMPLE_EVERY  # a moment with no sample this near (the sampler stopped) has no figure
 
 _spans: dict[str, list] = {}  # nodeid -> [worker, start, stop]
 
@@ -23,53 +25,60 @@ _spans: dict[str, list] = {}  # nodeid -> [worker, start, stop]
 @dataclass
 class Cores:
     """The machine's CPU time as the kernel counts it (``/proc/stat``'s ``cpu`` line, every core summed):
-    samples of (wall clock, busy ticks, all ticks), and the busy share between two moments."""
+    samples of (wall clock, busy ticks, available ticks), and the busy share between two moments, from
+    the samples nearest to each."""
 
     samples: list[tuple[float, int, int]] = field(default_factory=list)
 
     @staticmethod
     def read(stat: str) -> tuple[int, int]:
-        """(busy, all) ticks of the ``cpu`` line: idle and waiting for I/O are not busy (guest time is in
-        user time already)."""
-        ticks = [int(t) for t in stat.split("\n", 1)[0].split()[1:9]]
-        user, nice, system, idle, iowait, irq, softirq, steal = ticks
-        busy = user + nice + system + irq + softirq + steal
+        """(busy, available) ticks of the ``cpu`` line: busy is this machine's processes and interrupts
+        (guest time is in user time already); idle and waiting for I/O are available, not busy; time a
+        hypervisor gave another machine (steal) is neither."""
+        user, nice, system, idle, iowait, irq, softirq = (int(t) for t in stat.split("\n", 1)[0].split()[1:8])
+        busy = user + nice + system + irq + softirq
         return busy, busy + idle + iowait
 
     def sample(self, at: float, stat: str) -> None:
         self.samples.append((at, *self.read(stat)))
 
-    def _at(self, moment: float) -> tuple[int, int]:
-        index = max(bisect_right([at for at, _, _ in self.samples], moment) - 1, 0)
-        return self.samples[index][1:]
+    def _near(self, moment: float) -> tuple[float, int, int] | None:
+        index = bisect_left(self.samples, moment, key=lambda s: s[0])
+        around = self.samples[max(index - 1, 0) : index + 1]
+        nearest = min(around, key=lambda s: abs(s[0] - moment), default=None)
+        return nearest if nearest is not None and abs(nearest[0] - moment) <= NEAR else None
 
     def busy(self, start: float, stop: float) -> float | None:
-        """The share of the cores busy from ``start`` to ``stop`` (None: no two samples between)."""
-        (busy_a, all_a), (busy_b, all_b) = self._at(start), self._at(stop)
-        return (busy_b - busy_a) / (all_b - all_a) if all_b > all_a else None
+        """The share of the cores busy from ``start`` to ``stop`` (None: no sample near either end, or one
+        sample nearest both)."""
+        first, last = self._near(start), self._near(stop)
+        if first is None or last is None or last[2] <= first[2]:
+            return None
+        return (last[1] - first[1]) / (last[2] - first[2])
 
-    def core_seconds(self, start: float, stop: float) -> float:
-        (busy_a, _), (busy_b, _) = self._at(start), self._at(stop)
-        return (busy_b - busy_a) / os.sysconf("SC_CLK_TCK")
+    def core_seconds(self, start: float, stop: float) -> float | None:
+        first, last = self._near(start), self._near(stop)
+        return (last[1] - first[1]) / os.sysconf("SC_CLK_TCK") if first and last else None
 
 
 _cores = Cores()
+_sampling = threading.Event()  # set: stop sampling
+_sampler: threading.Thread | None = None
 
 
-def _sample_every_second(stop: threading.Event) -> None:
-    while not stop.wait(1.0):
+def _sample_every_second() -> None:
+    while not _sampling.wait(SAMPLE_EVERY):
         _cores.sample(time.time(), PROC_STAT.read_text())
-
-
-_stop_sampling = threading.Event()
 
 
 def pytest_sessionstart(session):
     # the controller alone (xdist's workers report to it); a machine without the kernel's counters shows none
+    global _sampler
     if os.environ.get("PYTEST_XDIST_WORKER") or not PROC_STAT.exists():
         return
     _cores.sample(time.time(), PROC_STAT.read_text())
-    threading.Thread(target=_sample_every_second, args=(_stop_sampling,), daemon=True, name="timeline").start()
+    _sampler = threading.Thread(target=_sample_every_second, daemon=True, name="timeline")
+    _sampler.start()
 
 
 def pytest_runtest_logreport(report):
@@ -79,15 +88,20 @@ def pytest_runtest_logreport(report):
 
 
 def _busy(start: float, stop: float) -> str:
-    share = _cores.busy(start, stop) if len(_cores.samples) > 1 else None
+    share = _cores.busy(start, stop)
     return f"{share:4.0%}" if share is not None else "   -"
+
+
+def _cores_available() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def pytest_terminal_summary(terminalreporter):
     if not _spans:
         return
-    if _cores.samples:
-        _stop_sampling.set()
+    if _sampler is not None:
+        _sampling.set()
+        _sampler.join(5)
         _cores.sample(time.time(), PROC_STAT.read_text())
     began = min(start for _, start, _ in _spans.values())
     by_worker = defaultdict(list)
@@ -95,9 +109,9 @@ def pytest_terminal_summary(terminalreporter):
         by_worker[worker].append((start, stop, nodeid))
     ended = max(stop for spans in by_worker.values() for _, stop, _ in spans)
     terminalreporter.section("timeline: start, end and seconds of each test, by worker; the cores busy meanwhile")
-    if _busy(began, ended).strip() != "-":
+    if _cores.busy(began, ended) is not None:
         terminalreporter.write_line(
-            f"the machine's {os.cpu_count()} cores: busy {_busy(began, ended).strip()} of the lane's "
+            f"the machine's {_cores_available()} cores: busy {_busy(began, ended).strip()} of the lane's "
             f"{ended - began:.0f} s ({_cores.core_seconds(began, ended):.0f} core-seconds), every process counted"
         )
     for worker, spans in sorted(by_worker.items()):

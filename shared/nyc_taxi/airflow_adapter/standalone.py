@@ -14,7 +14,8 @@ lock and waits on it (seen in the dag-processor and the triggerer, structlog's W
 components get ``STOP_GRACE_SECONDS`` in all, from the Ctrl-C, to end on their own; those still running
 then are sent SIGTERM, and ``KILL_AFTER_SECONDS`` later SIGKILL with their children. A process a
 component left running that holds its output open (which would hold Airflow's wait for the component's
-thread for ever) is found by that pipe and stopped the same way. Each step and each ending is said. A
+thread for ever) is found by that pipe (Linux's /proc, this user's processes), sent SIGTERM, and SIGKILL
+with its children, ``KILL_AFTER_SECONDS`` apart. Each step and each component's ending is said. A
 standalone sent SIGINT alone (``kill -INT``) stops
 its components that much later. Further Ctrl-Cs while it stops are said
 and ignored: `uv run`, without a terminal, forwards the group's SIGINT a second time 200 ms later, and
@@ -142,30 +143,33 @@ class _Components(dict):
                     _say(f"{name} ended: {_ended(component.process.wait(10))}")
                 except subprocess.TimeoutExpired:
                     _say(f"{name} has not ended 10 s after SIGKILL")
-        for name, component in components.items():
-            self._free_output(name, component)
+        self._free_outputs(components)
 
-    def _free_output(self, name: str, component) -> None:
+    def _free_outputs(self, components: dict) -> None:
         """Airflow joins each component's thread, which reads the component's output to its end: a process
         the component left running that holds that output open (a task's process, say) would hold the
-        standalone for ever. Such processes are found by the pipe they hold, sent SIGTERM, then SIGKILL."""
-        if component.process is None:  # never started, or not started 60 s after the stop began (said)
-            return
-        component.join(self._kill_after)  # the rest of its output read
-        for signal_name, kill in (("SIGTERM", psutil.Process.terminate), ("SIGKILL", psutil.Process.kill)):
-            if not component.is_alive():
+        standalone for ever. Such processes are found by the pipe they hold, sent SIGTERM, then SIGKILL
+        with their children, all components' at once, each step said."""
+        reading = lambda: {n: c for n, c in components.items() if c.process is not None and c.is_alive()}  # noqa: E731
+        _until(lambda: not reading(), time.monotonic() + self._kill_after)  # the rest of their output read
+        unfound: set[str] = set()
+        for signal_name in ("SIGTERM", "SIGKILL"):
+            held = {name: _holding(c.process.stdout) for name, c in reading().items() if name not in unfound}
+            for name, holders in held.items():
+                if not holders:
+                    unfound.add(name)
+                    _say(f"{name}'s output is still open, held by no process this user can read: kill {os.getpid()}")
+                    continue
+                _say(f"{name}'s output is held open by {_named(holders)}, left running: {signal_name}")
+                for holder in holders:
+                    family = _children(holder) if signal_name == "SIGKILL" else []
+                    with contextlib.suppress(psutil.Error):
+                        (holder.terminate if signal_name == "SIGTERM" else holder.kill)()
+                    _kill(family)
+            if not set(held) - unfound:
                 return
-            holders = _holding(component.process.stdout)
-            if not holders:
-                if component.is_alive():
-                    _say(f"{name}'s output is still open and no process holding it was found: kill {os.getpid()}")
-                return
-            _say(f"{name}'s output is held open by {_named(holders)}, left running: {signal_name}")
-            for holder in holders:
-                with contextlib.suppress(psutil.Error):
-                    kill(holder)
-            component.join(self._kill_after)
-        if component.is_alive():
+            _until(lambda: not set(reading()) - unfound, time.monotonic() + self._kill_after)
+        for name in set(reading()) - unfound:
             _say(f"{name}'s output is still open {self._kill_after:.0f} s after SIGKILL: kill {os.getpid()}")
 
 
@@ -177,17 +181,28 @@ def _children(process) -> list:
 
 def _holding(stream) -> list:
     """The other processes holding the pipe ``stream`` reads from: Linux's /proc names an open pipe by
-    its inode in each holder's table of files (none found elsewhere, or without the right to read them)."""
+    its inode in each holder's table of files (none found elsewhere, nor among processes whose table this
+    user may not read)."""
     try:
-        pipe = os.readlink(f"/proc/self/fd/{stream.fileno()}")
+        pipe, me = os.readlink(f"/proc/self/fd/{stream.fileno()}"), os.readlink("/proc/self")  # /proc's own pids
     except (OSError, ValueError):  # no /proc, or the stream closed meanwhile
         return []
     holders = []
     for files in Path("/proc").glob("[0-9]*/fd"):
-        with contextlib.suppress(OSError, psutil.Error):
-            if int(files.parent.name) != os.getpid() and any(os.readlink(f) == pipe for f in files.iterdir()):
-                holders.append(psutil.Process(int(files.parent.name)))
+        if files.parent.name == me:
+            continue
+        with contextlib.suppress(OSError):
+            if any(_link(f) == pipe for f in files.iterdir()):
+                with contextlib.suppress(psutil.Error):
+                    holders.append(psutil.Process(int(files.parent.name)))
     return holders
+
+
+def _link(path: Path) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:  # closed meanwhile
+        return None
 
 
 def _named(processes: list) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,10 +53,24 @@ STAND_IN = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGTERM)
     signal.signal(signal.SIGTERM, sigterm)
     if behaviour in ("ignores-both", "leaves-a-child", "leaves-a-stubborn-child"):  # it holds the component's output
-        ignored = "signal.SIGINT, signal.SIGTERM" if behaviour == "leaves-a-stubborn-child" else "signal.SIGINT,"
-        child = subprocess.Popen([sys.executable, "-c", f"import signal, time; [signal.signal(s, signal.SIG_IGN) for s in ({ignored})]; time.sleep(60)"])
+        code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"
+        child = subprocess.Popen([sys.executable, "-c", STUBBORN if behaviour == "leaves-a-stubborn-child" else code])
         print(f"child {child.pid}", flush=True)
     print("up", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+# the stubborn child: it ignores SIGTERM too, and starts one that holds no output and ignores SIGTERM
+STUBBORN = textwrap.dedent(
+    """\
+    import signal, subprocess, sys, time
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+    ignoring = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    grandchild = subprocess.Popen([sys.executable, "-c", ignoring], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(f"grandchild {grandchild.pid}", flush=True)
     time.sleep(60)
     """
 )
@@ -68,7 +83,7 @@ def env(tmp_path, monkeypatch) -> dict:
     bin_dir.mkdir()
     notes.mkdir()
     stand_in = bin_dir / "airflow"
-    stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
+    stand_in.write_text(f"#!{sys.executable}\nSTUBBORN = {STUBBORN!r}\n{STAND_IN}")
     stand_in.chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NOTES": str(notes)}
 
@@ -155,25 +170,33 @@ def test_one_that_ignores_sigterm_too_is_killed_with_its_children_and_said(env, 
 
 
 @pytest.mark.parametrize(
-    "behaviour, ended_first, signals",
-    [
-        ("leaves-a-child", False, ["SIGTERM"]),
-        ("leaves-a-child", True, ["SIGTERM"]),  # the case a record of its children as the stop began missed
-        ("leaves-a-stubborn-child", True, ["SIGTERM", "SIGKILL"]),
-    ],
-    ids=["ending", "ended before the stop", "ignoring SIGTERM"],
+    "behaviour, signals",
+    [("leaves-a-child", ["SIGTERM"]), ("leaves-a-stubborn-child", ["SIGTERM", "SIGKILL"])],
+    ids=["ending on SIGTERM", "ignoring it"],
 )
 def test_a_child_that_outlives_its_component_and_holds_its_output_is_found_by_that_pipe_and_stopped(
-    env, capsys, behaviour, ended_first, signals
+    env, capsys, behaviour, signals
 ):
-    components, _, said, printed = _stopped(env, {"scheduler": behaviour}, capsys, ended_first)
+    """The component has ended before the stop begins (a record of its children taken then found none),
+    and the child holding its output is found, it alone, by that pipe; SIGKILL takes its children too."""
+    neighbour = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # holds no component's output
+    try:
+        components, _, said, printed = _stopped(env, {"scheduler": behaviour}, capsys, ended_first=True)
+        assert neighbour.poll() is None
+    finally:
+        neighbour.kill()
     assert components["scheduler"].process.returncode == -signal.SIGINT  # it ended on its own Ctrl-C
     (child,) = [int(line.split()[1]) for _, line in printed if line.startswith(b"child ")]
     assert _gone(child)  # the component's thread ended above: only because the child no longer held its output
     assert said[0] == "standalone | scheduler ended: signal 2" and len(said) == 1 + len(signals), said
     for line, signal_name in zip(said[1:], signals, strict=True):
-        assert line.startswith(f"standalone | scheduler's output is held open by {child} (python"), said
-        assert line.endswith(f"), left running: {signal_name}"), said
+        held = re.fullmatch(
+            rf"standalone \| scheduler's output is held open by (.+), left running: {signal_name}", line
+        )
+        assert held and [int(p.split()[0]) for p in held[1].split(", ")] == [child], said  # the child alone
+    for _, line in printed:
+        if line.startswith(b"grandchild "):  # it held no output: gone only because SIGKILL took the child's children
+            assert _gone(int(line.split()[1]))
 
 
 def test_an_output_held_by_no_process_it_can_read_is_said_with_what_to_kill(env, capsys, monkeypatch):
@@ -193,7 +216,8 @@ def test_an_output_held_by_no_process_it_can_read_is_said_with_what_to_kill(env,
     components["scheduler"].join(20)
     assert capsys.readouterr().out.splitlines() == [
         "standalone | scheduler ended: signal 2",
-        f"standalone | scheduler's output is still open, held by no process this user can read: kill {os.getpid()}",
+        "standalone | scheduler's output is still open, held by no process this user can read: "
+        f"end this standalone with kill {os.getpid()}, then bash run spark-server stop",
     ]
 
 

@@ -1,6 +1,6 @@
 """The lane's timeline says how busy the machine's cores were over each span (tests/timeline.py): the
 kernel's busy ticks over its available ticks between the samples nearest the span's ends, computed here by
-hand; and a real pytest run, one process and two workers, prints the figures."""
+hand; and a real pytest run on two workers prints the figures."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def test_a_spans_share_is_its_busy_ticks_over_available_ticks_between_the_sample
     assert cores.busy(97.0, 101.0) is None  # no sample within two seconds of the start
     assert cores.busy(100.0, 105.0) is None  # nor of the end (the sampler had stopped)
     assert cores.core_seconds(100.0, 102.0) == pytest.approx(210 / os.sysconf("SC_CLK_TCK"))
+    assert cores.cores == 1  # the cpuN lines of the first sample
 
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the kernel's counters are Linux's")
@@ -46,8 +47,7 @@ def test_this_machines_counters_read_as_busy_within_available():
 
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the kernel's counters are Linux's")
-@pytest.mark.parametrize("workers", ["0", "2"])
-def test_a_lane_run_by_pytest_prints_the_cores_busy_over_the_lane_and_beside_a_listed_test(tmp_path, workers):
+def test_a_lane_run_by_pytest_on_two_workers_prints_the_cores_busy_over_the_lane_and_beside_a_listed_test(tmp_path):
     (tmp_path / "test_spin.py").write_text(
         "import time\n\ndef test_spins_a_core_for_six_seconds():\n"
         "    end = time.monotonic() + 6\n    while time.monotonic() < end:\n        pass\n"
@@ -63,7 +63,7 @@ def test_a_lane_run_by_pytest_prints_the_cores_busy_over_the_lane_and_beside_a_l
             "-p",
             "timeline",
             "-n",
-            workers,
+            "2",
             "-q",
             "-p",
             "no:cacheprovider",

@@ -7,6 +7,7 @@ deployments too: read from the kernel's counters each second), so a lane bound b
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from bisect import bisect_left
@@ -29,6 +30,7 @@ class Cores:
     the samples nearest to each."""
 
     samples: list[tuple[float, int, int]] = field(default_factory=list)
+    cores: int = 0  # the cores the ``cpu`` line sums (its ``cpuN`` lines)
 
     @staticmethod
     def read(stat: str) -> tuple[int, int]:
@@ -41,6 +43,7 @@ class Cores:
 
     def sample(self, at: float, stat: str) -> None:
         self.samples.append((at, *self.read(stat)))
+        self.cores = self.cores or sum(1 for line in stat.splitlines() if re.match(r"cpu\d", line))
 
     def _near(self, moment: float) -> tuple[float, int, int] | None:
         index = bisect_left(self.samples, moment, key=lambda s: s[0])
@@ -54,7 +57,7 @@ class Cores:
         first, last = self._near(start), self._near(stop)
         if first is None or last is None or last[2] <= first[2]:
             return None
-        return (last[1] - first[1]) / (last[2] - first[2])
+        return min((last[1] - first[1]) / (last[2] - first[2]), 1.0)  # the kernel's I/O wait may step back
 
     def core_seconds(self, start: float, stop: float) -> float | None:
         first, last = self._near(start), self._near(stop)
@@ -92,10 +95,6 @@ def _busy(start: float, stop: float) -> str:
     return f"{share:4.0%}" if share is not None else "   -"
 
 
-def _cores_available() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def pytest_terminal_summary(terminalreporter):
     if not _spans:
         return
@@ -111,7 +110,7 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("timeline: start, end and seconds of each test, by worker; the cores busy meanwhile")
     if _cores.busy(began, ended) is not None:
         terminalreporter.write_line(
-            f"the machine's {_cores_available()} cores: busy {_busy(began, ended).strip()} of the lane's "
+            f"the machine's {_cores.cores} cores: busy {_busy(began, ended).strip()} of the lane's "
             f"{ended - began:.0f} s ({_cores.core_seconds(began, ended):.0f} core-seconds), every process counted"
         )
     for worker, spans in sorted(by_worker.items()):

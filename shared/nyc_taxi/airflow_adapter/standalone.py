@@ -14,8 +14,9 @@ lock and waits on it (seen in the dag-processor and the triggerer, structlog's W
 components get ``STOP_GRACE_SECONDS`` in all, from the Ctrl-C, to end on their own; those still running
 then are sent SIGTERM, and ``KILL_AFTER_SECONDS`` later SIGKILL with their children. A process a
 component left running that holds its output open (which would hold Airflow's wait for the component's
-thread for ever) is found by that pipe (Linux's /proc, this user's processes), sent SIGTERM, and SIGKILL
-with its children, ``KILL_AFTER_SECONDS`` apart. Each step and each component's ending is said. A
+thread for ever) is found by that pipe (Linux's /proc, this user's processes) once its output has stayed
+open ``OUTPUT_CLOSE_SECONDS`` after the components ended, and sent SIGTERM, and SIGKILL with its children,
+``KILL_AFTER_SECONDS`` apart. Each step and each component's ending is said. A
 standalone sent SIGINT alone (``kill -INT``) stops
 its components that much later. Further Ctrl-Cs while it stops are said
 and ignored: `uv run`, without a terminal, forwards the group's SIGINT a second time 200 ms later, and
@@ -59,6 +60,11 @@ from nyc_taxi.core.settings import get_settings
 WITH_LOG_SERVER = ("scheduler", "triggerer")
 STOP_GRACE_SECONDS = 15  # for the components to end on the Ctrl-C they received themselves
 KILL_AFTER_SECONDS = 10  # for one sent SIGTERM (Airflow gives its DAG file processors 5 s)
+OUTPUT_CLOSE_SECONDS = 2  # for an ended component's output to be read to its end
+
+
+_STOP_AT_MOST = STOP_GRACE_SECONDS + KILL_AFTER_SECONDS + OUTPUT_CLOSE_SECONDS + 2 * KILL_AFTER_SECONDS
+_KILL_ME = "end this standalone with kill {pid}, then bash run spark-server stop"
 
 
 class Interrupts:
@@ -77,8 +83,9 @@ class Interrupts:
             os.write(
                 sys.stderr.fileno(),
                 f"standalone | stopping already: Ctrl-C again is ignored while Airflow's components (within about "
-                f"{STOP_GRACE_SECONDS + KILL_AFTER_SECONDS} s) and the Spark server stop (kill {os.getpid()} ends "
-                "this process at once and leaves them running: bash run spark-server stop)\n".encode(),
+                f"{STOP_GRACE_SECONDS + KILL_AFTER_SECONDS} s, {_STOP_AT_MOST} s if a process they left holds their "
+                f"output) and the Spark server stop (kill {os.getpid()} ends this process at once and leaves them "
+                "running: bash run spark-server stop)\n".encode(),
             )
 
     def deadline(self) -> float:
@@ -151,14 +158,19 @@ class _Components(dict):
         standalone for ever. Such processes are found by the pipe they hold, sent SIGTERM, then SIGKILL
         with their children, all components' at once, each step said."""
         reading = lambda: {n: c for n, c in components.items() if c.process is not None and c.is_alive()}  # noqa: E731
-        _until(lambda: not reading(), time.monotonic() + self._kill_after)  # the rest of their output read
+        _until(lambda: not reading(), time.monotonic() + OUTPUT_CLOSE_SECONDS)  # the rest of their output read
         unfound: set[str] = set()
         for signal_name in ("SIGTERM", "SIGKILL"):
             held = {name: _holding(c.process.stdout) for name, c in reading().items() if name not in unfound}
             for name, holders in held.items():
                 if not holders:
-                    unfound.add(name)
-                    _say(f"{name}'s output is still open, held by no process this user can read: kill {os.getpid()}")
+                    components[name].join(1)  # its holder may have closed it a moment before the scan
+                    if components[name].is_alive():
+                        unfound.add(name)
+                        _say(
+                            f"{name}'s output is still open, held by no process this user can read: "
+                            + _KILL_ME.format(pid=os.getpid())
+                        )
                     continue
                 _say(f"{name}'s output is held open by {_named(holders)}, left running: {signal_name}")
                 for holder in holders:
@@ -166,11 +178,14 @@ class _Components(dict):
                     with contextlib.suppress(psutil.Error):
                         (holder.terminate if signal_name == "SIGTERM" else holder.kill)()
                     _kill(family)
-            if not set(held) - unfound:
+            if not set(reading()) - unfound:
                 return
             _until(lambda: not set(reading()) - unfound, time.monotonic() + self._kill_after)
         for name in set(reading()) - unfound:
-            _say(f"{name}'s output is still open {self._kill_after:.0f} s after SIGKILL: kill {os.getpid()}")
+            _say(
+                f"{name}'s output is still open {self._kill_after:.0f} s after SIGKILL: "
+                + _KILL_ME.format(pid=os.getpid())
+            )
 
 
 def _children(process) -> list:

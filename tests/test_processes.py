@@ -254,3 +254,22 @@ def test_a_stopped_group_is_waited_for_past_its_leader_and_what_ignores_the_sign
     assert not stop_group(leader, seconds=2)  # had to be killed
     assert time.monotonic() - started < 15
     assert not alive(child) and not processes._in_group(leader.pid)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="/proc's tables of files are Linux's")
+def test_the_processes_holding_a_pipe_are_those_given_its_write_end_and_never_this_one():
+    read, write = os.pipe()
+    given = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=(write,))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # given neither end
+    try:
+        assert processes.holding_open(read) == [given.pid]  # this process holds both ends: not listed
+        os.close(write)
+        assert processes.holding_open(read) == [given.pid]
+        given.kill()
+        given.wait()
+        assert processes.holding_open(read) == []
+    finally:
+        for process in (given, other):
+            process.kill()
+            process.wait()
+        os.close(read)

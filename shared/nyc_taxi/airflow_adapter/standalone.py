@@ -47,14 +47,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 from airflow.cli.commands.standalone_command import StandaloneCommand
 
 from nyc_taxi.airflow_adapter.environment import standalone_record
 from nyc_taxi.core import spark_server
-from nyc_taxi.core.processes import listening, write_private
+from nyc_taxi.core.processes import holding_open, listening, write_private
 from nyc_taxi.core.settings import get_settings
 
 WITH_LOG_SERVER = ("scheduler", "triggerer")
@@ -195,29 +194,16 @@ def _children(process) -> list:
 
 
 def _holding(stream) -> list:
-    """The other processes holding the pipe ``stream`` reads from: Linux's /proc names an open pipe by
-    its inode in each holder's table of files (none found elsewhere, nor among processes whose table this
-    user may not read)."""
+    """The processes other than this one that hold the pipe ``stream`` reads from."""
     try:
-        pipe, me = os.readlink(f"/proc/self/fd/{stream.fileno()}"), os.readlink("/proc/self")  # /proc's own pids
-    except (OSError, ValueError):  # no /proc, or the stream closed meanwhile
+        pids = holding_open(stream.fileno())
+    except ValueError:  # the stream closed meanwhile
         return []
     holders = []
-    for files in Path("/proc").glob("[0-9]*/fd"):
-        if files.parent.name == me:
-            continue
-        with contextlib.suppress(OSError):
-            if any(_link(f) == pipe for f in files.iterdir()):
-                with contextlib.suppress(psutil.Error):
-                    holders.append(psutil.Process(int(files.parent.name)))
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            holders.append(psutil.Process(pid))
     return holders
-
-
-def _link(path: Path) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError:  # closed meanwhile
-        return None
 
 
 def _named(processes: list) -> str:

@@ -119,6 +119,31 @@ def _in_group(group: int) -> list[int]:
     return found
 
 
+def holding_open(fd: int) -> list[int]:
+    """The other processes that hold open the pipe or file this process has open as ``fd``: Linux's /proc
+    names it the same in each holder's table of files (none found elsewhere, nor among processes whose
+    table this user may not read). This process is known by /proc's own name for it, so another pid
+    namespace's numbering does not make it a holder of its own files."""
+    try:
+        target, me = os.readlink(f"/proc/self/fd/{fd}"), os.readlink("/proc/self")
+    except OSError:  # no /proc, or the file closed meanwhile
+        return []
+    holders = []
+    for files in Path("/proc").glob("[0-9]*/fd"):
+        if files.parent.name != me:
+            with contextlib.suppress(OSError):
+                if any(_link(f) == target for f in files.iterdir()):
+                    holders.append(int(files.parent.name))
+    return holders
+
+
+def _link(path: Path) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:  # closed meanwhile
+        return None
+
+
 def write_private(path: Path, value: dict) -> None:
     write_private_text(path, json.dumps(value))
 

@@ -62,7 +62,6 @@ KILL_AFTER_SECONDS = 10  # for one sent SIGTERM (Airflow gives its DAG file proc
 OUTPUT_CLOSE_SECONDS = 2  # for an ended component's output to be read to its end
 
 
-_STOP_AT_MOST = STOP_GRACE_SECONDS + KILL_AFTER_SECONDS + OUTPUT_CLOSE_SECONDS + 2 * KILL_AFTER_SECONDS
 _KILL_ME = "end this standalone with kill {pid}, then bash run spark-server stop"
 
 
@@ -82,8 +81,8 @@ class Interrupts:
             os.write(
                 sys.stderr.fileno(),
                 f"standalone | stopping already: Ctrl-C again is ignored while Airflow's components (within about "
-                f"{STOP_GRACE_SECONDS + KILL_AFTER_SECONDS} s, {_STOP_AT_MOST} s if a process they left holds their "
-                f"output) and the Spark server stop (kill {os.getpid()} ends this process at once and leaves them "
+                f"{STOP_GRACE_SECONDS + KILL_AFTER_SECONDS} s; up to {OUTPUT_CLOSE_SECONDS + 2 * KILL_AFTER_SECONDS} s "
+                f"more if a process they left holds their output) and the Spark server stop (kill {os.getpid()} ends this process at once and leaves them "
                 "running: bash run spark-server stop)\n".encode(),
             )
 
@@ -131,7 +130,7 @@ class _Components(dict):
         starting = lambda: [n for n, c in components.items() if c.process is None and c.is_alive()]  # noqa: E731
         _until(lambda: not starting(), time.monotonic() + 60)
         if starting():
-            _say(f"{', '.join(starting())} not started 60 s after the stop began: not stopped (kill it)")
+            _say(f"{', '.join(starting())} not started 60 s after the stop began: " + _KILL_ME.format(pid=os.getpid()))
         late = {name: c.process for name, c in components.items() if c.process is not None and c.process.poll() is None}
         for name, process in late.items():
             process.terminate()

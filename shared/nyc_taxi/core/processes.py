@@ -120,8 +120,9 @@ def _in_group(group: int) -> list[int]:
 
 
 def holding_open(fd: int) -> list[int]:
-    """The other processes that hold open the pipe or file this process has open as ``fd``: Linux's /proc
-    names it the same in each holder's table of files (none found elsewhere, nor among processes whose
+    """The other processes that hold open the pipe this process has open as ``fd`` (a pipe: /proc names a
+    regular file by its path, which other processes may have opened on their own): Linux's /proc names a
+    pipe the same in each holder's table of files (none found elsewhere, nor among processes whose
     table this user may not read). This process is known by /proc's own name for it, so another pid
     namespace's numbering does not make it a holder of its own files."""
     try:
